@@ -1,0 +1,142 @@
+"""Hard filters shared by the policies, each giving the reason it excludes an offering.
+
+Figures: minimum scale-out bandwidth per GPU by model size (practitioner rule
+of 2026): under 7B parameters 200 Gbps, 7B-30B 400 Gbps, over 30B 800 Gbps.
+A one-node job needs no scale-out fabric (NVLink inside the node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from spotd.domain import Market, Offering, PlacementContext
+from spotd.spec import JobSpec, MarketMode
+
+
+def min_gbps_per_gpu(spec: JobSpec) -> float:
+    """Scale-out bandwidth per GPU the job needs; 0 for a one-node job."""
+    res = spec.resources
+    if res.nodes <= 1:
+        return 0.0
+    if res.min_gbps_per_gpu is not None:
+        return res.min_gbps_per_gpu
+    size = res.model_size_b
+    if size is None or size < 7:
+        return 200.0
+    if size <= 30:
+        return 400.0
+    return 800.0
+
+
+def markets_for(spec: JobSpec) -> tuple[Market, ...]:
+    """Markets the job's spec allows."""
+    mode = spec.market.type
+    if mode is MarketMode.SPOT:
+        return (Market.SPOT,)
+    if mode is MarketMode.ON_DEMAND:
+        return (Market.ON_DEMAND,)
+    return (Market.SPOT, Market.ON_DEMAND)
+
+
+Filter = Callable[[PlacementContext, Offering, Market], str | None]
+
+
+def gpu_model(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    wanted = ctx.spec.resources.gpus
+    if off.gpu.upper() not in wanted:
+        return f"GPU {off.gpu} is not one of {', '.join(wanted)}"
+    return None
+
+
+def gpus_per_node(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    wanted = ctx.spec.resources.gpus_per_node
+    if off.gpus_per_node != wanted:
+        return f"{off.gpus_per_node} GPUs per node, job needs {wanted}"
+    return None
+
+
+def provider_allowed(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    if not ctx.spec.allows_provider(off.pool.provider):
+        return f"provider {off.pool.provider} not allowed by market.providers"
+    return None
+
+
+def region_allowed(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    if not ctx.spec.allows_region(off.pool.region):
+        return f"region {off.pool.region} not allowed by market.regions"
+    return None
+
+
+def sold(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    if off.price(market) is None:
+        return f"not sold as {market}"
+    return None
+
+
+def spot_capacity(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    # Gang scheduling: the signal is for the pool, and all nodes go in one zone.
+    if market is Market.SPOT and off.capacity is not None and off.capacity <= 0:
+        return "no spot capacity now (provider's capacity signal is 0)"
+    return None
+
+
+def fabric(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    need = min_gbps_per_gpu(ctx.spec)
+    have = off.interconnect.gbps_per_gpu
+    if have < need:
+        return (
+            f"{off.interconnect.fabric} at {have:g} Gbps/GPU is under the {need:g} Gbps/GPU "
+            f"a {ctx.spec.resources.nodes}-node job of this model size needs"
+        )
+    return None
+
+
+def price_cap(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    cap = ctx.spec.market.max_price_per_gpu_hour
+    price = off.price(market)
+    if cap is not None and price is not None:
+        per_gpu = price / off.gpus_per_node
+        if per_gpu > cap:
+            return f"{per_gpu:.3f} USD/GPU-hour is over the cap of {cap:g}"
+    return None
+
+
+def cooldown(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    reason = ctx.cooldown.get(off.pool)
+    if reason is not None and market is Market.SPOT:
+        return f"pool cooling down: {reason}"
+    return None
+
+
+HARD_FILTERS: Sequence[Filter] = (
+    gpu_model,
+    gpus_per_node,
+    provider_allowed,
+    region_allowed,
+    sold,
+    fabric,
+    price_cap,
+    spot_capacity,
+    cooldown,
+)
+"""Every hard filter, in the order their reasons are reported."""
+
+
+def first_exclusion(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    """The reason of the first hard filter that rejects, or None when all pass."""
+    for check in HARD_FILTERS:
+        reason = check(ctx, off, market)
+        if reason is not None:
+            return reason
+    return None
+
+
+def over_budget(ctx: PlacementContext, expected_cost: float) -> str | None:
+    """Reason to exclude a candidate whose expected cost breaks the job's budget."""
+    budget = ctx.spec.budget
+    if budget is None:
+        return None
+    left = budget.max_usd - ctx.spent_usd
+    if expected_cost > left:
+        return f"expected cost {expected_cost:,.2f} USD is over the {left:,.2f} USD left in budget"
+    return None

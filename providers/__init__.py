@@ -1,0 +1,1 @@
+"""Provider adapters: the simulated market and the clouds."""

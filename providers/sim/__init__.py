@@ -1,0 +1,32 @@
+"""The simulated spot market: spotd's embedded default provider.
+
+Three providers (``sim-aws``, ``sim-gcp``, ``sim-azure``) with real instance
+type names, on a seeded or trace-driven spot market running on a shared
+simulated clock. Instances are real local processes that outlive the daemon.
+"""
+
+from __future__ import annotations
+
+from .catalog import PROVIDERS, SIM_AWS, SIM_AZURE, SIM_GCP, CatalogEntry, InstanceType
+from .clock import SimClock
+from .factory import build_sim_providers
+from .market import MarketConfig, SimMarket
+from .provider import SimProvider
+from .trace import Trace, TraceError, load_trace
+
+__all__ = [
+    "PROVIDERS",
+    "SIM_AWS",
+    "SIM_AZURE",
+    "SIM_GCP",
+    "CatalogEntry",
+    "InstanceType",
+    "MarketConfig",
+    "SimClock",
+    "SimMarket",
+    "SimProvider",
+    "Trace",
+    "TraceError",
+    "build_sim_providers",
+    "load_trace",
+]

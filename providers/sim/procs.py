@@ -1,0 +1,87 @@
+"""Process-group helpers: signal a job's group, tell a reused pid from ours."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+_PR_SET_PDEATHSIG = 1
+
+
+def start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), None when unknown or gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name in parentheses may hold spaces: split after the last ')'.
+    fields = stat.rsplit(")", 1)[-1].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def signal_group(pgid: int, sig: signal.Signals, expected_start: int | None = None) -> None:
+    """Send ``sig`` to process group ``pgid``; quiet when it is already gone.
+
+    With ``expected_start``, a live leader with another start time means the
+    pid was reused: our group cannot exist then, so nothing is sent.
+    """
+    if expected_start is not None:
+        actual = start_ticks(pgid)
+        if actual is not None and actual != expected_start:
+            return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` is left (zombies aside, on Linux)."""
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    # A zombie leader keeps the group signalable; look for a live member.
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return True
+    return any(e.name.isdigit() and _live_member(e, pgid) for e in proc.iterdir())
+
+
+def _live_member(entry: Path, pgid: int) -> bool:
+    try:
+        fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return False
+    return len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z"
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when its parent dies.
+
+    Linux only (None elsewhere). It covers a VM process killed with SIGKILL:
+    like a real VM going away, its job must not live on.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        # The parent may have died before prctl took effect.
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec

@@ -1,0 +1,119 @@
+"""The daemon's HTTP API (FastAPI): what the CLI talks to.
+
+Every route but ``/v1/health`` needs ``Authorization: Bearer <token>``, the
+token being the content of the daemon's token file (mode 0600).
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ValidationError
+
+from spotd import __version__
+from spotd.engine import Engine
+from spotd.errors import IllegalTransition, JobNotFound, LostTransition, SpotdError, StoreError
+from spotd.spec import JobSpec
+from spotd.states import TERMINAL
+from spotd.views import EventView, JobView, event_view, job_view
+
+
+class SubmitBody(BaseModel):
+    """A job spec, already parsed from TOML by the client."""
+
+    spec: dict[str, Any]
+
+
+class LogsView(BaseModel):
+    """The output of each node of each attempt."""
+
+    logs: dict[str, str]
+
+
+# Module level: FastAPI resolves the string annotations below in module globals.
+_bearer = HTTPBearer(auto_error=False)
+
+
+def create_app(engine: Engine, token: str) -> FastAPI:
+    """The API over ``engine``, guarded by ``token``."""
+    app = FastAPI(title="spotd", version=__version__)
+
+    def authorized(
+        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> None:
+        if creds is None or not hmac.compare_digest(creds.credentials, token):
+            raise HTTPException(status_code=401, detail="missing or wrong bearer token")
+
+    @app.exception_handler(JobNotFound)
+    async def not_found(_: Request, exc: JobNotFound) -> JSONResponse:
+        return JSONResponse(status_code=404, content={"detail": str(exc)})
+
+    @app.exception_handler(SpotdError)
+    async def refused(_: Request, exc: SpotdError) -> JSONResponse:
+        return JSONResponse(status_code=409, content={"detail": str(exc)})
+
+    auth = [Depends(authorized)]
+
+    def view(ref: str) -> JobView:
+        job = engine.store.find_job(ref)
+        return job_view(job, engine.store.attempts(job.id), engine.clock.now())
+
+    @app.get("/v1/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    @app.post("/v1/jobs", dependencies=auth, status_code=201)
+    def submit(body: SubmitBody) -> JobView:
+        try:
+            spec = JobSpec.model_validate(body.spec)
+        except ValidationError as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from exc
+        job = engine.submit(spec)
+        return job_view(job, [], engine.clock.now())
+
+    @app.get("/v1/jobs", dependencies=auth)
+    def jobs(all: bool = True) -> list[JobView]:
+        now = engine.clock.now()
+        listed = engine.store.list_jobs()
+        if not all:
+            listed = [j for j in listed if j.status not in TERMINAL]
+        return [job_view(j, engine.store.attempts(j.id), now) for j in listed]
+
+    @app.get("/v1/jobs/{ref}", dependencies=auth)
+    def job(ref: str) -> JobView:
+        return view(ref)
+
+    @app.get("/v1/jobs/{ref}/events", dependencies=auth)
+    def events(ref: str) -> list[EventView]:
+        job = engine.store.find_job(ref)
+        return [event_view(e) for e in engine.store.events(job.id)]
+
+    @app.post("/v1/jobs/{ref}/cancel", dependencies=auth)
+    def cancel(ref: str) -> JobView:
+        for _ in range(5):
+            job = engine.store.find_job(ref)
+            if job.status in TERMINAL:
+                raise IllegalTransition(f"job {job.id} already {job.status}")
+            try:
+                engine.cancel(job)
+                return view(job.id)
+            except LostTransition:
+                continue  # the loop moved it meanwhile: read again and retry
+        raise StoreError(f"job {ref} kept changing; try again")
+
+    @app.get("/v1/jobs/{ref}/logs", dependencies=auth)
+    def logs(ref: str) -> LogsView:
+        job = engine.store.find_job(ref)
+        out: dict[str, str] = {}
+        for attempt in engine.store.attempts(job.id):
+            provider = engine.providers.get(attempt.pool.provider)
+            for iid in attempt.instance_ids:
+                key = f"attempt {attempt.seq} {attempt.pool} {iid}"
+                out[key] = provider.logs(iid) if provider else "(provider not enabled)"
+        return LogsView(logs=out)
+
+    return app

@@ -1,0 +1,231 @@
+"""Where a job's checkpoints live and how spotd tells a complete one from a torn one.
+
+Layout
+------
+spotd hands every job a checkpoint folder URI in ``SPOTD_CHECKPOINT_URI``. It may be
+a plain local path (``/data/ckpt``), a ``file://`` URI or any other fsspec URI
+(``s3://bucket/job``, ``gs://...``, ``memory://...``). Inside it, each checkpoint is
+one folder named after the training step it captures::
+
+    <uri>/
+        step-00000040/
+            weights.npy          the job's own files, any names it likes
+            state.json
+            _COMPLETE            the marker, written LAST
+        step-00000050/           no marker: a torn write, ignored
+            weights.npy
+
+The step is zero-padded to 8 digits (:func:`checkpoint_name`) so names sort like
+numbers; larger steps simply get more digits, and spotd sorts by the parsed number.
+
+A checkpoint is *complete* only once the file :data:`MARKER` exists inside its
+folder. A job must write every other file first and the marker last, so a job that
+is killed mid-write (the SIGKILL after a preemption notice) leaves a folder without
+a marker, which :func:`list_complete` skips. Jobs written in Python can call
+:func:`mark_complete`; others just create an empty ``_COMPLETE`` file at the end.
+
+When spotd resumes a job it passes the URI of the latest complete checkpoint
+(:func:`latest_complete`) in ``SPOTD_RESUME_FROM``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from spotd.errors import CheckpointError
+
+__all__ = [
+    "MARKER",
+    "CheckpointInfo",
+    "checkpoint_name",
+    "is_complete",
+    "join",
+    "latest_complete",
+    "list_complete",
+    "mark_complete",
+    "read_bytes",
+    "write_bytes",
+]
+
+MARKER = "_COMPLETE"
+"""Name of the file whose presence makes a checkpoint folder complete."""
+
+_STEP_DIR = re.compile(r"step-(\d{8,})")
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A complete checkpoint: its folder URI (same scheme as the root) and its step."""
+
+    uri: str
+    step: int
+
+
+def checkpoint_name(step: int) -> str:
+    """Return the folder name of the checkpoint for ``step``, e.g. ``step-00000040``."""
+    if step < 0:
+        raise ValueError(f"checkpoint step must be >= 0, got {step}")
+    return f"step-{step:08d}"
+
+
+def join(uri: str, *parts: str) -> str:
+    """Append path segments to a local path or URI with ``/``.
+
+    Works on the string so the scheme (``file://``, ``memory://``, ``s3://``) and
+    anything fsspec needs in it are kept as given. Slashes at the edges of each part
+    are dropped and empty parts are skipped.
+    """
+    # Strip trailing slashes, but never eat into "scheme://" itself.
+    head = uri
+    while head.endswith("/") and not head.endswith("://") and head != "/":
+        head = head[:-1]
+    out = head
+    for part in parts:
+        seg = part.strip("/")
+        if not seg:
+            continue
+        out = out + seg if out.endswith("/") else f"{out}/{seg}"
+    return out
+
+
+def _fs(uri: str) -> tuple[Any, str]:
+    """Resolve ``uri`` to (fsspec filesystem, path), failing as CheckpointError."""
+    try:
+        fs, path = fsspec.core.url_to_fs(uri)
+    except (ValueError, ImportError) as exc:
+        # Unknown scheme, or the scheme's optional backend (s3fs, gcsfs) is missing.
+        raise CheckpointError(f"{uri}: cannot open checkpoint location: {exc}") from exc
+    return fs, str(path)
+
+
+def list_complete(uri: str) -> list[CheckpointInfo]:
+    """List the complete checkpoints under the checkpoint folder ``uri``, oldest first.
+
+    Folders that are not named ``step-<digits>`` or that lack the :data:`MARKER` are
+    skipped. A root that does not exist yet yields ``[]`` (the job has not written
+    anything). Any other failure, including a root that is a file, raises
+    :class:`~spotd.errors.CheckpointError` naming ``uri``.
+    """
+    fs, root = _fs(uri)
+    try:
+        if fs.isfile(root):
+            raise CheckpointError(f"{uri}: checkpoint location is a file, not a folder")
+        entries = fs.ls(root, detail=True)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise CheckpointError(f"{uri}: cannot list checkpoints: {exc}") from exc
+
+    found: list[CheckpointInfo] = []
+    for entry in entries:
+        if entry.get("type") != "directory":
+            continue
+        name = str(entry["name"]).rstrip("/").rsplit("/", 1)[-1]
+        match = _STEP_DIR.fullmatch(name)
+        if match is None:
+            continue
+        folder = join(uri, name)
+        if _marker_exists(fs, join(root, name), folder):
+            found.append(CheckpointInfo(uri=folder, step=int(match.group(1))))
+    found.sort(key=lambda info: info.step)
+    return found
+
+
+def _marker_exists(fs: Any, folder_path: str, folder_uri: str) -> bool:
+    try:
+        return bool(fs.isfile(join(folder_path, MARKER)))
+    except FileNotFoundError:
+        # The folder was deleted (retention) between the listing and this check.
+        return False
+    except OSError as exc:
+        raise CheckpointError(f"{folder_uri}: cannot check for {MARKER}: {exc}") from exc
+
+
+def latest_complete(uri: str) -> CheckpointInfo | None:
+    """Return the complete checkpoint with the highest step under ``uri``, or None."""
+    complete = list_complete(uri)
+    return complete[-1] if complete else None
+
+
+def is_complete(folder_uri: str) -> bool:
+    """Tell whether the checkpoint folder ``folder_uri`` holds its :data:`MARKER`."""
+    fs, path = _fs(folder_uri)
+    return _marker_exists(fs, path, folder_uri)
+
+
+def mark_complete(folder_uri: str) -> None:
+    """Write the :data:`MARKER` into ``folder_uri``; call it after every other file.
+
+    On a local filesystem the marker appears atomically (temp file, fsync, rename).
+    """
+    write_bytes(join(folder_uri, MARKER), b"")
+
+
+def write_bytes(file_uri: str, data: bytes) -> None:
+    """Write ``data`` to ``file_uri`` so that readers never see a partial file.
+
+    Local files are written to a temporary name in the same folder, fsynced and
+    renamed over the target. Other filesystems get one ``pipe_file`` call: object
+    stores publish an object only once its upload is finished, so the file is
+    whole or absent there too. Parent folders are created as needed.
+    """
+    fs, path = _fs(file_uri)
+    try:
+        if isinstance(fs, LocalFileSystem):
+            _write_local_atomic(Path(path), data)
+        else:
+            parent = path.rsplit("/", 1)[0]
+            if parent:
+                fs.makedirs(parent, exist_ok=True)
+            fs.pipe_file(path, data)
+    except OSError as exc:
+        raise CheckpointError(f"{file_uri}: cannot write: {exc}") from exc
+
+
+def read_bytes(file_uri: str) -> bytes:
+    """Read the whole file at ``file_uri``; failures raise CheckpointError."""
+    fs, path = _fs(file_uri)
+    try:
+        return bytes(fs.cat_file(path))
+    except OSError as exc:
+        raise CheckpointError(f"{file_uri}: cannot read: {exc}") from exc
+
+
+def _write_local_atomic(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Unique per writer so two attempts racing on one folder never share a temp file.
+    tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex}")
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(data)
+            fh.flush()
+            # Without the fsync a host crash could leave a renamed but empty file,
+            # i.e. a marker in front of weights that never reached the disk.
+            os.fsync(fh.fileno())
+        tmp.replace(target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Persist a rename; best effort, as some filesystems refuse fsync on folders."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

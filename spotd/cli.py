@@ -1,0 +1,225 @@
+"""The ``spotd`` command line (typer + rich)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, TypeVar
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from spotd import __version__
+from spotd.config import Settings, load_settings
+from spotd.errors import JobSpecError, SpotdError
+from spotd.spec import load_job_file
+from spotd.views import JobView
+
+app = typer.Typer(
+    help="spotd: run GPU training on spot capacity across clouds, and survive preemptions.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+T = TypeVar("T")
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="spotd.toml to read.", show_default=False)
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+def _settings(config: Path | None) -> Settings:
+    return load_settings(config)
+
+
+def _guard(action: Callable[[], T]) -> T:
+    """Run ``action``; our own errors become a message and an exit code, not a traceback."""
+    try:
+        return action()
+    except JobSpecError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from exc
+    except SpotdError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(1) from exc
+
+
+def _where(job: JobView) -> str:
+    if not job.attempts:
+        return "-"
+    a = job.attempts[-1]
+    return f"{a.provider}/{a.zone}/{a.instance_type} ({a.market})"
+
+
+def _status_table(jobs: list[JobView]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "NAME", "STATUS", "WHERE", "ATTEMPTS", "PREEMPTED", "COST USD"):
+        table.add_column(column, justify="right" if column in ("ATTEMPTS", "COST USD") else "left")
+    colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
+    for j in jobs:
+        status = j.status if not j.failure else f"{j.status} ({j.failure})"
+        table.add_row(
+            j.id,
+            j.name,
+            f"[{colour.get(j.status, 'cyan')}]{status}[/]",
+            _where(j),
+            str(len(j.attempts)),
+            str(j.preemptions),
+            f"{j.cost_usd:,.2f}",
+        )
+    return table
+
+
+@app.command()
+def version() -> None:
+    """Print spotd's version."""
+    out.print(__version__)
+
+
+@app.command()
+def daemon(config: ConfigOpt = None, verbose: bool = False) -> None:
+    """Run the daemon: reconcile loop, price polls and the HTTP API, until SIGTERM."""
+    from spotd.daemon import Daemon
+
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    _guard(lambda: Daemon(_settings(config)).run_forever())
+
+
+@app.command()
+def submit(
+    job_file: Annotated[Path, typer.Argument(help="The job.toml to run.")],
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Validate a job spec and hand it to the daemon."""
+    from spotd.client import Client
+
+    def run() -> JobView:
+        spec = load_job_file(job_file)
+        client = Client.from_settings(_settings(config))
+        return client.submit(spec)
+
+    job = _guard(run)
+    if as_json:
+        out.print_json(job.model_dump_json())
+    else:
+        out.print(
+            f"submitted [bold]{job.id}[/bold] ({job.name}); watch it with `spotd status {job.id}`"
+        )
+
+
+@app.command()
+def status(
+    job: Annotated[str | None, typer.Argument(help="Job id, id prefix or name.")] = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Include ended jobs.")] = False,
+) -> None:
+    """Show jobs: where they run, their attempts, preemptions and cost."""
+    from spotd.client import Client
+
+    def run() -> list[JobView]:
+        client = Client.from_settings(_settings(config))
+        if job is not None:
+            return [client.job(job)]
+        return client.jobs(include_ended=all_jobs)
+
+    jobs = _guard(run)
+    if as_json:
+        payload = [j.model_dump(mode="json") for j in jobs]
+        out.print_json(json.dumps(payload[0] if job is not None else payload))
+        return
+    out.print(_status_table(jobs))
+    if job is not None and jobs:
+        _print_attempts(jobs[0])
+
+
+def _print_attempts(job: JobView) -> None:
+    table = Table(title="attempts", box=None, header_style="bold")
+    columns = ("#", "PROVIDER", "ZONE", "TYPE", "MARKET", "USD/H", "START", "END", "REASON", "COST")
+    for column in columns:
+        table.add_column(column)
+    for a in job.attempts:
+        table.add_row(
+            str(a.seq), a.provider, a.zone, a.instance_type, a.market,
+            f"{a.price_per_node_hour * a.nodes:.2f}",
+            f"{a.started_at:%m-%d %H:%M}",
+            f"{a.ended_at:%m-%d %H:%M}" if a.ended_at else "-",
+            a.end_reason or "-",
+            f"{a.cost_usd:.2f}",
+        )
+    out.print(table)
+
+
+@app.command()
+def events(job: str, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """Show every transition of a job, with its cause."""
+    from spotd.client import Client
+
+    rows = _guard(lambda: Client.from_settings(_settings(config)).events(job))
+    if as_json:
+        out.print_json(json.dumps([e.model_dump(mode="json") for e in rows]))
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("AT", "FROM", "TO", "CAUSE", "DETAIL"):
+        table.add_column(column)
+    for e in rows:
+        when = f"{e.at:%Y-%m-%d %H:%M:%S}"
+        table.add_row(when, e.from_status or "-", e.to_status, e.cause, e.detail)
+    out.print(table)
+
+
+@app.command()
+def cancel(job: str, config: ConfigOpt = None) -> None:
+    """Cancel a job and stop its instances."""
+    from spotd.client import Client
+
+    view = _guard(lambda: Client.from_settings(_settings(config)).cancel(job))
+    out.print(f"{view.id} {view.status}")
+
+
+@app.command()
+def logs(job: str, config: ConfigOpt = None) -> None:
+    """Print the job's output, attempt by attempt."""
+    from spotd.client import Client
+
+    for header, text in _guard(lambda: Client.from_settings(_settings(config)).logs(job)).items():
+        out.rule(header)
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+@app.command()
+def demo(
+    as_json: JsonOpt = False,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated market.")] = 11,
+    steps: Annotated[int, typer.Option(help="Training steps of the example job.")] = 300,
+    keep: Annotated[Path | None, typer.Option(help="Keep the demo's files in this folder.")] = None,
+) -> None:
+    """Run the example job on the simulated market through preemptions, then summarise."""
+    from spotd.demo import DemoOptions, run_demo
+
+    options = DemoOptions(seed=seed, steps=steps, keep=keep, quiet=as_json)
+    summary = _guard(lambda: run_demo(options, console=err))
+    if as_json:
+        sys.stdout.write(summary.model_dump_json(indent=2) + "\n")
+    else:
+        from spotd.demo import print_summary
+
+        print_summary(summary, out)
+    if summary.status != "succeeded":
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    """Entry point of the ``spotd`` console script."""
+    app()

@@ -1,0 +1,187 @@
+"""Daemon configuration: ``spotd.toml`` overlaid by ``SPOTD_*`` environment variables.
+
+Precedence, highest first: environment (``SPOTD_DATABASE_URL``,
+``SPOTD_DAEMON__PORT``, nested keys joined by ``__``), then the TOML file,
+then the defaults here. The file is the first that exists of ``--config``,
+``$SPOTD_CONFIG``, ``./spotd.toml`` and ``<user config dir>/spotd/spotd.toml``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import ClassVar
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from spotd.errors import ConfigError
+
+
+class DaemonSettings(BaseModel):
+    """The ``[daemon]`` table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    """Address the HTTP API listens on; loopback unless you put a proxy in front."""
+    port: int = Field(default=8470, ge=0, le=65535)
+    """0 picks a free port; the CLI finds it in ``<data_dir>/daemon.json``."""
+    tick_seconds: float = Field(default=2.0, gt=0)
+    """Real seconds between two reconcile passes."""
+    owner: str = Field(default_factory=socket.gethostname)
+    """Name this daemon leases jobs under; give each daemon on a shared database its own."""
+    lease_seconds: float = Field(default=60.0, gt=0)
+    """A job whose owner has not renewed its lease for this long is taken over."""
+    drain_seconds: float = Field(default=10.0, ge=0)
+    """On SIGTERM, how long to let a reconcile pass in flight finish."""
+    reap_every_ticks: int = Field(default=10, ge=1)
+    """How often to look for instances no open attempt owns, and stop them."""
+
+
+class SchedulingSettings(BaseModel):
+    """The ``[scheduling]`` table: times in the market clock's hours."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str = "cheapest"
+    """Name of the placement policy (entry point group ``spotd.policies``)."""
+    cooldown_hours: float = Field(default=0.5, ge=0)
+    """How long a pool that preempted a job or had no capacity is avoided; doubles on repeats."""
+    no_capacity_timeout_hours: float | None = Field(default=None, gt=0)
+    """Fail a job that found no capacity for this long; None waits forever."""
+
+
+class SimSettings(BaseModel):
+    """The ``[providers.sim]`` table: the simulated market."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    seed: int = 7
+    speed: float = Field(default=60.0, gt=0)
+    """Simulated seconds per real second."""
+    mean_up_hours: float = Field(default=6.0, gt=0)
+    """Mean time a spot pool stays available."""
+    mean_down_hours: float = Field(default=2.0, gt=0)
+    """Mean time a spot pool stays out of capacity."""
+    boot_seconds: float = Field(default=300.0, ge=0)
+    """Simulated time from launch request to the job's command starting."""
+    traces: dict[str, Path] = Field(default_factory=dict)
+    """Zone name -> trace file (format of the shared traces) to drive that zone instead."""
+    epoch: datetime | None = None
+    """Simulated time at the first start on a fresh data_dir; default: the wall clock then."""
+
+
+class ProvidersSettings(BaseModel):
+    """The ``[providers]`` table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sim: SimSettings = Field(default_factory=SimSettings)
+
+
+def _default_data_dir() -> Path:
+    return platformdirs.user_data_path("spotd")
+
+
+class Settings(BaseSettings):
+    """Everything the daemon and the CLI read from configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SPOTD_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    """Database, API token, daemon address, default checkpoints and simulator state."""
+    database_url: str | None = None
+    """Any SQLAlchemy URL; default ``sqlite:///<data_dir>/spotd.db``."""
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
+    scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
+    providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
+
+    _toml_path: ClassVar[Path | None] = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._toml_path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_path))
+        return tuple(sources)
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'spotd.db'}"
+
+    @property
+    def token_file(self) -> Path:
+        return self.data_dir / "token"
+
+    @property
+    def address_file(self) -> Path:
+        return self.data_dir / "daemon.json"
+
+    @property
+    def sim_state_dir(self) -> Path:
+        return self.data_dir / "sim"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.data_dir / "checkpoints"
+
+
+# The TOML path is a class variable of the settings source; loading is
+# serialised so two threads never read each other's file.
+_load_lock = threading.Lock()
+
+
+def find_config_file(explicit: Path | None = None) -> Path | None:
+    """The configuration file in force, or None when there is none."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigError(f"{explicit}: no such configuration file")
+        return explicit
+    candidates = [
+        os.environ.get("SPOTD_CONFIG"),
+        "spotd.toml",
+        str(platformdirs.user_config_path("spotd") / "spotd.toml"),
+    ]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def load_settings(config: Path | None = None, **overrides: object) -> Settings:
+    """Read the configuration; ``overrides`` (field=value) beat file and environment."""
+    path = find_config_file(config)
+    with _load_lock:
+        Settings._toml_path = path
+        try:
+            return Settings(**overrides)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            where = str(path) if path else "environment"
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            )
+            raise ConfigError(f"{where}: invalid configuration: {problems}") from exc
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+        finally:
+            Settings._toml_path = None

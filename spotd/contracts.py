@@ -1,0 +1,142 @@
+"""The contracts between spotd's layers, all in one place.
+
+Adapters implement these protocols; mypy checks that they fit, and one
+contract test suite per protocol runs against every implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from spotd.domain import (
+    AttemptRecord,
+    Decision,
+    EventRecord,
+    Instance,
+    JobRecord,
+    LaunchRequest,
+    Offering,
+    PlacementContext,
+)
+from spotd.spec import JobSpec
+from spotd.states import JobStatus, Transition
+
+
+class Clock(Protocol):
+    """Where "now" comes from: the wall clock, or a simulated one."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
+        ...
+
+    def seconds_to_real(self, seconds: float) -> float:
+        """Real seconds that ``seconds`` of this clock's time take."""
+        ...
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A market of GPU instances: a cloud, or the simulator.
+
+    Every method raises only :class:`~spotd.errors.ProviderError` subclasses
+    for failures on the provider's side.
+    """
+
+    name: str
+
+    def offerings(self) -> Sequence[Offering]:
+        """Current offerings with spot and on-demand prices and capacity."""
+        ...
+
+    def launch(self, request: LaunchRequest) -> Sequence[Instance]:
+        """Start ``request.nodes`` nodes, all or none; idempotent by client token."""
+        ...
+
+    def describe(self, instance_ids: Sequence[str]) -> Sequence[Instance]:
+        """The current state of these instances (unknown ids are left out)."""
+        ...
+
+    def list_instances(self, tags: Mapping[str, str]) -> Sequence[Instance]:
+        """Every instance whose tags include all of ``tags``, ended ones too."""
+        ...
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Stop these instances; ids already gone are ignored."""
+        ...
+
+    def logs(self, instance_id: str) -> str:
+        """The job's output on that instance, as far as the provider keeps it."""
+        ...
+
+
+class Policy(Protocol):
+    """Decides where a job runs. The daemon, ``spotd plan`` and the simulator share them."""
+
+    name: str
+
+    def place(self, ctx: PlacementContext, offerings: Sequence[Offering]) -> Decision:
+        """Score every offering for the job and choose one (or none)."""
+        ...
+
+
+class Store(Protocol):
+    """Durable state: jobs, their events and their placement attempts."""
+
+    def create_job(self, spec: JobSpec, *, now: datetime) -> JobRecord:
+        """Insert a new PENDING job (and its first event)."""
+        ...
+
+    def get_job(self, job_id: str) -> JobRecord:
+        """The job with this id, or :class:`~spotd.errors.JobNotFound`."""
+        ...
+
+    def find_job(self, ref: str) -> JobRecord:
+        """A job by id, unique id prefix, or name (the newest of that name)."""
+        ...
+
+    def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
+        """Jobs, oldest first, optionally only those in ``statuses``."""
+        ...
+
+    def compare_and_set(self, change: Transition, *, now: datetime) -> JobRecord:
+        """Apply ``change`` if the job is still in ``change.expected``.
+
+        In one transaction: the status update guarded by the expected status,
+        the event row, and the attempt opened or closed with it. Raises
+        :class:`~spotd.errors.LostTransition` when the guard fails.
+        """
+        ...
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        """All attempts of a job in order."""
+        ...
+
+    def set_attempt_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> None:
+        """Record the instances a launch returned."""
+        ...
+
+    def mark_attempt_running(self, attempt_id: int, *, at: datetime) -> None:
+        """Record when all nodes of the attempt started running the job."""
+        ...
+
+    def events(self, job_id: str) -> list[EventRecord]:
+        """All events of a job in order."""
+        ...
+
+    def claim_jobs(self, owner: str, *, now: datetime, lease_seconds: float) -> list[str]:
+        """Take or renew the lease of active jobs free or already ours; return their ids."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+
+class Notifier(Protocol):
+    """Sends a message to people (email now; chat later)."""
+
+    def send(self, to: Sequence[str], subject: str, text: str, html: str | None = None) -> None:
+        """Deliver one message or raise."""
+        ...

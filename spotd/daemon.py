@@ -1,0 +1,154 @@
+"""The long-running daemon: reconcile loop and price polls on APScheduler 3, HTTP API on uvicorn.
+
+Shutdown is graceful: on SIGTERM or SIGINT the API stops taking requests, the
+reconcile pass in flight finishes (bounded by ``daemon.drain_seconds``), and
+instances keep running: they are cloud machines, and the next daemon start
+picks them up from the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from spotd.api import create_app
+from spotd.config import Settings
+from spotd.engine import Engine
+from spotd.wiring import build_engine
+
+log = logging.getLogger(__name__)
+
+
+def ensure_token(path: Path) -> str:
+    """The API token in ``path``, created with mode 0600 on first use."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_urlsafe(32))
+    path.chmod(0o600)
+    return path.read_text().strip()
+
+
+class _ThreadServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the daemon owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Daemon:
+    """One daemon process: engine, scheduler and API server."""
+
+    def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
+        self.settings = settings
+        self.engine = engine or build_engine(settings)
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        self._stopping = threading.Event()
+        self._ticks = 0
+        self._server: _ThreadServer | None = None
+        self._server_thread: threading.Thread | None = None
+        self.port = 0
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the API server and the scheduled work in background threads."""
+        token = ensure_token(self.settings.token_file)
+        sock = self._bind()
+        config = uvicorn.Config(
+            create_app(self.engine, token), log_level="warning", lifespan="off"
+        )
+        self._server = _ThreadServer(config)
+        self._server_thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="spotd-api", daemon=True
+        )
+        self._server_thread.start()
+        self._write_address()
+        self._schedule()
+        self.scheduler.start()
+        log.info("spotd daemon listening on %s:%d", self.settings.daemon.host, self.port)
+
+    def stop(self) -> None:
+        """Drain: stop the API, let the pass in flight finish, stop the scheduler."""
+        self._stopping.set()
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._server_thread is not None:
+            self._server_thread.join(timeout=self.settings.daemon.drain_seconds)
+        self.scheduler.shutdown(wait=True)
+        with contextlib.suppress(FileNotFoundError):
+            self.settings.address_file.unlink()
+        self.engine.store.close()
+        log.info("spotd daemon stopped")
+
+    def run_forever(self) -> None:
+        """Start, then block until SIGTERM or SIGINT, then drain."""
+        done = threading.Event()
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s, draining", signal.Signals(signum).name)
+            done.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        while not done.wait(0.5):
+            pass
+        self.stop()
+
+    # -- scheduled work ----------------------------------------------------
+
+    def _schedule(self) -> None:
+        every = self.settings.daemon.tick_seconds
+        self.scheduler.add_job(
+            self._reconcile, "interval", seconds=every, id="reconcile",
+            max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
+        )
+        for name in self.engine.providers:
+            self.scheduler.add_job(
+                self.engine.market.refresh, "interval", args=[name], seconds=every,
+                id=f"poll-{name}", max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
+            )
+
+    def _reconcile(self) -> None:
+        if self._stopping.is_set():
+            return
+        try:
+            self.engine.tick()
+            self._ticks += 1
+            if self._ticks % self.settings.daemon.reap_every_ticks == 0:
+                self.engine.reap()
+        except Exception:
+            # The loop must outlive any one bad pass (a database hiccup, say).
+            log.exception("reconcile pass failed; next pass retries")
+
+    # -- helpers --------------------------------------------------------------
+
+    def _bind(self) -> socket.socket:
+        host, port = self.settings.daemon.host, self.settings.daemon.port
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        self.port = sock.getsockname()[1]
+        return sock
+
+    def _write_address(self) -> None:
+        info = {"host": self.settings.daemon.host, "port": self.port, "pid": os.getpid()}
+        tmp = self.settings.address_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        tmp.replace(self.settings.address_file)

@@ -1,0 +1,274 @@
+"""Domain values shared by every layer: offerings, instances, job records.
+
+All are frozen dataclasses or ``str`` enums, so they cross module borders as
+typed values, never as loose dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from spotd.spec import JobSpec
+    from spotd.states import FailureCause, JobStatus
+
+
+class Market(StrEnum):
+    """How an instance is bought."""
+
+    SPOT = "spot"
+    """Preemptible capacity at the spot price."""
+    ON_DEMAND = "on-demand"
+    """Capacity that the provider does not take back."""
+
+
+class Fabric(StrEnum):
+    """The scale-out network between nodes (inside a node, NVLink always)."""
+
+    INFINIBAND = "infiniband"
+    EFA = "efa"
+    ROCE = "roce"
+    TCPX = "tcpx"
+    ETHERNET = "ethernet"
+
+
+@dataclass(frozen=True, slots=True)
+class Interconnect:
+    """Scale-out fabric of an instance type and its bandwidth per GPU."""
+
+    fabric: Fabric
+    gbps_per_gpu: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One place capacity comes from: provider, region, zone and instance type."""
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.zone}/{self.instance_type}"
+
+
+@dataclass(frozen=True, slots=True)
+class Offering:
+    """An instance type in one zone, with its current prices and capacity.
+
+    Prices are USD per node-hour. ``capacity`` is the provider's signal in
+    [0, 1] (placement score, obtainability) that spot capacity is there now;
+    None when the provider gives none.
+    """
+
+    pool: Pool
+    gpu: str
+    gpus_per_node: int
+    gpu_memory_gb: int
+    interconnect: Interconnect
+    spot_price: float | None
+    on_demand_price: float | None
+    capacity: float | None = None
+    notice_seconds: int = 120
+
+    def price(self, market: Market) -> float | None:
+        """The price per node-hour in ``market``, None where it is not sold."""
+        return self.spot_price if market is Market.SPOT else self.on_demand_price
+
+
+class InstanceState(StrEnum):
+    """What a provider says of one instance."""
+
+    PENDING = "pending"
+    """Requested, booting: not yet running the job."""
+    RUNNING = "running"
+    NOTICE = "notice"
+    """Running, but the provider has announced it will take it back."""
+    PREEMPTED = "preempted"
+    """Taken back by the provider."""
+    EXITED = "exited"
+    """The job's command ended by itself; see ``exit_code``."""
+    TERMINATED = "terminated"
+    """Stopped on our request."""
+
+
+ENDED_STATES = frozenset(
+    {InstanceState.PREEMPTED, InstanceState.EXITED, InstanceState.TERMINATED}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One node as the provider describes it."""
+
+    id: str
+    pool: Pool
+    market: Market
+    state: InstanceState
+    tags: Mapping[str, str] = field(default_factory=dict)
+    exit_code: int | None = None
+    launched_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """Everything a provider needs to start the nodes of one attempt.
+
+    ``client_token`` makes the launch idempotent: a second request with the
+    same token returns the instances of the first and starts nothing.
+    """
+
+    offering: Offering
+    market: Market
+    nodes: int
+    client_token: str
+    tags: Mapping[str, str]
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str | None = None
+
+
+class AttemptEnd(StrEnum):
+    """Why a placement attempt ended."""
+
+    SUCCEEDED = "succeeded"
+    PREEMPTED = "preempted"
+    LOST = "lost"
+    """Instance gone without a notice (or its node failed)."""
+    USER_FAILED = "user-failed"
+    NO_CAPACITY = "no-capacity"
+    LAUNCH_FAILED = "launch-failed"
+    CANCELLED = "cancelled"
+    OVER_BUDGET = "over-budget"
+    MIGRATED = "migrated"
+
+
+@dataclass(frozen=True, slots=True)
+class NewAttempt:
+    """An attempt to be opened together with a transition."""
+
+    pool: Pool
+    market: Market
+    nodes: int
+    price_per_node_hour: float
+    resume_from: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptClose:
+    """An attempt to be closed together with a transition."""
+
+    attempt_id: int
+    reason: AttemptEnd
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One placement of a job: where, how bought, when, and how it ended."""
+
+    id: int
+    job_id: str
+    seq: int
+    pool: Pool
+    market: Market
+    nodes: int
+    price_per_node_hour: float
+    client_token: str
+    instance_ids: tuple[str, ...]
+    resume_from: str | None
+    started_at: datetime
+    running_at: datetime | None
+    ended_at: datetime | None
+    end_reason: AttemptEnd | None
+
+    @property
+    def open(self) -> bool:
+        return self.ended_at is None
+
+    def cost_usd(self, until: datetime | None = None) -> float:
+        """Cost from launch request to end (or ``until``), per-second billing."""
+        end = self.ended_at or until
+        if end is None:
+            return 0.0
+        hours = max(0.0, (end - self.started_at).total_seconds() / 3600.0)
+        return hours * self.price_per_node_hour * self.nodes
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One applied transition, with its cause."""
+
+    id: int
+    job_id: str
+    at: datetime
+    from_status: JobStatus | None
+    to_status: JobStatus
+    cause: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as the store holds it."""
+
+    id: str
+    name: str
+    spec: JobSpec
+    status: JobStatus
+    failure: FailureCause | None
+    submitted_at: datetime
+    updated_at: datetime
+    owner: str | None = None
+    lease_until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One way to run a job, as a policy scored it.
+
+    ``price_per_hour`` is for all nodes. ``excluded`` is None for a usable
+    candidate and otherwise says which hard filter ruled it out and why.
+    ``breakdown`` carries the named parts of ``expected_cost_usd``.
+    """
+
+    offering: Offering
+    market: Market
+    nodes: int
+    price_per_hour: float
+    expected_cost_usd: float
+    excluded: str | None = None
+    breakdown: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementContext:
+    """What a policy knows of a job when it places it.
+
+    ``cooldown`` maps pools that recently failed or preempted this job to the
+    reason, until their cooldown ends. ``spent_usd`` is the job's cost so far.
+    """
+
+    job_id: str
+    spec: JobSpec
+    now: datetime
+    spent_usd: float = 0.0
+    current: Pool | None = None
+    cooldown: Mapping[Pool, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A policy's answer: the choice (None when nothing passes) and all candidates."""
+
+    choice: Candidate | None
+    candidates: tuple[Candidate, ...]

@@ -1,0 +1,481 @@
+"""The reconcile loop: one pass moves every job this daemon leases one step on.
+
+Each pass reads the store, asks providers what their instances are doing, and
+applies at most one transition per job. Every step is safe to repeat after a
+crash at any point: an attempt row (with its client token) is committed
+before its launch, a launch with the same token starts nothing new, and
+instances that no open attempt owns are stopped by :meth:`Engine.reap`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from spotd import checkpoints
+from spotd.contracts import Clock, Policy, Provider, Store
+from spotd.domain import (
+    AttemptClose,
+    AttemptEnd,
+    AttemptRecord,
+    Decision,
+    Instance,
+    InstanceState,
+    JobRecord,
+    LaunchRequest,
+    NewAttempt,
+    PlacementContext,
+    Pool,
+)
+from spotd.errors import (
+    CapacityError,
+    LostTransition,
+    PriceTooLowError,
+    ProviderError,
+    QuotaError,
+    SpotdError,
+    StoreError,
+)
+from spotd.market import MarketCache
+from spotd.spec import JobSpec
+from spotd.states import TERMINAL, FailureCause, JobStatus, Transition, transition
+
+log = logging.getLogger(__name__)
+
+ACTIVE = tuple(s for s in JobStatus if s not in TERMINAL)
+TAG_JOB = "spotd-job"
+TAG_ATTEMPT = "spotd-attempt"
+TAG_OWNER = "spotd-owner"
+
+# Attempt ends that say something about the pool, so it is avoided for a while.
+POOL_TROUBLE = frozenset(
+    {AttemptEnd.PREEMPTED, AttemptEnd.NO_CAPACITY, AttemptEnd.LOST, AttemptEnd.LAUNCH_FAILED}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """Knobs of the reconcile loop (see ``docs/config.md``)."""
+
+    owner: str
+    lease_seconds: float = 60.0
+    cooldown_hours: float = 0.5
+    no_capacity_timeout_hours: float | None = None
+    checkpoints_dir: Path = Path("checkpoints")
+
+
+def checkpoint_uri(job: JobRecord, settings: EngineSettings) -> str:
+    """Where the job's checkpoints go: its spec's URI or a folder of the daemon's."""
+    return job.spec.checkpoint.uri or str(settings.checkpoints_dir / job.id)
+
+
+def job_cost(attempts: Sequence[AttemptRecord], now: datetime) -> float:
+    """What the job's attempts cost so far, open ones up to ``now``."""
+    return sum(a.cost_usd(until=now) for a in attempts)
+
+
+class Engine:
+    """Moves jobs through the state machine against providers and a policy."""
+
+    def __init__(
+        self,
+        store: Store,
+        providers: Mapping[str, Provider],
+        policy: Policy,
+        clock: Clock,
+        settings: EngineSettings,
+    ) -> None:
+        self.store = store
+        self.providers = dict(providers)
+        self.policy = policy
+        self.clock = clock
+        self.settings = settings
+        self.market = MarketCache(self.providers)
+        self._handlers: Mapping[JobStatus, Callable[[JobRecord], None]] = {
+            JobStatus.PENDING: self._place,
+            JobStatus.RECOVERING: self._place,
+            JobStatus.PROVISIONING: self._provisioning,
+            JobStatus.RUNNING: self._watch,
+            JobStatus.CHECKPOINTING: self._watch,
+        }
+
+    # -- public -----------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> JobRecord:
+        """Store a new job; the next pass places it."""
+        return self.store.create_job(spec, now=self.clock.now())
+
+    def tick(self) -> None:
+        """One reconcile pass over every job this daemon holds the lease of."""
+        now = self.clock.now()
+        # The lease is set in real seconds; the store compares clock times.
+        lease = self.settings.lease_seconds / self.clock.seconds_to_real(1.0)
+        owned = set(self.store.claim_jobs(self.settings.owner, now=now, lease_seconds=lease))
+        for job in self.store.list_jobs(ACTIVE):
+            if job.id in owned:
+                self.step(job)
+
+    def step(self, job: JobRecord) -> None:
+        """Move one job one step; errors are logged, never raised to the loop."""
+        try:
+            self._handlers[job.status](job)
+        except LostTransition as exc:
+            log.info("job %s changed under us, next pass sees it: %s", job.id, exc)
+        except SpotdError as exc:
+            log.warning("job %s: %s: %s", job.id, type(exc).__name__, exc)
+        except Exception:
+            log.exception("job %s: unexpected error; the daemon goes on", job.id)
+
+    def plan(self, job: JobRecord) -> Decision:
+        """What the policy would choose for the job now."""
+        now = self.clock.now()
+        attempts = self.store.attempts(job.id)
+        ctx = PlacementContext(
+            job_id=job.id,
+            spec=job.spec,
+            now=now,
+            spent_usd=job_cost(attempts, now),
+            cooldown=self._cooldowns(attempts, now),
+        )
+        return self.policy.place(ctx, self.market.offerings())
+
+    def cancel(self, job: JobRecord) -> JobRecord:
+        """Cancel an active job and stop its instances."""
+        attempt = _open_attempt(self.store.attempts(job.id))
+        close = AttemptClose(attempt.id, AttemptEnd.CANCELLED) if attempt else None
+        job = self._move(job, JobStatus.CANCELLED, "cancelled by user", close=close)
+        if attempt is not None:
+            self._terminate(attempt)
+        return job
+
+    def reap(self) -> int:
+        """Stop running instances that no open attempt owns; return how many."""
+        stopped = 0
+        for provider in self.providers.values():
+            try:
+                mine = provider.list_instances({TAG_OWNER: self.settings.owner})
+            except ProviderError as exc:
+                log.warning("reaper could not list %s: %s", provider.name, exc)
+                continue
+            orphans = [i.id for i in mine if not i.ended and self._orphaned(i)]
+            if orphans:
+                log.warning("stopping %d instance(s) no attempt owns: %s", len(orphans), orphans)
+                provider.terminate(orphans)
+                stopped += len(orphans)
+        return stopped
+
+    # -- placing ------------------------------------------------------------
+
+    def _place(self, job: JobRecord) -> None:
+        now = self.clock.now()
+        attempts = self.store.attempts(job.id)
+        if self._over_budget(job, attempts, now):
+            return
+        if job.status is JobStatus.PENDING and self._deadline_impossible(job, now):
+            return
+        decision = self.plan(job)
+        if decision.choice is None:
+            self._waited_too_long(job, now)
+            return
+        choice = decision.choice
+        latest = checkpoints.latest_complete(checkpoint_uri(job, self.settings))
+        new = NewAttempt(
+            pool=choice.offering.pool,
+            market=choice.market,
+            nodes=choice.nodes,
+            price_per_node_hour=choice.price_per_hour / choice.nodes,
+            resume_from=latest.uri if latest else None,
+        )
+        detail = f"{choice.offering.pool} {choice.market} {choice.price_per_hour:.2f} USD/h"
+        if latest is not None:
+            detail += f", resume from step {latest.step}"
+        job = self._move(job, JobStatus.PROVISIONING, "placed", detail=detail, open_=new)
+        opened = _open_attempt(self.store.attempts(job.id))
+        if opened is not None:
+            self._launch(job, opened)
+
+    def _launch(self, job: JobRecord, attempt: AttemptRecord) -> None:
+        provider = self.providers[attempt.pool.provider]
+        offering = self.market.find(attempt.pool)
+        if offering is None:
+            raise ProviderError(f"{attempt.pool} is no longer offered", provider=provider.name)
+        request = LaunchRequest(
+            offering=offering,
+            market=attempt.market,
+            nodes=attempt.nodes,
+            client_token=attempt.client_token,
+            tags={
+                TAG_JOB: job.id,
+                TAG_ATTEMPT: str(attempt.seq),
+                TAG_OWNER: self.settings.owner,
+            },
+            command=job.spec.command,
+            env=self._job_env(job, attempt),
+            workdir=job.spec.workdir,
+        )
+        try:
+            instances = provider.launch(request)
+        except ProviderError as exc:
+            self._launch_failed(job, attempt, exc)
+            return
+        self.store.set_attempt_instances(attempt.id, [i.id for i in instances])
+
+    def _launch_failed(self, job: JobRecord, attempt: AttemptRecord, exc: ProviderError) -> None:
+        if exc.retryable and not isinstance(exc, CapacityError):
+            # Throttled or a 5xx: the same request may pass on the next pass.
+            log.warning("launch of %s for %s deferred: %s", attempt.pool, job.id, exc)
+            return
+        no_capacity = isinstance(exc, CapacityError | QuotaError | PriceTooLowError)
+        reason = AttemptEnd.NO_CAPACITY if no_capacity else AttemptEnd.LAUNCH_FAILED
+        self._move(
+            job,
+            JobStatus.RECOVERING,
+            str(reason),
+            detail=f"{attempt.pool}: {type(exc).__name__}: {exc}",
+            close=AttemptClose(attempt.id, reason),
+        )
+
+    def _job_env(self, job: JobRecord, attempt: AttemptRecord) -> dict[str, str]:
+        env = dict(job.spec.env)
+        env.update(
+            SPOTD_JOB_ID=job.id,
+            SPOTD_ATTEMPT=str(attempt.seq),
+            SPOTD_NUM_NODES=str(attempt.nodes),
+            SPOTD_CHECKPOINT_URI=checkpoint_uri(job, self.settings),
+            SPOTD_RESUME_FROM=attempt.resume_from or "",
+        )
+        return env
+
+    # -- watching -------------------------------------------------------------
+
+    def _provisioning(self, job: JobRecord) -> None:
+        attempt = self._require_open(job)
+        if not attempt.instance_ids:
+            # Crashed between committing the attempt and recording its launch:
+            # the same client token returns the instances of the first call.
+            self._launch(job, attempt)
+            return
+        self._watch(job)
+
+    def _watch(self, job: JobRecord) -> None:
+        attempt = self._require_open(job)
+        instances = self._describe(attempt)
+        now = self.clock.now()
+        if self._over_budget(job, self.store.attempts(job.id), now, attempt):
+            return
+        if any(i is None or i.ended for i in instances):
+            self._attempt_ended(job, attempt, instances)
+        elif job.status is JobStatus.PROVISIONING and all(
+            i is not None and i.state in (InstanceState.RUNNING, InstanceState.NOTICE)
+            for i in instances
+        ):
+            self.store.mark_attempt_running(attempt.id, at=now)
+            self._move(job, JobStatus.RUNNING, "all nodes running", detail=str(attempt.pool))
+        elif job.status is JobStatus.RUNNING and any(
+            i is not None and i.state is InstanceState.NOTICE for i in instances
+        ):
+            self._move(
+                job, JobStatus.CHECKPOINTING, "preemption notice", detail=str(attempt.pool)
+            )
+
+    def _describe(self, attempt: AttemptRecord) -> list[Instance | None]:
+        provider = self.providers[attempt.pool.provider]
+        seen = {i.id: i for i in provider.describe(attempt.instance_ids)}
+        return [seen.get(iid) for iid in attempt.instance_ids]
+
+    def _attempt_ended(
+        self, job: JobRecord, attempt: AttemptRecord, instances: Sequence[Instance | None]
+    ) -> None:
+        ended = [i for i in instances if i is not None and i.ended]
+        failed = [i for i in ended if i.state is InstanceState.EXITED and i.exit_code != 0]
+        preempted = [i for i in ended if i.state is InstanceState.PREEMPTED]
+        if failed and not preempted:
+            codes = ", ".join(f"{i.id}: {i.exit_code}" for i in failed)
+            self._finish(
+                job,
+                attempt=attempt,
+                status=JobStatus.FAILED,
+                end=AttemptEnd.USER_FAILED,
+                detail=f"command exited with {codes}",
+                failure=FailureCause.USER_COMMAND_FAILED,
+            )
+        elif preempted:
+            self._finish(
+                job,
+                attempt=attempt,
+                status=JobStatus.RECOVERING,
+                end=AttemptEnd.PREEMPTED,
+                detail=f"{attempt.pool} preempted {len(preempted)} of {len(instances)} node(s)",
+            )
+        elif len(ended) == len(instances) and all(i.exit_code == 0 for i in ended):
+            self._finish(
+                job,
+                attempt=attempt,
+                status=JobStatus.SUCCEEDED,
+                end=AttemptEnd.SUCCEEDED,
+                detail="exit 0",
+            )
+        elif len(ended) < len(instances) and all(
+            i.state is InstanceState.EXITED and i.exit_code == 0 for i in ended
+        ):
+            return  # some nodes finished first; wait for the rest
+        else:
+            self._finish(
+                job,
+                attempt=attempt,
+                status=JobStatus.RECOVERING,
+                end=AttemptEnd.LOST,
+                detail=f"{attempt.pool}: node(s) gone without notice",
+            )
+
+    def _finish(
+        self,
+        job: JobRecord,
+        *,
+        attempt: AttemptRecord,
+        status: JobStatus,
+        end: AttemptEnd,
+        detail: str,
+        failure: FailureCause | None = None,
+    ) -> None:
+        self._move(
+            job,
+            status,
+            str(end),
+            detail=detail,
+            failure=failure,
+            close=AttemptClose(attempt.id, end),
+        )
+        # Gang: one lost node ends the attempt; stop the rest. The reaper
+        # covers a crash between the transition and this call.
+        self._terminate(attempt)
+
+    # -- limits -------------------------------------------------------------
+
+    def _over_budget(
+        self,
+        job: JobRecord,
+        attempts: Sequence[AttemptRecord],
+        now: datetime,
+        running: AttemptRecord | None = None,
+    ) -> bool:
+        budget = job.spec.budget
+        if budget is None:
+            return False
+        spent = job_cost(attempts, now)
+        if spent < budget.max_usd:
+            return False
+        close = AttemptClose(running.id, AttemptEnd.OVER_BUDGET) if running else None
+        self._move(
+            job,
+            JobStatus.FAILED,
+            "over budget",
+            detail=f"spent {spent:,.2f} of {budget.max_usd:,.2f} USD",
+            failure=FailureCause.OVER_BUDGET,
+            close=close,
+        )
+        if running is not None:
+            self._terminate(running)
+        return True
+
+    def _deadline_impossible(self, job: JobRecord, now: datetime) -> bool:
+        deadline = job.spec.deadline
+        if deadline is None or deadline.finish_by is None or deadline.compute_hours is None:
+            return False
+        earliest = now + timedelta(hours=deadline.compute_hours)
+        if earliest <= deadline.finish_by:
+            return False
+        self._move(
+            job,
+            JobStatus.FAILED,
+            "deadline impossible",
+            detail=f"{deadline.compute_hours:g} h of compute cannot end by "
+            f"{deadline.finish_by.isoformat()}",
+            failure=FailureCause.DEADLINE_IMPOSSIBLE,
+        )
+        return True
+
+    def _waited_too_long(self, job: JobRecord, now: datetime) -> None:
+        limit = self.settings.no_capacity_timeout_hours
+        if limit is None or now - job.updated_at < timedelta(hours=limit):
+            return
+        self._move(
+            job,
+            JobStatus.FAILED,
+            "no capacity",
+            detail=f"no offering passed the filters for {limit:g} h",
+            failure=FailureCause.NO_CAPACITY,
+        )
+
+    def _cooldowns(self, attempts: Sequence[AttemptRecord], now: datetime) -> dict[Pool, str]:
+        """Pools this job had trouble with, avoided for a time that doubles per repeat."""
+        troubles: dict[Pool, list[AttemptRecord]] = {}
+        for a in attempts:
+            if a.end_reason in POOL_TROUBLE:
+                troubles.setdefault(a.pool, []).append(a)
+        cooling: dict[Pool, str] = {}
+        base = timedelta(hours=self.settings.cooldown_hours)
+        for pool, bad in troubles.items():
+            last = bad[-1]
+            assert last.ended_at is not None
+            until = last.ended_at + base * 2 ** (len(bad) - 1)
+            if now < until:
+                cooling[pool] = f"{last.end_reason} {len(bad)}x, until {until:%Y-%m-%d %H:%M}"
+        return cooling
+
+    # -- helpers --------------------------------------------------------------
+
+    def _move(
+        self,
+        job: JobRecord,
+        new: JobStatus,
+        cause: str,
+        *,
+        detail: str = "",
+        failure: FailureCause | None = None,
+        open_: NewAttempt | None = None,
+        close: AttemptClose | None = None,
+    ) -> JobRecord:
+        change = Transition(
+            job_id=job.id,
+            expected=job.status,
+            new=new,
+            cause=cause,
+            detail=detail,
+            failure=failure,
+            open_attempt=open_,
+            close_attempt=close,
+        )
+        moved = transition(self.store, change, now=self.clock.now())
+        log.info("job %s: %s -> %s (%s) %s", job.id, job.status, new, cause, detail)
+        return moved
+
+    def _require_open(self, job: JobRecord) -> AttemptRecord:
+        attempt = _open_attempt(self.store.attempts(job.id))
+        if attempt is None:
+            raise StoreError(f"job {job.id} is {job.status} but has no open attempt")
+        return attempt
+
+    def _terminate(self, attempt: AttemptRecord) -> None:
+        if not attempt.instance_ids:
+            return
+        try:
+            self.providers[attempt.pool.provider].terminate(attempt.instance_ids)
+        except ProviderError as exc:
+            log.warning("terminate of %s failed, the reaper retries: %s", attempt.instance_ids, exc)
+
+    def _orphaned(self, instance: Instance) -> bool:
+        job_id = instance.tags.get(TAG_JOB, "")
+        try:
+            attempts = self.store.attempts(job_id)
+        except StoreError:
+            return True
+        owner = next((a for a in attempts if str(a.seq) == instance.tags.get(TAG_ATTEMPT)), None)
+        return owner is None or not owner.open
+
+
+def _open_attempt(attempts: Sequence[AttemptRecord]) -> AttemptRecord | None:
+    return attempts[-1] if attempts and attempts[-1].open else None

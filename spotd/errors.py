@@ -1,0 +1,127 @@
+"""Every error spotd raises, as one tree under :class:`SpotdError`.
+
+```
+SpotdError
+├── ConfigError                  bad spotd.toml or environment
+├── JobSpecError                 bad job.toml: file, field path, line, what was expected
+├── StoreError
+│   ├── JobNotFound
+│   ├── IllegalTransition        the table forbids from -> to
+│   └── LostTransition           the compare-and-set found another status
+├── CheckpointError
+├── PolicyError                  a policy could not be loaded or failed
+├── ApiError                     the daemon's HTTP API answered with an error
+└── ProviderError                anything a cloud (or the simulator) said no to
+    ├── CapacityError            no capacity in that pool now: try elsewhere
+    ├── QuotaError               an account limit: cool the pool down for longer
+    ├── PriceTooLowError         the bid is under the spot price
+    ├── ThrottledError           rate limited: retry with backoff
+    ├── AuthError                credentials missing or refused: do not retry
+    ├── NotFoundError            the instance or resource is gone
+    └── ProviderUnavailable      the provider's API failed (5xx, timeout)
+```
+
+Adapters map their SDK's exceptions onto this tree at the boundary, so the
+engine decides retry, failover or failure by class, never by message text.
+"""
+
+from __future__ import annotations
+
+
+class SpotdError(Exception):
+    """Root of every error spotd raises on purpose."""
+
+
+class ConfigError(SpotdError):
+    """The daemon configuration (spotd.toml or SPOTD_* variables) is invalid."""
+
+
+class JobSpecError(SpotdError):
+    """A job spec is invalid.
+
+    ``problems`` holds one line per problem, each naming the field path, the
+    line in the file where TOML tells it, and what was expected.
+    """
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        detail = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"{source}: invalid job spec\n{detail}")
+
+
+class StoreError(SpotdError):
+    """The store could not do what was asked."""
+
+
+class JobNotFound(StoreError):
+    """No job has that id."""
+
+
+class IllegalTransition(StoreError):
+    """The transition table does not allow this change of status."""
+
+
+class LostTransition(StoreError):
+    """Another writer changed the job's status first (the compare-and-set failed)."""
+
+
+class CheckpointError(SpotdError):
+    """A checkpoint location could not be read."""
+
+
+class PolicyError(SpotdError):
+    """A placement policy could not be loaded or failed."""
+
+
+class ApiError(SpotdError):
+    """The daemon's HTTP API answered with an error, or could not be reached."""
+
+
+class ProviderError(SpotdError):
+    """A provider (cloud or simulator) refused or failed a request.
+
+    ``retryable`` tells the engine whether the same request may succeed later
+    without any change on our side.
+    """
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, provider: str = "", code: str = "") -> None:
+        self.provider = provider
+        self.code = code
+        super().__init__(message)
+
+
+class CapacityError(ProviderError):
+    """The pool has no capacity for the request right now."""
+
+    retryable = True
+
+
+class QuotaError(ProviderError):
+    """An account limit (vCPU, GPU, spot instance count) stops the request."""
+
+
+class PriceTooLowError(ProviderError):
+    """The maximum price of the request is below the current spot price."""
+
+
+class ThrottledError(ProviderError):
+    """The provider's API rate-limited us."""
+
+    retryable = True
+
+
+class AuthError(ProviderError):
+    """Credentials are missing, expired or lack a permission."""
+
+
+class NotFoundError(ProviderError):
+    """The instance or resource does not exist (any more)."""
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider's API failed on its side (5xx, timeout, connection reset)."""
+
+    retryable = True

@@ -1,0 +1,23 @@
+"""Durable state of spotd: the SQL :class:`~spotd.contracts.Store` and its migrations.
+
+Use :func:`open_store` with a ``sqlite:///...`` or ``postgresql+psycopg://...``
+URL; it migrates the schema to the newest revision before returning.
+"""
+
+from spotd.store.sql import (
+    SqlStore,
+    client_token,
+    downgrade_schema,
+    open_store,
+    schema_revision,
+    upgrade_schema,
+)
+
+__all__ = [
+    "SqlStore",
+    "client_token",
+    "downgrade_schema",
+    "open_store",
+    "schema_revision",
+    "upgrade_schema",
+]

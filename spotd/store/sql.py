@@ -1,0 +1,529 @@
+"""The :class:`~spotd.contracts.Store` on SQLAlchemy: SQLite or PostgreSQL.
+
+Every write is one transaction. A change of status is a guarded ``UPDATE ...
+WHERE status = :expected``, so two daemons (or two threads) racing on one job
+cannot both win, and the event and attempt rows that go with it commit or
+roll back together with it.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Row,
+    create_engine,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
+
+from spotd.domain import (
+    AttemptClose,
+    AttemptEnd,
+    AttemptRecord,
+    EventRecord,
+    JobRecord,
+    Market,
+    NewAttempt,
+    Pool,
+)
+from spotd.errors import JobNotFound, LostTransition, StoreError
+from spotd.spec import JobSpec, spec_from_json, spec_to_json
+from spotd.states import TERMINAL, FailureCause, JobStatus, Transition
+from spotd.store.tables import ATTEMPTS, EVENTS, JOBS
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+"""The alembic script folder, found next to this module so it works from a wheel."""
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite writer waits for another writer's lock before failing."""
+
+_PG_MIGRATION_LOCK = 0x5350_4F54_4400
+"""Advisory lock key that serialises migrations of daemons sharing a database."""
+
+_WRITE = "spotd_write"
+"""Execution option marking a transaction that will write (see ``_sqlite_begin``)."""
+
+_ACTIVE = tuple(s.value for s in JobStatus if s not in TERMINAL)
+
+
+def new_job_id() -> str:
+    """A fresh job id: ``j-`` and 10 hex digits."""
+    return "j-" + uuid.uuid4().hex[:10]
+
+
+def client_token(job_id: str, seq: int) -> str:
+    """The launch idempotency token of attempt ``seq`` of a job."""
+    return f"{job_id}-a{seq}"
+
+
+# -- engine and schema -------------------------------------------------------
+
+
+def open_store(url: str) -> SqlStore:
+    """Connect to ``url``, bring the schema to the newest revision, return the store.
+
+    ``url`` is ``sqlite:///path/to/spotd.db`` (the folder is created) or
+    ``postgresql+psycopg://user@host/db``.
+    """
+    engine = make_engine(url)
+    try:
+        upgrade_schema(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+    return SqlStore(engine)
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``, with SQLite set up for several processes at once."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(parsed, pool_pre_ping=True)
+    database = parsed.database or ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(parsed, connect_args={"check_same_thread": False})
+    event.listen(engine, "connect", _sqlite_connect)
+    event.listen(engine, "begin", _sqlite_begin)
+    return engine
+
+
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # sqlite3's own BEGIN handling skips SELECTs and DDL; we emit BEGIN ourselves.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+    finally:
+        cursor.close()
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    # A writer takes the write lock up front: a deferred transaction that read
+    # first cannot wait for the lock later (SQLITE_BUSY at once under WAL).
+    immediate = conn.get_execution_options().get(_WRITE, False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An alembic config for the packaged migrations, bound to ``connection``."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def upgrade_schema(engine: Engine, revision: str = "head") -> None:
+    """Migrate the database up to ``revision``; a no-op when it is there already."""
+    with _db_errors(), engine.execution_options(**{_WRITE: True}).begin() as conn:
+        _lock_migrations(conn)
+        command.upgrade(alembic_config(conn), revision)
+
+
+def downgrade_schema(engine: Engine, revision: str = "base") -> None:
+    """Migrate the database down to ``revision`` (``base`` drops every table)."""
+    with _db_errors(), engine.execution_options(**{_WRITE: True}).begin() as conn:
+        _lock_migrations(conn)
+        command.downgrade(alembic_config(conn), revision)
+
+
+def schema_revision(engine: Engine) -> str | None:
+    """The revision the database is at, None when it was never migrated."""
+    with _db_errors(), engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def _lock_migrations(conn: Connection) -> None:
+    # Two daemons starting at once on one PostgreSQL must not both create tables.
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
+
+
+@contextmanager
+def _db_errors() -> Iterator[None]:
+    """Turn database errors into :class:`StoreError`, keeping the cause."""
+    try:
+        yield
+    except IntegrityError as exc:
+        raise StoreError(f"store conflict: {exc.orig}") from exc
+    except StatementError as exc:
+        # Our own type refused a value (a naive datetime): pass its message on.
+        if isinstance(exc.orig, StoreError):
+            raise StoreError(str(exc.orig)) from exc
+        raise StoreError(f"store error: {exc}") from exc
+    except SQLAlchemyError as exc:
+        raise StoreError(f"store error: {exc}") from exc
+
+
+# -- the store ---------------------------------------------------------------
+
+
+class SqlStore:
+    """Jobs, events and attempts in a SQL database (see :func:`open_store`)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._writer = engine.execution_options(**{_WRITE: True})
+
+    @property
+    def engine(self) -> Engine:
+        """The engine, for migrations and tests."""
+        return self._engine
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with _db_errors(), self._engine.begin() as conn:
+            yield conn
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        with _db_errors(), self._writer.begin() as conn:
+            yield conn
+
+    # jobs
+
+    def create_job(self, spec: JobSpec, *, now: datetime) -> JobRecord:
+        """Insert a new PENDING job (and its first event)."""
+        job_id = new_job_id()
+        with self._write() as conn:
+            conn.execute(
+                insert(JOBS).values(
+                    id=job_id,
+                    name=spec.name,
+                    spec_json=spec_to_json(spec),
+                    status=JobStatus.PENDING.value,
+                    failure=None,
+                    submitted_at=now,
+                    updated_at=now,
+                    version=0,
+                )
+            )
+            _insert_event(
+                conn,
+                job_id,
+                at=now,
+                from_status=None,
+                to_status=JobStatus.PENDING,
+                cause="submitted",
+                detail="",
+            )
+            return _load_job(conn, job_id)
+
+    def get_job(self, job_id: str) -> JobRecord:
+        """The job with this id, or :class:`~spotd.errors.JobNotFound`."""
+        with self._read() as conn:
+            return _load_job(conn, job_id)
+
+    def find_job(self, ref: str) -> JobRecord:
+        """A job by id, unique id prefix, or name (the newest of that name)."""
+        with self._read() as conn:
+            job_id = _resolve_ref(conn, ref)
+            return _load_job(conn, job_id)
+
+    def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
+        """Jobs, oldest first, optionally only those in ``statuses``."""
+        query = select(JOBS).order_by(*_creation_order())
+        if statuses is not None:
+            query = query.where(JOBS.c.status.in_([s.value for s in statuses]))
+        with self._read() as conn:
+            return [_job_record(row) for row in conn.execute(query)]
+
+    def compare_and_set(self, change: Transition, *, now: datetime) -> JobRecord:
+        """Apply ``change`` if the job is still in ``change.expected``.
+
+        In one transaction: the status update guarded by the expected status,
+        the event row, and the attempt closed and/or opened with it. Raises
+        :class:`~spotd.errors.LostTransition` when the guard fails,
+        :class:`~spotd.errors.JobNotFound` for an unknown job and
+        :class:`~spotd.errors.StoreError` when the attempt to close is not an
+        open attempt of this job; nothing is applied in any of these cases.
+        """
+        with self._write() as conn:
+            _guarded_status_update(conn, change, now)
+            _insert_event(
+                conn,
+                change.job_id,
+                at=now,
+                from_status=change.expected,
+                to_status=change.new,
+                cause=change.cause,
+                detail=change.detail,
+            )
+            if change.close_attempt is not None:
+                _close_attempt(conn, change.job_id, change.close_attempt, now)
+            if change.open_attempt is not None:
+                _open_attempt(conn, change.job_id, change.open_attempt, now)
+            return _load_job(conn, change.job_id)
+
+    def claim_jobs(self, owner: str, *, now: datetime, lease_seconds: float) -> list[str]:
+        """Take or renew the lease of active jobs free or already ours; return their ids.
+
+        One guarded UPDATE: a job is taken only if it is not terminal and has
+        no owner, an expired lease, or ``owner`` already. On PostgreSQL the
+        rows are locked in id order, so two claimers never deadlock.
+        """
+        claimable = (JOBS.c.status.in_(_ACTIVE), _lease_free_or_ours(owner, now))
+        locked_ids = select(JOBS.c.id).where(*claimable).order_by(JOBS.c.id).with_for_update()
+        claim = (
+            update(JOBS)
+            .where(JOBS.c.id.in_(locked_ids), *claimable)
+            .values(owner=owner, lease_until=now + timedelta(seconds=lease_seconds))
+            .returning(JOBS.c.id)
+        )
+        with self._write() as conn:
+            return sorted(str(job_id) for job_id in conn.execute(claim).scalars())
+
+    # attempts and events
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        """All attempts of a job in order (by ``seq``)."""
+        query = select(ATTEMPTS).where(ATTEMPTS.c.job_id == job_id).order_by(ATTEMPTS.c.seq)
+        with self._read() as conn:
+            return [_attempt_record(row) for row in conn.execute(query)]
+
+    def set_attempt_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> None:
+        """Record the instances a launch returned (replacing any recorded before)."""
+        change = (
+            update(ATTEMPTS)
+            .where(ATTEMPTS.c.id == attempt_id)
+            .values(instance_ids=json.dumps(list(instance_ids)))
+        )
+        with self._write() as conn:
+            if conn.execute(change).rowcount == 0:
+                raise StoreError(f"no attempt {attempt_id}")
+
+    def mark_attempt_running(self, attempt_id: int, *, at: datetime) -> None:
+        """Record when all nodes of the attempt started running the job.
+
+        The first time recorded stays: reconciling the same running attempt
+        again does not move it.
+        """
+        change = (
+            update(ATTEMPTS)
+            .where(ATTEMPTS.c.id == attempt_id, ATTEMPTS.c.running_at.is_(None))
+            .values(running_at=at)
+        )
+        with self._write() as conn:
+            if conn.execute(change).rowcount == 0:
+                _require_attempt(conn, attempt_id)
+
+    def events(self, job_id: str) -> list[EventRecord]:
+        """All events of a job in order."""
+        query = select(EVENTS).where(EVENTS.c.job_id == job_id).order_by(EVENTS.c.id)
+        with self._read() as conn:
+            return [_event_record(row) for row in conn.execute(query)]
+
+    def close(self) -> None:
+        """Release connections."""
+        self._engine.dispose()
+
+
+# -- statements used inside a transaction ------------------------------------
+
+
+def _creation_order() -> tuple[ColumnElement[Any], ...]:
+    # Jobs submitted at the same instant (a simulated clock) keep their
+    # insertion order through the id of their creation event.
+    first_event = (
+        select(func.min(EVENTS.c.id)).where(EVENTS.c.job_id == JOBS.c.id).scalar_subquery()
+    )
+    return (JOBS.c.submitted_at, first_event, JOBS.c.id)
+
+
+def _lease_free_or_ours(owner: str, now: datetime) -> ColumnElement[bool]:
+    return or_(
+        JOBS.c.owner.is_(None),
+        JOBS.c.owner == owner,
+        JOBS.c.lease_until.is_(None),
+        JOBS.c.lease_until < now,
+    )
+
+
+def _load_job(conn: Connection, job_id: str) -> JobRecord:
+    row = conn.execute(select(JOBS).where(JOBS.c.id == job_id)).one_or_none()
+    if row is None:
+        raise JobNotFound(f"no job {job_id!r}")
+    return _job_record(row)
+
+
+def _resolve_ref(conn: Connection, ref: str) -> str:
+    """The id that ``ref`` names: an id, a unique id prefix, or a job name."""
+    if conn.execute(select(JOBS.c.id).where(JOBS.c.id == ref)).first() is not None:
+        return ref
+    if ref:
+        by_prefix = select(JOBS.c.id).where(JOBS.c.id.startswith(ref, autoescape=True))
+        ids = sorted(str(i) for i in conn.execute(by_prefix.limit(11)).scalars())
+        if len(ids) == 1:
+            return ids[0]
+        if ids:
+            shown = ", ".join(ids[:10]) + (", ..." if len(ids) > 10 else "")
+            raise StoreError(f"job reference {ref!r} is ambiguous: {shown}")
+    newest = (
+        select(JOBS.c.id)
+        .where(JOBS.c.name == ref)
+        .order_by(*(c.desc() for c in _creation_order()))
+        .limit(1)
+    )
+    found = conn.execute(newest).scalar_one_or_none()
+    if found is None:
+        raise JobNotFound(f"no job with id, id prefix or name {ref!r}")
+    return str(found)
+
+
+def _guarded_status_update(conn: Connection, change: Transition, now: datetime) -> None:
+    guarded = (
+        update(JOBS)
+        .where(JOBS.c.id == change.job_id, JOBS.c.status == change.expected.value)
+        .values(
+            status=change.new.value,
+            failure=change.failure.value if change.failure is not None else None,
+            updated_at=now,
+            version=JOBS.c.version + 1,
+        )
+    )
+    if conn.execute(guarded).rowcount == 1:
+        return
+    actual = conn.execute(select(JOBS.c.status).where(JOBS.c.id == change.job_id)).scalar()
+    if actual is None:
+        raise JobNotFound(f"no job {change.job_id!r}")
+    raise LostTransition(
+        f"job {change.job_id}: expected {change.expected}, found {actual} "
+        f"(wanted {change.expected} -> {change.new})"
+    )
+
+
+def _insert_event(
+    conn: Connection,
+    job_id: str,
+    *,
+    at: datetime,
+    from_status: JobStatus | None,
+    to_status: JobStatus,
+    cause: str,
+    detail: str,
+) -> None:
+    conn.execute(
+        insert(EVENTS).values(
+            job_id=job_id,
+            at=at,
+            from_status=from_status.value if from_status is not None else None,
+            to_status=to_status.value,
+            cause=cause,
+            detail=detail,
+        )
+    )
+
+
+def _close_attempt(conn: Connection, job_id: str, close: AttemptClose, now: datetime) -> None:
+    closing = (
+        update(ATTEMPTS)
+        .where(
+            ATTEMPTS.c.id == close.attempt_id,
+            ATTEMPTS.c.job_id == job_id,
+            ATTEMPTS.c.ended_at.is_(None),
+        )
+        .values(ended_at=now, end_reason=close.reason.value)
+    )
+    if conn.execute(closing).rowcount == 0:
+        raise StoreError(f"job {job_id}: attempt {close.attempt_id} is not an open attempt of it")
+
+
+def _open_attempt(conn: Connection, job_id: str, new: NewAttempt, now: datetime) -> None:
+    # Safe from races: the guarded UPDATE before it holds the job's row lock.
+    last = conn.execute(
+        select(func.max(ATTEMPTS.c.seq)).where(ATTEMPTS.c.job_id == job_id)
+    ).scalar()
+    seq = int(last or 0) + 1
+    conn.execute(
+        insert(ATTEMPTS).values(
+            job_id=job_id,
+            seq=seq,
+            provider=new.pool.provider,
+            region=new.pool.region,
+            zone=new.pool.zone,
+            instance_type=new.pool.instance_type,
+            market=new.market.value,
+            nodes=new.nodes,
+            price_per_node_hour=new.price_per_node_hour,
+            client_token=client_token(job_id, seq),
+            instance_ids="[]",
+            resume_from=new.resume_from,
+            started_at=now,
+        )
+    )
+
+
+def _require_attempt(conn: Connection, attempt_id: int) -> None:
+    if conn.execute(select(ATTEMPTS.c.id).where(ATTEMPTS.c.id == attempt_id)).first() is None:
+        raise StoreError(f"no attempt {attempt_id}")
+
+
+# -- rows to records ---------------------------------------------------------
+
+
+def _job_record(row: Row[Any]) -> JobRecord:
+    return JobRecord(
+        id=row.id,
+        name=row.name,
+        spec=spec_from_json(row.spec_json),
+        status=JobStatus(row.status),
+        failure=FailureCause(row.failure) if row.failure is not None else None,
+        submitted_at=row.submitted_at,
+        updated_at=row.updated_at,
+        owner=row.owner,
+        lease_until=row.lease_until,
+    )
+
+
+def _event_record(row: Row[Any]) -> EventRecord:
+    return EventRecord(
+        id=row.id,
+        job_id=row.job_id,
+        at=row.at,
+        from_status=JobStatus(row.from_status) if row.from_status is not None else None,
+        to_status=JobStatus(row.to_status),
+        cause=row.cause,
+        detail=row.detail,
+    )
+
+
+def _attempt_record(row: Row[Any]) -> AttemptRecord:
+    return AttemptRecord(
+        id=row.id,
+        job_id=row.job_id,
+        seq=row.seq,
+        pool=Pool(row.provider, row.region, row.zone, row.instance_type),
+        market=Market(row.market),
+        nodes=row.nodes,
+        price_per_node_hour=row.price_per_node_hour,
+        client_token=row.client_token,
+        instance_ids=tuple(json.loads(row.instance_ids)),
+        resume_from=row.resume_from,
+        started_at=row.started_at,
+        running_at=row.running_at,
+        ended_at=row.ended_at,
+        end_reason=AttemptEnd(row.end_reason) if row.end_reason is not None else None,
+    )

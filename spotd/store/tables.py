@@ -1,0 +1,124 @@
+"""The store's tables as SQLModel classes.
+
+These classes describe the schema for the code (and for ``alembic
+revision --autogenerate``); the schema in a database is only ever made by
+the migrations in :mod:`spotd.store.migrations`. Statuses, causes and
+markets are plain strings so adding an enum member needs no migration.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import DateTime, Dialect, ForeignKey, Table, Text, UniqueConstraint
+from sqlalchemy.types import TypeDecorator
+from sqlmodel import Field, SQLModel
+
+from spotd.errors import StoreError
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware datetime that always comes back as aware UTC.
+
+    SQLite keeps no offset, so values are written as naive UTC there and
+    given their UTC zone back on read; PostgreSQL returns them in the session
+    time zone, which is converted to UTC. Naive input is refused because the
+    store cannot know which zone it meant.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None or value.utcoffset() is None:
+            raise StoreError(f"naive datetime {value.isoformat()} given to the store")
+        utc = value.astimezone(UTC)
+        return utc.replace(tzinfo=None) if dialect.name == "sqlite" else utc
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if not isinstance(value, datetime):
+            raise StoreError(f"expected a datetime from the database, got {value!r}")
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def _job_fk(table: str) -> ForeignKey:
+    # Named so that later (batch) migrations on SQLite can refer to it.
+    return ForeignKey("jobs.id", name=f"fk_{table}_job_id_jobs")
+
+
+class JobRow(SQLModel, table=True):
+    """One submitted job and its current status; ``version`` counts changes."""
+
+    __tablename__ = "jobs"
+
+    id: str = Field(primary_key=True)
+    name: str = Field(index=True)
+    spec_json: str = Field(sa_type=Text)
+    status: str = Field(index=True)
+    failure: str | None = None
+    submitted_at: datetime = Field(sa_type=UtcDateTime)
+    updated_at: datetime = Field(sa_type=UtcDateTime)
+    owner: str | None = None
+    lease_until: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    version: int = 0
+
+
+class EventRow(SQLModel, table=True):
+    """One applied change of status (or the job's creation, from None)."""
+
+    __tablename__ = "events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(sa_column_args=[_job_fk("events")], index=True)
+    at: datetime = Field(sa_type=UtcDateTime)
+    from_status: str | None = None
+    to_status: str
+    cause: str
+    detail: str = Field(default="", sa_type=Text)
+
+
+class AttemptRow(SQLModel, table=True):
+    """One placement of a job; ``instance_ids`` is a JSON list of strings."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (
+        UniqueConstraint("job_id", "seq", name="uq_attempts_job_id_seq"),
+        UniqueConstraint("client_token", name="uq_attempts_client_token"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(sa_column_args=[_job_fk("attempts")], index=True)
+    seq: int
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    nodes: int
+    price_per_node_hour: float
+    client_token: str
+    instance_ids: str = Field(default="[]", sa_type=Text)
+    resume_from: str | None = None
+    started_at: datetime = Field(sa_type=UtcDateTime)
+    running_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    ended_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    end_reason: str | None = None
+
+
+def _table(name: str) -> Table:
+    return SQLModel.metadata.tables[name]
+
+
+JOBS = _table("jobs")
+"""Core view of :class:`JobRow`, for guarded UPDATEs and plain SELECTs."""
+EVENTS = _table("events")
+"""Core view of :class:`EventRow`."""
+ATTEMPTS = _table("attempts")
+"""Core view of :class:`AttemptRow`."""

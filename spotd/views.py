@@ -1,0 +1,107 @@
+"""What the HTTP API returns and the CLI shows: plain pydantic models built from records."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord
+
+
+class AttemptView(BaseModel):
+    """One placement attempt."""
+
+    seq: int
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    nodes: int
+    price_per_node_hour: float
+    instance_ids: list[str]
+    resume_from: str | None
+    started_at: datetime
+    running_at: datetime | None
+    ended_at: datetime | None
+    end_reason: str | None
+    cost_usd: float
+
+
+class EventView(BaseModel):
+    """One applied transition."""
+
+    at: datetime
+    from_status: str | None
+    to_status: str
+    cause: str
+    detail: str
+
+
+class JobView(BaseModel):
+    """A job with its attempts and what they cost."""
+
+    id: str
+    name: str
+    status: str
+    failure: str | None
+    submitted_at: datetime
+    updated_at: datetime
+    preemptions: int
+    providers: list[str]
+    cost_usd: float
+    attempts: list[AttemptView]
+    spec: dict[str, Any]
+
+
+def attempt_view(a: AttemptRecord, now: datetime) -> AttemptView:
+    """The view of one attempt; an open attempt is costed up to ``now``."""
+    return AttemptView(
+        seq=a.seq,
+        provider=a.pool.provider,
+        region=a.pool.region,
+        zone=a.pool.zone,
+        instance_type=a.pool.instance_type,
+        market=str(a.market),
+        nodes=a.nodes,
+        price_per_node_hour=a.price_per_node_hour,
+        instance_ids=list(a.instance_ids),
+        resume_from=a.resume_from,
+        started_at=a.started_at,
+        running_at=a.running_at,
+        ended_at=a.ended_at,
+        end_reason=str(a.end_reason) if a.end_reason else None,
+        cost_usd=round(a.cost_usd(until=now), 6),
+    )
+
+
+def job_view(job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime) -> JobView:
+    """The view of a job and its attempts."""
+    views = [attempt_view(a, now) for a in attempts]
+    return JobView(
+        id=job.id,
+        name=job.name,
+        status=str(job.status),
+        failure=str(job.failure) if job.failure else None,
+        submitted_at=job.submitted_at,
+        updated_at=job.updated_at,
+        preemptions=sum(a.end_reason is AttemptEnd.PREEMPTED for a in attempts),
+        providers=sorted({a.pool.provider for a in attempts if a.running_at is not None}),
+        cost_usd=round(sum(v.cost_usd for v in views), 6),
+        attempts=views,
+        spec=job.spec.model_dump(mode="json"),
+    )
+
+
+def event_view(e: EventRecord) -> EventView:
+    """The view of one event."""
+    return EventView(
+        at=e.at,
+        from_status=str(e.from_status) if e.from_status else None,
+        to_status=str(e.to_status),
+        cause=e.cause,
+        detail=e.detail,
+    )

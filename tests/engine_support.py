@@ -1,0 +1,142 @@
+"""Helpers for engine and daemon tests: a fast simulated market and a tick loop."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+from spotd.config import DaemonSettings, ProvidersSettings, SchedulingSettings, Settings, SimSettings
+from spotd.domain import (
+    Fabric,
+    Instance,
+    InstanceState,
+    Interconnect,
+    JobRecord,
+    LaunchRequest,
+    Offering,
+    Pool,
+)
+from spotd.engine import Engine
+from spotd.errors import NotFoundError, ProviderError
+from spotd.spec import JobSpec
+
+EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
+
+
+def fast_settings(root: Path, *, speed: float = 600.0, up: float = 50.0, **sched: object) -> Settings:
+    """Settings for a daemon on ``root``: the sim market with rare preemptions by default."""
+    return Settings(
+        data_dir=root,
+        database_url=f"sqlite:///{root / 'spotd.db'}",
+        daemon=DaemonSettings(port=0, tick_seconds=0.1, owner="test", reap_every_ticks=3),
+        scheduling=SchedulingSettings(**sched),  # type: ignore[arg-type]
+        providers=ProvidersSettings(
+            sim=SimSettings(
+                seed=3, speed=speed, mean_up_hours=up, mean_down_hours=1.0,
+                boot_seconds=60, epoch=EPOCH,
+            )
+        ),
+    )
+
+
+def spec(
+    code: str = "print('hello')", *, gpus: Sequence[str] = ("A100",), **extra: object
+) -> JobSpec:
+    """A one-node job running ``python -c code``."""
+    body: dict[str, object] = {
+        "name": "t",
+        "command": [sys.executable, "-c", code],
+        "resources": {"gpus": list(gpus), "gpus_per_node": 1},
+    }
+    body.update(extra)
+    return JobSpec.model_validate(body)
+
+
+def run_until(
+    engine: Engine,
+    job_id: str,
+    done: Callable[[JobRecord], bool],
+    *,
+    timeout: float = 30.0,
+) -> JobRecord:
+    """Tick the engine until ``done(job)`` holds; fail the test on timeout."""
+    limit = time.monotonic() + timeout
+    while True:
+        engine.tick()
+        job = engine.store.get_job(job_id)
+        if done(job):
+            return job
+        if time.monotonic() > limit:
+            raise AssertionError(f"job {job_id} stuck in {job.status} after {timeout} s")
+        time.sleep(0.05)
+
+
+@dataclass
+class FakeProvider:
+    """A scripted provider for engine paths a real market cannot be made to take on cue.
+
+    It tests the engine's reactions, not an adapter: adapters have their own
+    contract suite against the real SDKs.
+    """
+
+    name: str = "fake"
+    launch_errors: list[ProviderError] = field(default_factory=list)
+    states: dict[str, InstanceState] = field(default_factory=dict)
+    launched: list[LaunchRequest] = field(default_factory=list)
+    terminated: list[str] = field(default_factory=list)
+    tags: dict[str, Mapping[str, str]] = field(default_factory=dict)
+
+    def offerings(self) -> list[Offering]:
+        return [
+            Offering(
+                pool=Pool(self.name, "r1", f"r1{zone}", "x1.gpu"),
+                gpu="A100", gpus_per_node=1, gpu_memory_gb=80,
+                interconnect=Interconnect(Fabric.ETHERNET, 25),
+                spot_price=price, on_demand_price=3.0, capacity=1.0,
+            )
+            for zone, price in (("a", 1.0), ("b", 1.2))
+        ]
+
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        if self.launch_errors:
+            raise self.launch_errors.pop(0)
+        self.launched.append(request)
+        ids = [f"{request.client_token}-{n}" for n in range(request.nodes)]
+        for iid in ids:
+            self.states.setdefault(iid, InstanceState.RUNNING)
+            self.tags[iid] = request.tags
+        return [self._instance(i, request.offering.pool) for i in ids]
+
+    def describe(self, instance_ids: Sequence[str]) -> list[Instance]:
+        pool = self.offerings()[0].pool
+        return [self._instance(i, pool) for i in instance_ids if i in self.states]
+
+    def list_instances(self, tags: Mapping[str, str]) -> list[Instance]:
+        pool = self.offerings()[0].pool
+        return [
+            self._instance(i, pool)
+            for i, t in self.tags.items()
+            if all(t.get(k) == v for k, v in tags.items())
+        ]
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        for iid in instance_ids:
+            if iid in self.states and self.states[iid] is not InstanceState.EXITED:
+                self.states[iid] = InstanceState.TERMINATED
+            self.terminated.append(iid)
+
+    def logs(self, instance_id: str) -> str:
+        if instance_id not in self.states:
+            raise NotFoundError(instance_id, provider=self.name)
+        return ""
+
+    def _instance(self, iid: str, pool: Pool) -> Instance:
+        from spotd.domain import Market
+
+        exit_code = 0 if self.states[iid] is InstanceState.EXITED else None
+        inst = Instance(id=iid, pool=pool, market=Market.SPOT, state=self.states[iid])
+        return replace(inst, exit_code=exit_code, tags=dict(self.tags.get(iid, {})))

@@ -1,0 +1,246 @@
+"""The reconcile loop against the simulated market (real processes) and a scripted provider."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from spotd.domain import AttemptEnd, InstanceState, Market
+from spotd.engine import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, Engine, EngineSettings
+from spotd.errors import AuthError, CapacityError, ThrottledError
+from spotd.policies.cheapest import CheapestPolicy
+from spotd.states import FailureCause, JobStatus, Transition, transition
+from spotd.store import open_store
+from spotd.wiring import build_engine
+from engine_support import FakeProvider, fast_settings, run_until, spec
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    eng = build_engine(fast_settings(tmp_path))
+    yield eng
+    # Leave no VM behind, whatever the test did.
+    for provider in eng.providers.values():
+        live = [i.id for i in provider.list_instances({}) if not i.ended]
+        provider.terminate(live)
+    eng.store.close()
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[tuple[Engine, FakeProvider]]:
+    from spotd.providers.sim import SimClock
+
+    provider = FakeProvider()
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    clock = SimClock(tmp_path / "clock", 3600.0)
+    eng = Engine(
+        store, {"fake": provider}, CheapestPolicy(), clock,
+        EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"),
+    )
+    yield eng, provider
+    store.close()
+
+
+def _terminal(job: object) -> bool:
+    return getattr(job, "status").terminal  # noqa: B009
+
+
+def test_job_runs_to_success(engine: Engine) -> None:
+    job = engine.submit(spec("print('hello from the node')"))
+    job = run_until(engine, job.id, _terminal)
+    assert job.status is JobStatus.SUCCEEDED
+    events = [(e.from_status, e.to_status) for e in engine.store.events(job.id)]
+    assert events == [
+        (None, JobStatus.PENDING),
+        (JobStatus.PENDING, JobStatus.PROVISIONING),
+        (JobStatus.PROVISIONING, JobStatus.RUNNING),
+        (JobStatus.RUNNING, JobStatus.SUCCEEDED),
+    ]
+    (attempt,) = engine.store.attempts(job.id)
+    assert attempt.end_reason is AttemptEnd.SUCCEEDED
+    assert attempt.market is Market.SPOT
+    assert attempt.running_at is not None and attempt.ended_at is not None
+    assert "hello from the node" in engine.providers[attempt.pool.provider].logs(
+        attempt.instance_ids[0]
+    )
+
+
+def test_job_gets_spotd_environment(engine: Engine, tmp_path: Path) -> None:
+    code = "import os; print('env', os.environ['SPOTD_JOB_ID'], os.environ['SPOTD_ATTEMPT'])"
+    job = engine.submit(spec(code, env={"MY_VAR": "x"}))
+    job = run_until(engine, job.id, _terminal)
+    (attempt,) = engine.store.attempts(job.id)
+    out = engine.providers[attempt.pool.provider].logs(attempt.instance_ids[0])
+    assert f"env {job.id} 1" in out
+
+
+def test_failing_command_fails_the_job(engine: Engine) -> None:
+    job = engine.submit(spec("raise SystemExit(3)"))
+    job = run_until(engine, job.id, _terminal)
+    assert job.status is JobStatus.FAILED
+    assert job.failure is FailureCause.USER_COMMAND_FAILED
+    (attempt,) = engine.store.attempts(job.id)
+    assert attempt.end_reason is AttemptEnd.USER_FAILED
+    assert "exited with" in engine.store.events(job.id)[-1].detail
+
+
+def test_cancel_stops_the_instance(engine: Engine) -> None:
+    job = engine.submit(spec("import time; time.sleep(600)"))
+    job = run_until(engine, job.id, lambda j: j.status is JobStatus.RUNNING)
+    engine.cancel(job)
+    job = engine.store.get_job(job.id)
+    assert job.status is JobStatus.CANCELLED
+    (attempt,) = engine.store.attempts(job.id)
+    assert attempt.end_reason is AttemptEnd.CANCELLED
+    provider = engine.providers[attempt.pool.provider]
+    (instance,) = provider.describe(attempt.instance_ids)
+    assert instance.state is InstanceState.TERMINATED
+
+
+def test_impossible_deadline_fails_before_launch(engine: Engine) -> None:
+    finish_by = (engine.clock.now() + timedelta(hours=2)).isoformat()
+    job = engine.submit(spec(deadline={"compute_hours": 10, "finish_by": finish_by}))
+    job = run_until(engine, job.id, _terminal)
+    assert job.failure is FailureCause.DEADLINE_IMPOSSIBLE
+    assert engine.store.attempts(job.id) == []
+
+
+def test_budget_stops_a_running_job(engine: Engine) -> None:
+    # Placed because the expected cost (0.1 h) fits; stopped when the real one does not.
+    job = engine.submit(
+        spec(
+            "import time; time.sleep(600)",
+            budget={"max_usd": 0.5},
+            deadline={"compute_hours": 0.1},
+        )
+    )
+    job = run_until(engine, job.id, _terminal)
+    assert job.status is JobStatus.FAILED and job.failure is FailureCause.OVER_BUDGET
+    (attempt,) = engine.store.attempts(job.id)
+    assert attempt.end_reason is AttemptEnd.OVER_BUDGET
+    (instance,) = engine.providers[attempt.pool.provider].describe(attempt.instance_ids)
+    assert instance.ended
+
+
+def test_unplaceable_job_waits_then_fails_on_timeout(tmp_path: Path) -> None:
+    eng = build_engine(fast_settings(tmp_path, no_capacity_timeout_hours=0.5))
+    try:
+        job = eng.submit(spec(gpus=["B200"]))
+        eng.tick()
+        assert eng.store.get_job(job.id).status is JobStatus.PENDING
+        decision = eng.plan(eng.store.get_job(job.id))
+        assert decision.choice is None
+        assert all("GPU" in (c.excluded or "") for c in decision.candidates)
+        job = run_until(eng, job.id, _terminal, timeout=15)
+        assert job.failure is FailureCause.NO_CAPACITY
+    finally:
+        eng.store.close()
+
+
+def test_crash_after_attempt_commit_launches_once(engine: Engine, tmp_path: Path) -> None:
+    """The attempt row is committed but the daemon died before calling launch."""
+    job = engine.submit(spec("import time; time.sleep(1)"))
+    decision = engine.plan(job)
+    assert decision.choice is not None
+    from spotd.domain import NewAttempt
+
+    choice = decision.choice
+    transition(
+        engine.store,
+        Transition(
+            job.id, JobStatus.PENDING, JobStatus.PROVISIONING, "placed",
+            open_attempt=NewAttempt(choice.offering.pool, choice.market, 1,
+                                    choice.price_per_hour, None),
+        ),
+        now=engine.clock.now(),
+    )
+    job = run_until(engine, job.id, _terminal)
+    assert job.status is JobStatus.SUCCEEDED
+    (attempt,) = engine.store.attempts(job.id)
+    launches = (tmp_path / "sim" / "launches.log").read_text().split()
+    assert launches.count(attempt.client_token) == 1
+
+
+def test_reaper_stops_instances_no_attempt_owns(engine: Engine) -> None:
+    job = engine.submit(spec("import time; time.sleep(600)"))
+    job = run_until(engine, job.id, lambda j: j.status is JobStatus.RUNNING)
+    (attempt,) = engine.store.attempts(job.id)
+    # Close the attempt behind the engine's back, as a crash after the
+    # transition but before the terminate call would leave it.
+    from spotd.domain import AttemptClose
+
+    transition(
+        engine.store,
+        Transition(job.id, JobStatus.RUNNING, JobStatus.CANCELLED, "test",
+                   close_attempt=AttemptClose(attempt.id, AttemptEnd.CANCELLED)),
+        now=engine.clock.now(),
+    )
+    provider = engine.providers[attempt.pool.provider]
+    assert not provider.describe(attempt.instance_ids)[0].ended
+    assert engine.reap() == 1
+    assert provider.describe(attempt.instance_ids)[0].ended
+    assert engine.reap() == 0
+
+
+def test_capacity_error_moves_to_another_pool(fake: tuple[Engine, FakeProvider]) -> None:
+    eng, provider = fake
+    provider.launch_errors.append(CapacityError("no room", provider="fake"))
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    first, second = eng.store.attempts(job.id)
+    assert first.end_reason is AttemptEnd.NO_CAPACITY
+    assert second.pool != first.pool, "the failed pool should be cooling down"
+    reasons = [c.excluded for c in eng.plan(eng.store.get_job(job.id)).candidates]
+    assert any(r and "cooling down" in r for r in reasons)
+
+
+def test_throttling_defers_the_same_launch(fake: tuple[Engine, FakeProvider]) -> None:
+    eng, provider = fake
+    provider.launch_errors.append(ThrottledError("slow down", provider="fake"))
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    (attempt,) = eng.store.attempts(job.id)
+    assert [r.client_token for r in provider.launched] == [attempt.client_token]
+
+
+def test_auth_error_ends_the_attempt_not_the_daemon(fake: tuple[Engine, FakeProvider]) -> None:
+    eng, provider = fake
+    provider.launch_errors.append(AuthError("expired token", provider="fake"))
+    job = eng.submit(spec())
+    eng.tick()
+    attempts = eng.store.attempts(job.id)
+    assert attempts[0].end_reason is AttemptEnd.LAUNCH_FAILED
+    assert eng.store.get_job(job.id).status is JobStatus.RECOVERING
+
+
+def test_preemption_recovers_elsewhere(fake: tuple[Engine, FakeProvider]) -> None:
+    eng, provider = fake
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    (first,) = eng.store.attempts(job.id)
+    provider.states[first.instance_ids[0]] = InstanceState.NOTICE
+    eng.tick()
+    assert eng.store.get_job(job.id).status is JobStatus.CHECKPOINTING
+    provider.states[first.instance_ids[0]] = InstanceState.PREEMPTED
+    job = run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    first, second = eng.store.attempts(job.id)
+    assert first.end_reason is AttemptEnd.PREEMPTED
+    assert second.pool != first.pool
+    provider.states[second.instance_ids[0]] = InstanceState.EXITED
+    job = run_until(eng, job.id, _terminal, timeout=5)
+    assert job.status is JobStatus.SUCCEEDED
+
+
+def test_instances_carry_job_tags(fake: tuple[Engine, FakeProvider]) -> None:
+    eng, provider = fake
+    job = eng.submit(spec())
+    eng.tick()
+    (request,) = provider.launched
+    assert request.tags == {TAG_JOB: job.id, TAG_ATTEMPT: "1", TAG_OWNER: "test"}
+    assert request.env["SPOTD_JOB_ID"] == job.id
+    assert request.env["SPOTD_CHECKPOINT_URI"].endswith(job.id)
+    assert os.path.isabs(request.env["SPOTD_CHECKPOINT_URI"])

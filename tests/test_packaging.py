@@ -1,0 +1,63 @@
+"""A built wheel installs the mapped folders as spotd.providers / spotd.policies / spotd.examples."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "-w", str(out), str(ROOT)],
+        check=True, capture_output=True,
+    )
+    (found,) = out.glob("spotd-*.whl")
+    return found
+
+
+def test_wheel_layout(wheel: Path) -> None:
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in (
+        "spotd/cli.py",
+        "spotd/py.typed",
+        "spotd/providers/sim/__init__.py",
+        "spotd/policies/cheapest.py",
+        "spotd/examples/train_tiny.py",
+        "spotd/examples/job.toml",
+        "spotd/store/migrations/env.py",
+    ):
+        assert expected in names, f"{expected} missing from the wheel"
+    assert not any(n.startswith(("providers/", "policies/", "tests/")) for n in names)
+
+
+def test_wheel_imports(wheel: Path, tmp_path: Path) -> None:
+    """Install the wheel in a fresh venv that sees this one's packages, import from it."""
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, system_site_packages=False, with_pip=False)
+    site = next((env_dir / "lib").glob("python*/site-packages"))
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    # Dependencies come from the running interpreter's site-packages, behind the wheel.
+    deps = [p for p in sys.path if p.endswith("site-packages")]
+    (site / "deps.pth").write_text("\n".join(deps) + "\n")
+    code = (
+        "import spotd, spotd.providers.sim, spotd.policies.cheapest, spotd.examples, spotd.cli;"
+        "print(spotd.__file__); print(spotd.providers.sim.__file__)"
+    )
+    result = subprocess.run(
+        [str(env_dir / "bin" / "python"), "-c", code],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    for line in result.stdout.splitlines():
+        assert str(site) in line, f"imported from outside the wheel: {line}"
