@@ -102,7 +102,7 @@ def demo_settings(root: Path, options: DemoOptions) -> Settings:
         data_dir=root,
         database_url=f"sqlite:///{root / 'spotd.db'}",
         daemon=DaemonSettings(port=0, tick_seconds=0.2, reap_every_ticks=5, owner="demo"),
-        scheduling=SchedulingSettings(policy="cheapest", cooldown_hours=1.0),
+        scheduling=SchedulingSettings(policy="cheapest", cooldown_hours=3.0),
         providers=ProvidersSettings(
             sim=SimSettings(
                 seed=options.seed,
@@ -129,7 +129,8 @@ def demo_spec(root: Path, options: DemoOptions) -> JobSpec:
             ],
             "workdir": str(root),
             "resources": {"gpus": ["A100"], "gpus_per_node": 1},
-            "market": {"type": "spot"},
+            # Data lives in the US: keep the job near it.
+            "market": {"type": "spot", "regions": ["us-*", "eastus", "westus3"]},
             "checkpoint": {"uri": str(root / "checkpoints" / "train-tiny"), "size_gb": 0.001},
         }
     )

@@ -33,6 +33,7 @@ class Fabric(StrEnum):
     EFA = "efa"
     ROCE = "roce"
     TCPX = "tcpx"
+    TCPXO = "tcpxo"
     ETHERNET = "ethernet"
 
 

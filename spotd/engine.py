@@ -411,20 +411,32 @@ class Engine:
         )
 
     def _cooldowns(self, attempts: Sequence[AttemptRecord], now: datetime) -> dict[Pool, str]:
-        """Pools this job had trouble with, avoided for a time that doubles per repeat."""
-        troubles: dict[Pool, list[AttemptRecord]] = {}
+        """Spot pools to avoid for now, with the reason.
+
+        A preemption or a capacity failure cools the whole region for that
+        instance type, not just the zone: spot reclaims follow regional demand,
+        so the zone next door is the likeliest to go next. The cooldown doubles
+        with every repeat in the same region.
+        """
+        troubles: dict[tuple[str, str, str], list[AttemptRecord]] = {}
         for a in attempts:
             if a.end_reason in POOL_TROUBLE:
-                troubles.setdefault(a.pool, []).append(a)
-        cooling: dict[Pool, str] = {}
+                troubles.setdefault(_region_key(a.pool), []).append(a)
+        reasons: dict[tuple[str, str, str], str] = {}
         base = timedelta(hours=self.settings.cooldown_hours)
-        for pool, bad in troubles.items():
+        for key, bad in troubles.items():
             last = bad[-1]
             assert last.ended_at is not None
             until = last.ended_at + base * 2 ** (len(bad) - 1)
             if now < until:
-                cooling[pool] = f"{last.end_reason} {len(bad)}x, until {until:%Y-%m-%d %H:%M}"
-        return cooling
+                reasons[key] = (
+                    f"{last.end_reason} in {last.pool.zone} ({len(bad)}x in {key[1]}), "
+                    f"until {until:%Y-%m-%d %H:%M}"
+                )
+        if not reasons:
+            return {}
+        pools = {o.pool for o in self.market.offerings()} | {a.pool for a in attempts}
+        return {p: reasons[_region_key(p)] for p in pools if _region_key(p) in reasons}
 
     # -- helpers --------------------------------------------------------------
 
@@ -475,6 +487,10 @@ class Engine:
             return True
         owner = next((a for a in attempts if str(a.seq) == instance.tags.get(TAG_ATTEMPT)), None)
         return owner is None or not owner.open
+
+
+def _region_key(pool: Pool) -> tuple[str, str, str]:
+    return (pool.provider, pool.region, pool.instance_type)
 
 
 def _open_attempt(attempts: Sequence[AttemptRecord]) -> AttemptRecord | None:

@@ -27,12 +27,20 @@ from spotd.spec import JobSpec
 EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
 
 
-def fast_settings(root: Path, *, speed: float = 600.0, up: float = 50.0, **sched: object) -> Settings:
+def fast_settings(
+    root: Path,
+    *,
+    speed: float = 600.0,
+    up: float = 50.0,
+    db_url: str | None = None,
+    owner: str = "test",
+    **sched: object,
+) -> Settings:
     """Settings for a daemon on ``root``: the sim market with rare preemptions by default."""
     return Settings(
         data_dir=root,
-        database_url=f"sqlite:///{root / 'spotd.db'}",
-        daemon=DaemonSettings(port=0, tick_seconds=0.1, owner="test", reap_every_ticks=3),
+        database_url=db_url or f"sqlite:///{root / 'spotd.db'}",
+        daemon=DaemonSettings(port=0, tick_seconds=0.1, owner=owner, reap_every_ticks=3),
         scheduling=SchedulingSettings(**sched),  # type: ignore[arg-type]
         providers=ProvidersSettings(
             sim=SimSettings(
@@ -93,12 +101,12 @@ class FakeProvider:
     def offerings(self) -> list[Offering]:
         return [
             Offering(
-                pool=Pool(self.name, "r1", f"r1{zone}", "x1.gpu"),
+                pool=Pool(self.name, region, f"{region}{zone}", "x1.gpu"),
                 gpu="A100", gpus_per_node=1, gpu_memory_gb=80,
                 interconnect=Interconnect(Fabric.ETHERNET, 25),
                 spot_price=price, on_demand_price=3.0, capacity=1.0,
             )
-            for zone, price in (("a", 1.0), ("b", 1.2))
+            for region, zone, price in (("r1", "a", 1.0), ("r1", "b", 1.1), ("r2", "a", 1.2))
         ]
 
     def launch(self, request: LaunchRequest) -> list[Instance]:

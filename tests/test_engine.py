@@ -20,8 +20,9 @@ from engine_support import FakeProvider, fast_settings, run_until, spec
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    eng = build_engine(fast_settings(tmp_path))
+def engine(tmp_path: Path, store_url: str) -> Iterator[Engine]:
+    """An engine on the simulated market, on each store backend."""
+    eng = build_engine(fast_settings(tmp_path, db_url=store_url))
     yield eng
     # Leave no VM behind, whatever the test did.
     for provider in eng.providers.values():
@@ -193,9 +194,16 @@ def test_capacity_error_moves_to_another_pool(fake: tuple[Engine, FakeProvider])
     run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
     first, second = eng.store.attempts(job.id)
     assert first.end_reason is AttemptEnd.NO_CAPACITY
-    assert second.pool != first.pool, "the failed pool should be cooling down"
-    reasons = [c.excluded for c in eng.plan(eng.store.get_job(job.id)).candidates]
-    assert any(r and "cooling down" in r for r in reasons)
+    assert first.pool.region == "r1"
+    assert second.pool.region == "r2", "the whole region of the failed pool cools down"
+    excluded = {
+        c.offering.pool.zone: c.excluded
+        for c in eng.plan(eng.store.get_job(job.id)).candidates
+        if c.market is Market.SPOT
+    }
+    assert "cooling down" in (excluded["r1a"] or "")
+    assert "cooling down" in (excluded["r1b"] or "")
+    assert excluded["r2a"] is None
 
 
 def test_throttling_defers_the_same_launch(fake: tuple[Engine, FakeProvider]) -> None:
@@ -244,3 +252,25 @@ def test_instances_carry_job_tags(fake: tuple[Engine, FakeProvider]) -> None:
     assert request.env["SPOTD_JOB_ID"] == job.id
     assert request.env["SPOTD_CHECKPOINT_URI"].endswith(job.id)
     assert os.path.isabs(request.env["SPOTD_CHECKPOINT_URI"])
+
+
+def test_lease_lets_a_second_daemon_take_over(tmp_path: Path, store_url: str) -> None:
+    """Two daemons on one database: one works a job; when it dies, the other takes over."""
+    first = build_engine(fast_settings(tmp_path, db_url=store_url, owner="first"))
+    second = build_engine(fast_settings(tmp_path, db_url=store_url, owner="second"))
+    try:
+        job = first.submit(spec("import time; time.sleep(2)"))
+        run_until(first, job.id, lambda j: j.status is JobStatus.RUNNING)
+        second.tick()  # the lease is first's: second must not touch the job
+        assert first.store.get_job(job.id).owner == "first"
+        assert len(first.store.attempts(job.id)) == 1
+        # first stops ticking (dies); once its lease (60 real s) runs out second claims.
+        lease = first.settings.lease_seconds / first.clock.seconds_to_real(1.0)
+        later = first.clock.now() + timedelta(seconds=lease + 1)
+        assert second.store.claim_jobs("second", now=later, lease_seconds=lease) == [job.id]
+        job = run_until(second, job.id, _terminal)
+        assert job.status is JobStatus.SUCCEEDED and job.owner == "second"
+        assert len(second.store.attempts(job.id)) == 1, "the running attempt was adopted"
+    finally:
+        first.store.close()
+        second.store.close()

@@ -173,6 +173,15 @@ class SimProvider:
         if waiting:
             _log.warning("%s: VMs still stopping: %s", self.name, [s.id for s in waiting])
 
+    def reclaim(self, instance_id: str) -> None:
+        """The market's side: take one spot node back now, with the usual notice.
+
+        What a cloud does when it preempts a single instance; used by tests
+        and chaos drills. On-demand and unknown instances are left alone.
+        """
+        if self._spec(instance_id) is not None:
+            self._paths.reclaim_request(instance_id).touch()
+
     def logs(self, instance_id: str) -> str:
         """The job's stdout and stderr so far ("" when there is none)."""
         if self._spec(instance_id) is None:

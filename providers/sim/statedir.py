@@ -128,6 +128,9 @@ class StateDir:
     def terminate_request(self, instance_id: str) -> Path:
         return self.root / f"{instance_id}.terminate"
 
+    def reclaim_request(self, instance_id: str) -> Path:
+        return self.root / f"{instance_id}.reclaim"
+
     def job_log(self, instance_id: str) -> Path:
         return self.root / f"{instance_id}.log"
 

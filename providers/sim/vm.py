@@ -70,6 +70,8 @@ class _Vm:
     def _capacity_lost(self) -> bool:
         if self.spec.market is not Market.SPOT:
             return False
+        if self.paths.reclaim_request(self.spec.id).exists():
+            return True  # the market took this one node back (SimProvider.reclaim)
         return not self.market.available(self.spec.pool, self.clock.now(), self.spec.nodes)
 
     def _boot(self) -> bool:
