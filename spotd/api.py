@@ -7,6 +7,7 @@ token being the content of the daemon's token file (mode 0600).
 from __future__ import annotations
 
 import hmac
+import time
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -19,7 +20,7 @@ from spotd.engine import Engine
 from spotd.errors import IllegalTransition, JobNotFound, LostTransition, SpotdError, StoreError
 from spotd.spec import JobSpec
 from spotd.states import TERMINAL
-from spotd.views import EventView, JobView, event_view, job_view
+from spotd.views import EventView, JobView, MarketView, event_view, job_view, market_view
 
 
 class SubmitBody(BaseModel):
@@ -74,6 +75,10 @@ def create_app(engine: Engine, token: str) -> FastAPI:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
         job = engine.submit(spec)
         return job_view(job, [], engine.clock.now())
+
+    @app.get("/v1/prices", dependencies=auth)
+    def prices() -> MarketView:
+        return market_view(engine.market.snapshots(), time.time())
 
     @app.get("/v1/jobs", dependencies=auth)
     def jobs(all: bool = True) -> list[JobView]:

@@ -17,7 +17,7 @@ from spotd import __version__
 from spotd.config import Settings, load_settings
 from spotd.errors import JobSpecError, SpotdError
 from spotd.spec import load_job_file
-from spotd.views import JobView
+from spotd.views import JobView, MarketView
 
 app = typer.Typer(
     help="spotd: run GPU training on spot capacity across clouds, and survive preemptions.",
@@ -91,6 +91,8 @@ def daemon(config: ConfigOpt = None, verbose: bool = False) -> None:
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # APScheduler logs every run of every job at INFO: keep that for --verbose.
+    logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose else logging.WARNING)
     _guard(lambda: Daemon(_settings(config)).run_forever())
 
 
@@ -196,6 +198,78 @@ def logs(job: str, config: ConfigOpt = None) -> None:
         out.rule(header)
         sys.stdout.write(text)
         sys.stdout.flush()
+
+
+def _market(settings: Settings) -> tuple[MarketView, str]:
+    """The daemon's view of the market, or a direct poll when no daemon answers."""
+    from spotd.client import Client
+    from spotd.errors import ApiError
+
+    try:
+        return Client.from_settings(settings).prices(), "daemon"
+    except ApiError:
+        import time
+
+        from spotd.market import MarketCache
+        from spotd.views import market_view
+        from spotd.wiring import build_providers
+
+        _, providers = build_providers(settings)
+        cache = MarketCache(providers)
+        cache.refresh_all()
+        return market_view(cache.snapshots(), time.time()), "direct poll (no daemon running)"
+
+
+def _filter_offerings(
+    view: MarketView, gpu: str | None, provider: str | None, region: str | None
+) -> MarketView:
+    from fnmatch import fnmatchcase
+
+    offerings = [
+        o for o in view.offerings
+        if (gpu is None or o.gpu.upper() == gpu.upper())
+        and (provider is None or fnmatchcase(o.provider, provider))
+        and (region is None or fnmatchcase(o.region, region))
+    ]
+    offerings.sort(key=lambda o: (o.gpu, o.gpus_per_node, o.spot_price or o.on_demand_price or 0))
+    return view.model_copy(update={"offerings": offerings})
+
+
+@app.command()
+def prices(
+    gpu: Annotated[str | None, typer.Option(help="Only this GPU model, e.g. H100.")] = None,
+    provider: Annotated[str | None, typer.Option(help="Provider name or glob.")] = None,
+    region: Annotated[str | None, typer.Option(help="Region glob, e.g. 'us-*'.")] = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show the current market: offerings, both prices, fabric, and how fresh the data is."""
+    view, source = _guard(lambda: _market(_settings(config)))
+    view = _filter_offerings(view, gpu, provider, region)
+    if as_json:
+        out.print_json(view.model_dump_json())
+        return
+    table = Table(box=None, header_style="bold", title=f"market ({source})")
+    columns = ("PROVIDER", "ZONE", "TYPE", "GPU", "FABRIC", "GBPS/GPU", "SPOT", "ON-DEMAND", "CAP")
+    for column in columns:
+        table.add_column(column, justify="right" if column in ("SPOT", "ON-DEMAND") else "left")
+    for o in view.offerings:
+        table.add_row(
+            o.provider, o.zone, o.instance_type, f"{o.gpus_per_node}x {o.gpu}", o.fabric,
+            f"{o.gbps_per_gpu:g}", _usd(o.spot_price), _usd(o.on_demand_price),
+            "-" if o.capacity is None else f"{o.capacity:.1f}",
+        )
+    out.print(table)
+    for p in view.providers:
+        age = "never polled" if p.age_seconds is None else f"{p.age_seconds:.0f} s old"
+        line = f"{p.provider}: {p.offerings} offerings, {age}"
+        if p.stale:
+            line += f" [yellow]STALE[/]: {p.failures} failed poll(s), last: {p.error}"
+        out.print(line, highlight=False)
+
+
+def _usd(price: float | None) -> str:
+    return "-" if price is None else f"{price:,.2f}"
 
 
 @app.command()

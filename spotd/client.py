@@ -11,7 +11,7 @@ from pydantic import TypeAdapter
 from spotd.config import Settings
 from spotd.errors import ApiError
 from spotd.spec import JobSpec
-from spotd.views import EventView, JobView
+from spotd.views import EventView, JobView, MarketView
 
 _JOBS = TypeAdapter(list[JobView])
 _EVENTS = TypeAdapter(list[EventView])
@@ -88,6 +88,9 @@ class Client:
 
     def cancel(self, ref: str) -> JobView:
         return JobView.model_validate(self._call("POST", f"/v1/jobs/{ref}/cancel"))
+
+    def prices(self) -> MarketView:
+        return MarketView.model_validate(self._call("GET", "/v1/prices"))
 
     def logs(self, ref: str) -> dict[str, str]:
         logs: dict[str, str] = self._call("GET", f"/v1/jobs/{ref}/logs")["logs"]

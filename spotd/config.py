@@ -43,7 +43,7 @@ class DaemonSettings(BaseModel):
     lease_seconds: float = Field(default=60.0, gt=0)
     """A job whose owner has not renewed its lease for this long is taken over."""
     drain_seconds: float = Field(default=10.0, ge=0)
-    """On SIGTERM, how long to let a reconcile pass in flight finish."""
+    """On SIGTERM, how long to wait for API requests and the reconcile pass in flight."""
     reap_every_ticks: int = Field(default=10, ge=1)
     """How often to look for instances no open attempt owns, and stop them."""
 
@@ -77,7 +77,11 @@ class SimSettings(BaseModel):
     boot_seconds: float = Field(default=300.0, ge=0)
     """Simulated time from launch request to the job's command starting."""
     traces: dict[str, Path] = Field(default_factory=dict)
-    """Zone name -> trace file (format of the shared traces) to drive that zone instead."""
+    """Pattern -> trace file (format of the shared traces) to drive matching pools instead.
+
+    A pattern without ``/`` is a glob on the zone (``us-east-1a``, ``us-east-*``);
+    one with ``/`` a glob on ``provider/zone/instance_type``. The first match wins.
+    """
     epoch: datetime | None = None
     """Simulated time at the first start on a fresh data_dir; default: the wall clock then."""
 

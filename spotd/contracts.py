@@ -15,10 +15,13 @@ from spotd.domain import (
     Decision,
     EventRecord,
     Instance,
+    InstanceReport,
     JobRecord,
     LaunchRequest,
     Offering,
     PlacementContext,
+    Pool,
+    PricePoint,
 )
 from spotd.spec import JobSpec
 from spotd.states import JobStatus, Transition
@@ -127,6 +130,22 @@ class Store(Protocol):
 
     def claim_jobs(self, owner: str, *, now: datetime, lease_seconds: float) -> list[str]:
         """Take or renew the lease of active jobs free or already ours; return their ids."""
+        ...
+
+    def record_prices(self, offerings: Sequence[Offering], *, at: datetime) -> int:
+        """Keep the offerings' prices as history; returns the rows written."""
+        ...
+
+    def price_history(self, pool: Pool, *, since: datetime) -> list[PricePoint]:
+        """The pool's polled prices since ``since``, oldest first."""
+        ...
+
+    def save_report(self, report: InstanceReport) -> None:
+        """Merge an agent's report (fields left None keep their value)."""
+        ...
+
+    def reports(self, job_id: str) -> list[InstanceReport]:
+        """What the agents of a job's instances reported."""
         ...
 
     def close(self) -> None:

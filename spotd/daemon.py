@@ -59,6 +59,7 @@ class Daemon:
         self.engine = engine or build_engine(settings)
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self._stopping = threading.Event()
+        self._in_pass = threading.Lock()
         self._ticks = 0
         self._server: _ThreadServer | None = None
         self._server_thread: threading.Thread | None = None
@@ -88,9 +89,17 @@ class Daemon:
         self._stopping.set()
         if self._server is not None:
             self._server.should_exit = True
+        drain = self.settings.daemon.drain_seconds
         if self._server_thread is not None:
-            self._server_thread.join(timeout=self.settings.daemon.drain_seconds)
-        self.scheduler.shutdown(wait=True)
+            self._server_thread.join(timeout=drain)
+        self.scheduler.shutdown(wait=False)
+        # Bounded wait for the pass in flight: each step is short and safe to
+        # cut (the next start repeats it), so a stuck provider call must not
+        # hold the shutdown hostage.
+        if self._in_pass.acquire(timeout=drain):
+            self._in_pass.release()
+        else:
+            log.warning("a reconcile pass is still running after %.0f s; stopping anyway", drain)
         with contextlib.suppress(FileNotFoundError):
             self.settings.address_file.unlink()
         self.engine.store.close()
@@ -126,16 +135,17 @@ class Daemon:
             )
 
     def _reconcile(self) -> None:
-        if self._stopping.is_set():
-            return
-        try:
-            self.engine.tick()
-            self._ticks += 1
-            if self._ticks % self.settings.daemon.reap_every_ticks == 0:
-                self.engine.reap()
-        except Exception:
-            # The loop must outlive any one bad pass (a database hiccup, say).
-            log.exception("reconcile pass failed; next pass retries")
+        with self._in_pass:
+            if self._stopping.is_set():
+                return
+            try:
+                self.engine.tick()
+                self._ticks += 1
+                if self._ticks % self.settings.daemon.reap_every_ticks == 0:
+                    self.engine.reap()
+            except Exception:
+                # The loop must outlive any one bad pass (a database hiccup, say).
+                log.exception("reconcile pass failed; next pass retries")
 
     # -- helpers --------------------------------------------------------------
 

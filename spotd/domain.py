@@ -273,3 +273,30 @@ class Decision:
 
     choice: Candidate | None
     candidates: tuple[Candidate, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PricePoint:
+    """One polled price of a pool in one market."""
+
+    pool: Pool
+    market: Market
+    price: float
+    capacity: float | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceReport:
+    """What an instance's on-VM agent last reported; None where it said nothing yet."""
+
+    instance_id: str
+    provider: str
+    job_id: str
+    attempt: int
+    heartbeat_at: datetime | None = None
+    notice_at: datetime | None = None
+    notice_kind: str | None = None
+    notice_deadline: datetime | None = None
+    exit_code: int | None = None
+    exited_at: datetime | None = None

@@ -10,8 +10,9 @@ instances that no open attempt owns are stopped by :meth:`Engine.reap`.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -23,10 +24,12 @@ from spotd.domain import (
     AttemptRecord,
     Decision,
     Instance,
+    InstanceReport,
     InstanceState,
     JobRecord,
     LaunchRequest,
     NewAttempt,
+    Offering,
     PlacementContext,
     Pool,
 )
@@ -50,6 +53,9 @@ TAG_JOB = "spotd-job"
 TAG_ATTEMPT = "spotd-attempt"
 TAG_OWNER = "spotd-owner"
 
+MISSING_BEFORE_LOST = 3
+"""Describes in a row an instance must be absent from before its node counts as lost."""
+
 # Attempt ends that say something about the pool, so it is avoided for a while.
 POOL_TROUBLE = frozenset(
     {AttemptEnd.PREEMPTED, AttemptEnd.NO_CAPACITY, AttemptEnd.LOST, AttemptEnd.LAUNCH_FAILED}
@@ -65,6 +71,8 @@ class EngineSettings:
     cooldown_hours: float = 0.5
     no_capacity_timeout_hours: float | None = None
     checkpoints_dir: Path = Path("checkpoints")
+    price_history_seconds: float = 300.0
+    """Real seconds between two price-history rows of one provider."""
 
 
 def checkpoint_uri(job: JobRecord, settings: EngineSettings) -> str:
@@ -93,7 +101,9 @@ class Engine:
         self.policy = policy
         self.clock = clock
         self.settings = settings
-        self.market = MarketCache(self.providers)
+        self.market = MarketCache(self.providers, on_fresh=self._keep_history)
+        self._history_at: dict[str, float] = {}
+        self._missing: dict[str, int] = {}
         self._handlers: Mapping[JobStatus, Callable[[JobRecord], None]] = {
             JobStatus.PENDING: self._place,
             JobStatus.RECOVERING: self._place,
@@ -166,6 +176,18 @@ class Engine:
                 provider.terminate(orphans)
                 stopped += len(orphans)
         return stopped
+
+    def _keep_history(self, provider: str, offerings: tuple[Offering, ...]) -> None:
+        # Polls can be far more frequent than the history needs to be.
+        now = time.monotonic()
+        last = self._history_at.get(provider)
+        if last is not None and now - last < self.settings.price_history_seconds:
+            return
+        self._history_at[provider] = now
+        try:
+            self.store.record_prices(offerings, at=self.clock.now())
+        except StoreError as exc:
+            log.warning("could not keep the price history of %s: %s", provider, exc)
 
     # -- placing ------------------------------------------------------------
 
@@ -282,16 +304,51 @@ class Engine:
             )
 
     def _describe(self, attempt: AttemptRecord) -> list[Instance | None]:
+        """The attempt's instances as the provider sees them, plus what their agents said.
+
+        A cloud sees a preemption notice only on the VM, and a job's exit code
+        not at all: the on-VM agent reports both.
+        """
         provider = self.providers[attempt.pool.provider]
         seen = {i.id: i for i in provider.describe(attempt.instance_ids)}
-        return [seen.get(iid) for iid in attempt.instance_ids]
+        reports = {
+            r.instance_id: r
+            for r in self.store.reports(attempt.job_id)
+            if r.attempt == attempt.seq and r.provider == provider.name
+        }
+        return [
+            _with_report(self._seen_or_missing(iid, seen), reports.get(iid))
+            for iid in attempt.instance_ids
+        ]
+
+    def _seen_or_missing(self, iid: str, seen: Mapping[str, Instance]) -> Instance | None:
+        """The instance, or None once it was missing from several describes in a row.
+
+        Clouds list a new instance a little after launching it, and a single
+        failed lookup must not restart a healthy job: only a repeated absence
+        counts as a lost node.
+        """
+        if iid in seen:
+            self._missing.pop(iid, None)
+            return seen[iid]
+        self._missing[iid] = self._missing.get(iid, 0) + 1
+        if self._missing[iid] >= MISSING_BEFORE_LOST:
+            return None
+        raise ProviderError(f"instance {iid} not listed yet ({self._missing[iid]}x)")
 
     def _attempt_ended(
         self, job: JobRecord, attempt: AttemptRecord, instances: Sequence[Instance | None]
     ) -> None:
         ended = [i for i in instances if i is not None and i.ended]
-        failed = [i for i in ended if i.state is InstanceState.EXITED and i.exit_code != 0]
+        # EXITED without a code: the VM shut down but nobody said how the job
+        # ended. That is neither success nor the user's failure: recover it.
+        failed = [
+            i
+            for i in ended
+            if i.state is InstanceState.EXITED and i.exit_code not in (None, 0)
+        ]
         preempted = [i for i in ended if i.state is InstanceState.PREEMPTED]
+        done = [i for i in ended if i.state is InstanceState.EXITED and i.exit_code == 0]
         if failed and not preempted:
             codes = ", ".join(f"{i.id}: {i.exit_code}" for i in failed)
             self._finish(
@@ -310,7 +367,7 @@ class Engine:
                 end=AttemptEnd.PREEMPTED,
                 detail=f"{attempt.pool} preempted {len(preempted)} of {len(instances)} node(s)",
             )
-        elif len(ended) == len(instances) and all(i.exit_code == 0 for i in ended):
+        elif len(done) == len(instances):
             self._finish(
                 job,
                 attempt=attempt,
@@ -318,9 +375,7 @@ class Engine:
                 end=AttemptEnd.SUCCEEDED,
                 detail="exit 0",
             )
-        elif len(ended) < len(instances) and all(
-            i.state is InstanceState.EXITED and i.exit_code == 0 for i in ended
-        ):
+        elif len(done) == len(ended) and not any(i is None for i in instances):
             return  # some nodes finished first; wait for the rest
         else:
             self._finish(
@@ -487,6 +542,18 @@ class Engine:
             return True
         owner = next((a for a in attempts if str(a.seq) == instance.tags.get(TAG_ATTEMPT)), None)
         return owner is None or not owner.open
+
+
+def _with_report(instance: Instance | None, report: InstanceReport | None) -> Instance | None:
+    if instance is None or report is None:
+        return instance
+    if instance.ended:
+        if instance.exit_code is None and report.exit_code is not None:
+            return replace(instance, exit_code=report.exit_code)
+        return instance
+    if report.notice_at is not None and report.notice_kind != "rebalance":
+        return replace(instance, state=InstanceState.NOTICE)
+    return instance
 
 
 def _region_key(pool: Pool) -> tuple[str, str, str]:

@@ -1,7 +1,9 @@
 """The last good offerings of every provider, refreshed by polls.
 
-A failed poll keeps the previous offerings and records the error and its
-time, so placement goes on with stale data rather than none.
+A failed poll keeps the previous offerings, records the error, and backs
+off (doubling up to ``max_backoff_seconds``) before the provider is asked
+again, so placement goes on with stale data rather than none and a failing
+API is not hammered. Each snapshot says how old it is.
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 from spotd.contracts import Provider
 from spotd.domain import Offering, Pool
@@ -28,29 +30,69 @@ class Snapshot:
     """Wall time (``time.time()``) of the last successful poll; 0 if never."""
     error: str | None = None
     """The last poll's error, when it failed."""
+    failures: int = 0
+    """Polls failed in a row."""
+    retry_at: float = 0.0
+    """Wall time before which a failed provider is not polled again."""
+
+    def age(self, now: float | None = None) -> float | None:
+        """Seconds since the last good poll; None if there never was one."""
+        if not self.fetched_at:
+            return None
+        return (now if now is not None else time.time()) - self.fetched_at
+
+    @property
+    def stale(self) -> bool:
+        """Whether the last poll failed (the offerings are older than they should be)."""
+        return self.error is not None
 
 
 class MarketCache:
     """Thread-safe cache of every provider's offerings."""
 
-    def __init__(self, providers: Mapping[str, Provider]) -> None:
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        *,
+        base_backoff_seconds: float = 5.0,
+        max_backoff_seconds: float = 600.0,
+        on_fresh: Callable[[str, tuple[Offering, ...]], None] | None = None,
+    ) -> None:
         self._providers = dict(providers)
         self._snapshots: dict[str, Snapshot] = {}
         self._lock = threading.Lock()
+        self._base = base_backoff_seconds
+        self._max = max_backoff_seconds
+        self._on_fresh = on_fresh
 
     def refresh(self, name: str) -> Snapshot:
-        """Poll one provider; on failure keep its last good offerings."""
-        provider = self._providers[name]
+        """Poll one provider, unless it is backing off; on failure keep its last data."""
+        old = self.snapshot(name)
+        now = time.time()
+        if old.failures and now < old.retry_at:
+            return old
         try:
-            fresh = Snapshot(tuple(provider.offerings()), time.time())
+            offerings = tuple(self._providers[name].offerings())
         except ProviderError as exc:
-            log.warning("price poll of %s failed, keeping last data: %s", name, exc)
-            with self._lock:
-                old = self._snapshots.get(name, Snapshot((), 0.0))
-                fresh = Snapshot(old.offerings, old.fetched_at, str(exc))
+            fresh = self._failed(name, old, exc, now)
+        else:
+            fresh = Snapshot(offerings, now)
+            if self._on_fresh is not None:
+                self._on_fresh(name, offerings)
         with self._lock:
             self._snapshots[name] = fresh
         return fresh
+
+    def _failed(self, name: str, old: Snapshot, exc: ProviderError, now: float) -> Snapshot:
+        failures = old.failures + 1
+        delay = min(self._max, self._base * 2 ** (failures - 1))
+        age = old.age(now)
+        log.warning(
+            "price poll of %s failed (%d in a row, retry in %.0f s, data %s): %s",
+            name, failures, delay, f"{age:.0f} s old" if age is not None else "none", exc,
+        )
+        return replace(old, error=f"{type(exc).__name__}: {exc}", failures=failures,
+                       retry_at=now + delay)
 
     def refresh_all(self) -> None:
         """Poll every provider once."""
@@ -61,6 +103,10 @@ class MarketCache:
         """The current snapshot of one provider (empty if never polled)."""
         with self._lock:
             return self._snapshots.get(name, Snapshot((), 0.0))
+
+    def snapshots(self) -> dict[str, Snapshot]:
+        """Every provider's snapshot, by provider name."""
+        return {name: self.snapshot(name) for name in self._providers}
 
     def offerings(self) -> list[Offering]:
         """All providers' offerings, polling those never polled yet."""

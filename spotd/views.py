@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
 
-from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord
+from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord, Offering
+from spotd.market import Snapshot
 
 
 class AttemptView(BaseModel):
@@ -104,4 +105,76 @@ def event_view(e: EventRecord) -> EventView:
         to_status=str(e.to_status),
         cause=e.cause,
         detail=e.detail,
+    )
+
+
+class OfferingView(BaseModel):
+    """One offering with both prices and its fabric."""
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    gpu: str
+    gpus_per_node: int
+    gpu_memory_gb: int
+    fabric: str
+    gbps_per_gpu: float
+    spot_price: float | None
+    on_demand_price: float | None
+    capacity: float | None
+
+
+class ProviderMarketView(BaseModel):
+    """How fresh one provider's offerings are."""
+
+    provider: str
+    offerings: int
+    age_seconds: float | None
+    """Seconds since the last good poll; None if there never was one."""
+    stale: bool
+    error: str | None
+    failures: int
+
+
+class MarketView(BaseModel):
+    """The current market as the daemon sees it."""
+
+    providers: list[ProviderMarketView]
+    offerings: list[OfferingView]
+
+
+def offering_view(o: Offering) -> OfferingView:
+    """The view of one offering."""
+    return OfferingView(
+        provider=o.pool.provider,
+        region=o.pool.region,
+        zone=o.pool.zone,
+        instance_type=o.pool.instance_type,
+        gpu=o.gpu,
+        gpus_per_node=o.gpus_per_node,
+        gpu_memory_gb=o.gpu_memory_gb,
+        fabric=str(o.interconnect.fabric),
+        gbps_per_gpu=o.interconnect.gbps_per_gpu,
+        spot_price=o.spot_price,
+        on_demand_price=o.on_demand_price,
+        capacity=o.capacity,
+    )
+
+
+def market_view(snapshots: Mapping[str, Snapshot], now: float) -> MarketView:
+    """The view of every provider's snapshot, as of wall time ``now``."""
+    return MarketView(
+        providers=[
+            ProviderMarketView(
+                provider=name,
+                offerings=len(s.offerings),
+                age_seconds=None if s.age(now) is None else round(s.age(now) or 0.0, 1),
+                stale=s.stale,
+                error=s.error,
+                failures=s.failures,
+            )
+            for name, s in sorted(snapshots.items())
+        ],
+        offerings=[offering_view(o) for s in snapshots.values() for o in s.offerings],
     )

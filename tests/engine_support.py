@@ -9,7 +9,13 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from spotd.config import DaemonSettings, ProvidersSettings, SchedulingSettings, Settings, SimSettings
+from spotd.config import (
+    DaemonSettings,
+    ProvidersSettings,
+    SchedulingSettings,
+    Settings,
+    SimSettings,
+)
 from spotd.domain import (
     Fabric,
     Instance,
@@ -97,6 +103,7 @@ class FakeProvider:
     launched: list[LaunchRequest] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)
     tags: dict[str, Mapping[str, str]] = field(default_factory=dict)
+    exit_codes: dict[str, int] = field(default_factory=dict)
 
     def offerings(self) -> list[Offering]:
         return [
@@ -145,6 +152,5 @@ class FakeProvider:
     def _instance(self, iid: str, pool: Pool) -> Instance:
         from spotd.domain import Market
 
-        exit_code = 0 if self.states[iid] is InstanceState.EXITED else None
         inst = Instance(id=iid, pool=pool, market=Market.SPOT, state=self.states[iid])
-        return replace(inst, exit_code=exit_code, tags=dict(self.tags.get(iid, {})))
+        return replace(inst, exit_code=self.exit_codes.get(iid), tags=dict(self.tags.get(iid, {})))

@@ -8,15 +8,15 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from engine_support import FakeProvider, fast_settings, run_until, spec
+from spotd.policies.cheapest import CheapestPolicy
 
 from spotd.domain import AttemptEnd, InstanceState, Market
 from spotd.engine import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, Engine, EngineSettings
 from spotd.errors import AuthError, CapacityError, ThrottledError
-from spotd.policies.cheapest import CheapestPolicy
 from spotd.states import FailureCause, JobStatus, Transition, transition
 from spotd.store import open_store
 from spotd.wiring import build_engine
-from engine_support import FakeProvider, fast_settings, run_until, spec
 
 
 @pytest.fixture
@@ -239,6 +239,7 @@ def test_preemption_recovers_elsewhere(fake: tuple[Engine, FakeProvider]) -> Non
     assert first.end_reason is AttemptEnd.PREEMPTED
     assert second.pool != first.pool
     provider.states[second.instance_ids[0]] = InstanceState.EXITED
+    provider.exit_codes[second.instance_ids[0]] = 0
     job = run_until(eng, job.id, _terminal, timeout=5)
     assert job.status is JobStatus.SUCCEEDED
 
@@ -274,3 +275,70 @@ def test_lease_lets_a_second_daemon_take_over(tmp_path: Path, store_url: str) ->
     finally:
         first.store.close()
         second.store.close()
+
+
+def test_a_node_missing_once_is_not_lost(fake: tuple[Engine, FakeProvider]) -> None:
+    eng, provider = fake
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    (attempt,) = eng.store.attempts(job.id)
+    state = provider.states.pop(attempt.instance_ids[0])
+    eng.tick()
+    eng.tick()
+    assert eng.store.get_job(job.id).status is JobStatus.RUNNING, "two misses are not a loss"
+    provider.states[attempt.instance_ids[0]] = state
+    eng.tick()
+    del provider.states[attempt.instance_ids[0]]
+    eng.tick()
+    eng.tick()
+    assert eng.store.get_job(job.id).status is JobStatus.RUNNING, "the count restarts when seen"
+    eng.tick()
+    assert eng.store.get_job(job.id).status is JobStatus.RECOVERING
+    assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.LOST
+
+
+def test_a_node_stopped_by_someone_else_is_not_success(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, provider = fake
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    (attempt,) = eng.store.attempts(job.id)
+    provider.states[attempt.instance_ids[0]] = InstanceState.TERMINATED
+    eng.tick()
+    assert eng.store.get_job(job.id).status is JobStatus.RECOVERING
+    assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.LOST
+
+
+def test_agent_reports_bring_notice_and_exit_code(fake: tuple[Engine, FakeProvider]) -> None:
+    from spotd.domain import InstanceReport
+
+    eng, provider = fake
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    (attempt,) = eng.store.attempts(job.id)
+    iid = attempt.instance_ids[0]
+    now = eng.clock.now()
+    eng.store.save_report(InstanceReport(iid, "fake", job.id, 1, notice_at=now,
+                                         notice_kind="preemption"))
+    eng.tick()
+    assert eng.store.get_job(job.id).status is JobStatus.CHECKPOINTING
+    # The cloud only says the VM shut itself down; the agent says how the job ended.
+    provider.states[iid] = InstanceState.EXITED
+    assert provider.describe([iid])[0].exit_code is None
+    eng.store.save_report(InstanceReport(iid, "fake", job.id, 1, exit_code=0, exited_at=now))
+    eng.tick()
+    assert eng.store.get_job(job.id).status is JobStatus.SUCCEEDED
+
+
+def test_a_vm_that_shut_down_without_a_report_is_recovered(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, provider = fake
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    (attempt,) = eng.store.attempts(job.id)
+    provider.states[attempt.instance_ids[0]] = InstanceState.EXITED
+    eng.tick()
+    assert eng.store.get_job(job.id).status is JobStatus.RECOVERING
+    assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.LOST

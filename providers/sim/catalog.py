@@ -1,7 +1,8 @@
 """The instance types, regions and zones of the three simulated providers.
 
-Instance type names and their GPU, memory and fabric figures follow the real
-clouds. Every price here is a plausible made-up figure in USD per node-hour,
+Instance type names follow the real clouds, and their GPU, memory and fabric
+figures come from :mod:`spotd.interconnect`, the table the cloud adapters use.
+Every price here is a plausible made-up figure in USD per node-hour,
 not a quote: real adapters read live prices.
 """
 
@@ -10,7 +11,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from spotd.domain import Fabric, Interconnect, Pool
+from spotd import interconnect
+from spotd.domain import Interconnect, Pool
 
 SIM_AWS = "sim-aws"
 SIM_GCP = "sim-gcp"
@@ -48,10 +50,6 @@ class CatalogEntry:
     notice_seconds: int
 
 
-def _eth(gbps: float) -> Interconnect:
-    return Interconnect(Fabric.ETHERNET, gbps)
-
-
 _ZONES: dict[str, dict[str, tuple[str, ...]]] = {
     # The AWS zones are those of the shared V100 traces, so traces map onto them.
     SIM_AWS: {
@@ -77,44 +75,45 @@ _REGION_PRICE_FACTOR = {
     "eastus": 1.0, "westus3": 1.02, "westeurope": 1.12,
 }  # fmt: skip
 
+def _type(provider: str, name: str, on_demand: float, regions: tuple[str, ...]) -> InstanceType:
+    """An instance type with the GPU and fabric facts of the cloud it mirrors."""
+    known = interconnect.facts(provider, name)
+    if known is None:
+        raise KeyError(f"{name} is not in spotd.interconnect's table")
+    return InstanceType(
+        name, known.gpu, known.gpus_per_node, known.gpu_memory_gb, known.interconnect,
+        on_demand, regions,
+    )
+
+
+_US_AWS = ("us-east-1", "us-east-2", "us-west-2")
+_GCP_ALL = ("us-central1", "us-east4", "europe-west4")
+_AZ_ALL = ("eastus", "westus3", "westeurope")
+
+# On-demand list prices are plausible made-up figures in USD per node-hour,
+# of the order of the clouds' 2026 list prices, not quotes.
 _TYPES: dict[str, tuple[InstanceType, ...]] = {
     SIM_AWS: (
-        InstanceType("p5.48xlarge", "H100", 8, 80, Interconnect(Fabric.EFA, 400), 98.32,
-                     ("us-east-1", "us-east-2", "us-west-2")),
-        InstanceType("p4d.24xlarge", "A100", 8, 40, Interconnect(Fabric.EFA, 50), 32.77,
-                     ("us-east-1", "us-west-2")),
-        InstanceType("g6e.xlarge", "L40S", 1, 48, _eth(20), 1.86,
-                     ("us-east-1", "us-east-2", "us-west-2")),
-        InstanceType("p3.2xlarge", "V100", 1, 16, _eth(10), 3.06,
-                     ("us-east-1", "us-east-2", "us-west-2")),
-        InstanceType("g5.xlarge", "A10G", 1, 24, _eth(10), 1.01,
-                     ("us-east-1", "us-east-2", "us-west-2")),
+        _type(SIM_AWS, "p5.48xlarge", 98.32, _US_AWS),
+        _type(SIM_AWS, "p4d.24xlarge", 32.77, ("us-east-1", "us-west-2")),
+        _type(SIM_AWS, "g6e.xlarge", 1.86, _US_AWS),
+        _type(SIM_AWS, "p3.2xlarge", 3.06, _US_AWS),
+        _type(SIM_AWS, "g5.xlarge", 1.01, _US_AWS),
     ),
     SIM_GCP: (
-        InstanceType("a3-highgpu-8g", "H100", 8, 80, Interconnect(Fabric.TCPX, 200), 88.25,
-                     ("us-central1", "us-east4", "europe-west4")),
-        # TCPXO (A3 Mega) has no Fabric member of its own: the TCPX family.
-        InstanceType("a3-megagpu-8g", "H100", 8, 80, Interconnect(Fabric.TCPX, 200), 92.10,
-                     ("us-central1", "us-east4")),
-        InstanceType("a2-highgpu-1g", "A100", 1, 40, _eth(24), 3.67,
-                     ("us-central1", "us-east4", "europe-west4")),
-        InstanceType("a2-ultragpu-8g", "A100", 8, 80, _eth(12.5), 40.55,
-                     ("us-central1", "europe-west4")),
-        InstanceType("g2-standard-4", "L4", 1, 24, _eth(10), 0.71,
-                     ("us-central1", "us-east4", "europe-west4")),
+        _type(SIM_GCP, "a3-highgpu-8g", 88.25, _GCP_ALL),
+        _type(SIM_GCP, "a3-megagpu-8g", 92.10, ("us-central1", "us-east4")),
+        _type(SIM_GCP, "a2-highgpu-1g", 3.67, _GCP_ALL),
+        _type(SIM_GCP, "a2-ultragpu-8g", 40.55, ("us-central1", "europe-west4")),
+        _type(SIM_GCP, "g2-standard-4", 0.71, _GCP_ALL),
     ),
     SIM_AZURE: (
-        InstanceType("Standard_ND96isr_H100_v5", "H100", 8, 80,
-                     Interconnect(Fabric.INFINIBAND, 400), 98.32, ("eastus", "westeurope")),
-        InstanceType("Standard_ND96asr_v4", "A100", 8, 40,
-                     Interconnect(Fabric.INFINIBAND, 200), 27.20,
-                     ("eastus", "westus3", "westeurope")),
-        InstanceType("Standard_NC24ads_A100_v4", "A100", 1, 80, _eth(20), 3.67,
-                     ("eastus", "westus3", "westeurope")),
-        InstanceType("Standard_NC40ads_H100_v5", "H100 NVL", 1, 94, _eth(40), 6.98,
-                     ("eastus", "westus3")),
+        _type(SIM_AZURE, "Standard_ND96isr_H100_v5", 98.32, ("eastus", "westeurope")),
+        _type(SIM_AZURE, "Standard_ND96asr_v4", 27.20, _AZ_ALL),
+        _type(SIM_AZURE, "Standard_NC24ads_A100_v4", 3.67, _AZ_ALL),
+        _type(SIM_AZURE, "Standard_NC40ads_H100_v5", 6.98, ("eastus", "westus3")),
     ),
-}  # fmt: skip
+}
 
 
 def _spot_share(zone: str, type_name: str) -> float:

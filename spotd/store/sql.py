@@ -41,14 +41,18 @@ from spotd.domain import (
     AttemptEnd,
     AttemptRecord,
     EventRecord,
+    InstanceReport,
     JobRecord,
     Market,
     NewAttempt,
+    Offering,
     Pool,
+    PricePoint,
 )
 from spotd.errors import JobNotFound, LostTransition, StoreError
 from spotd.spec import JobSpec, spec_from_json, spec_to_json
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition
+from spotd.store import history
 from spotd.store.tables import ATTEMPTS, EVENTS, JOBS
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -335,6 +339,28 @@ class SqlStore:
         query = select(EVENTS).where(EVENTS.c.job_id == job_id).order_by(EVENTS.c.id)
         with self._read() as conn:
             return [_event_record(row) for row in conn.execute(query)]
+
+    # market and agents
+
+    def record_prices(self, offerings: Sequence[Offering], *, at: datetime) -> int:
+        """Keep the offerings' prices as history; returns the rows written."""
+        with self._write() as conn:
+            return history.insert_prices(conn, offerings, at)
+
+    def price_history(self, pool: Pool, *, since: datetime) -> list[PricePoint]:
+        """The pool's polled prices since ``since``, oldest first."""
+        with self._read() as conn:
+            return history.select_history(conn, pool, since)
+
+    def save_report(self, report: InstanceReport) -> None:
+        """Merge an agent's report into what is known of its instance."""
+        with self._write() as conn:
+            history.upsert_report(conn, report)
+
+    def reports(self, job_id: str) -> list[InstanceReport]:
+        """What the agents of a job's instances reported."""
+        with self._read() as conn:
+            return history.select_reports(conn, job_id)
 
     def close(self) -> None:
         """Release connections."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect, ForeignKey, Table, Text, UniqueConstraint
+from sqlalchemy import DateTime, Dialect, ForeignKey, Index, Table, Text, UniqueConstraint
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -112,6 +112,43 @@ class AttemptRow(SQLModel, table=True):
     end_reason: str | None = None
 
 
+class PriceRow(SQLModel, table=True):
+    """One polled price of one pool and market, kept as history."""
+
+    __tablename__ = "prices"
+    __table_args__ = (
+        Index("ix_prices_pool_at", "provider", "zone", "instance_type", "at"),
+        Index("ix_prices_at", "at"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    price: float
+    capacity: float | None = None
+    at: datetime = Field(sa_type=UtcDateTime)
+
+
+class InstanceReportRow(SQLModel, table=True):
+    """What the on-VM agent of one instance last told the daemon."""
+
+    __tablename__ = "instance_reports"
+
+    instance_id: str = Field(primary_key=True)
+    provider: str = Field(primary_key=True)
+    job_id: str = Field(index=True)
+    attempt: int
+    heartbeat_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    notice_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    notice_kind: str | None = None
+    notice_deadline: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    exit_code: int | None = None
+    exited_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+
+
 def _table(name: str) -> Table:
     return SQLModel.metadata.tables[name]
 
@@ -122,3 +159,7 @@ EVENTS = _table("events")
 """Core view of :class:`EventRow`."""
 ATTEMPTS = _table("attempts")
 """Core view of :class:`AttemptRow`."""
+PRICES = _table("prices")
+"""Core view of :class:`PriceRow`."""
+REPORTS = _table("instance_reports")
+"""Core view of :class:`InstanceReportRow`."""

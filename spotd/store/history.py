@@ -1,0 +1,106 @@
+"""Price history and agent reports: the SQL behind the store's market and agent methods."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Row, and_, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
+
+from spotd.domain import InstanceReport, Market, Offering, Pool, PricePoint
+from spotd.store.tables import PRICES, REPORTS
+
+REPORT_FIELDS = (
+    "heartbeat_at",
+    "notice_at",
+    "notice_kind",
+    "notice_deadline",
+    "exit_code",
+    "exited_at",
+)
+
+
+def insert_prices(conn: Connection, offerings: Sequence[Offering], at: datetime) -> int:
+    """One row per offering and market it is sold in; returns how many."""
+    rows = [
+        {
+            "provider": o.pool.provider,
+            "region": o.pool.region,
+            "zone": o.pool.zone,
+            "instance_type": o.pool.instance_type,
+            "market": str(market),
+            "price": price,
+            "capacity": o.capacity if market is Market.SPOT else None,
+            "at": at,
+        }
+        for o in offerings
+        for market in Market
+        if (price := o.price(market)) is not None
+    ]
+    if rows:
+        conn.execute(insert(PRICES), rows)
+    return len(rows)
+
+
+def select_history(conn: Connection, pool: Pool, since: datetime) -> list[PricePoint]:
+    """The pool's prices since ``since``, oldest first."""
+    query = (
+        select(PRICES)
+        .where(
+            and_(
+                PRICES.c.provider == pool.provider,
+                PRICES.c.zone == pool.zone,
+                PRICES.c.instance_type == pool.instance_type,
+                PRICES.c.at >= since,
+            )
+        )
+        .order_by(PRICES.c.at, PRICES.c.id)
+    )
+    return [_price_point(r) for r in conn.execute(query)]
+
+
+def upsert_report(conn: Connection, report: InstanceReport) -> None:
+    """Merge a report into the instance's row: fields left None keep their value."""
+    values: dict[str, Any] = {
+        "instance_id": report.instance_id,
+        "provider": report.provider,
+        "job_id": report.job_id,
+        "attempt": report.attempt,
+    }
+    changed = {f: getattr(report, f) for f in REPORT_FIELDS if getattr(report, f) is not None}
+    values.update(changed)
+    # Both dialects have INSERT ... ON CONFLICT DO UPDATE, with the same API.
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    stmt = dialect_insert(REPORTS).values(**values)
+    update = changed or {"job_id": stmt.excluded.job_id}
+    conn.execute(
+        stmt.on_conflict_do_update(index_elements=["instance_id", "provider"], set_=update)
+    )
+
+
+def select_reports(conn: Connection, job_id: str) -> list[InstanceReport]:
+    """Every agent report of a job's instances."""
+    query = select(REPORTS).where(REPORTS.c.job_id == job_id).order_by(REPORTS.c.attempt)
+    return [_report(r) for r in conn.execute(query)]
+
+
+def _price_point(row: Row[Any]) -> PricePoint:
+    return PricePoint(
+        pool=Pool(row.provider, row.region, row.zone, row.instance_type),
+        market=Market(row.market),
+        price=row.price,
+        capacity=row.capacity,
+        at=row.at,
+    )
+
+
+def _report(row: Row[Any]) -> InstanceReport:
+    return InstanceReport(
+        instance_id=row.instance_id,
+        provider=row.provider,
+        job_id=row.job_id,
+        attempt=row.attempt,
+        **{f: getattr(row, f) for f in REPORT_FIELDS},
+    )
