@@ -8,7 +8,8 @@ logged warning, so it is never mistaken for a fast fabric.
 
 Sources (figures per node, divided by the GPUs of the node):
 - AWS: "Amazon EC2 accelerated computing instance specifications" (network
-  bandwidth and EFA columns) for P3, P4d/P4de, P5/P5e/P5en, P6-B200, G5, G6, G6e.
+  bandwidth and EFA columns) for P3, P4d/P4de, P5/P5e/P5en, P6-B200, P6-B300
+  (6,400 Gbps EFAv4 per node, 800 per GPU), G5, G6, G6e.
 - GCP: "GPU machine types" and "A3 / A4 machine series" pages (A3 High:
   GPUDirect-TCPX 1,000 Gbps; A3 Mega: GPUDirect-TCPXO 1,800 Gbps; A3 Ultra and
   A4: 3,200 Gbps GPU RDMA over RoCE). A2 figures from public secondary sources.
@@ -58,6 +59,7 @@ CATALOG: dict[str, dict[str, TypeFacts]] = {
         "p5e.48xlarge": _t("H200", 8, 141, EFA, 3200),
         "p5en.48xlarge": _t("H200", 8, 141, EFA, 3200),
         "p6-b200.48xlarge": _t("B200", 8, 180, EFA, 3200),
+        "p6-b300.48xlarge": _t("B300", 8, 288, EFA, 6400),
         "g5.xlarge": _t("A10G", 1, 24, E, 10),
         "g5.2xlarge": _t("A10G", 1, 24, E, 10),
         "g5.4xlarge": _t("A10G", 1, 24, E, 25),

@@ -95,6 +95,7 @@ _AZ_ALL = ("eastus", "westus3", "westeurope")
 _TYPES: dict[str, tuple[InstanceType, ...]] = {
     SIM_AWS: (
         _type(SIM_AWS, "p5.48xlarge", 98.32, _US_AWS),
+        _type(SIM_AWS, "p6-b300.48xlarge", 142.40, ("us-east-1", "us-west-2")),
         _type(SIM_AWS, "p4d.24xlarge", 32.77, ("us-east-1", "us-west-2")),
         _type(SIM_AWS, "g6e.xlarge", 1.86, _US_AWS),
         _type(SIM_AWS, "p3.2xlarge", 3.06, _US_AWS),

@@ -1,0 +1,82 @@
+"""Machine types of the zones: which are GPU types, and what they are billed for."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from google.cloud import compute_v1
+
+from spotd import interconnect
+
+log = logging.getLogger(__name__)
+
+ACCELERATORS: dict[str, tuple[str, int]] = {
+    "nvidia-tesla-a100": ("A100", 40),
+    "nvidia-a100-80gb": ("A100", 80),
+    "nvidia-h100-80gb": ("H100", 80),
+    "nvidia-h100-mega-80gb": ("H100", 80),
+    "nvidia-h200-141gb": ("H200", 141),
+    "nvidia-b200": ("B200", 180),
+    "nvidia-l4": ("L4", 24),
+    "nvidia-tesla-v100": ("V100", 16),
+    "nvidia-tesla-t4": ("T4", 16),
+}
+"""GCE accelerator type -> (spotd GPU name, GB of memory per GPU)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MachineShape:
+    """A GPU machine type: its accelerator, and what it is billed for."""
+
+    name: str
+    accelerator: str
+    gpus: int
+    vcpus: int
+    memory_gib: float
+
+    @property
+    def family(self) -> str:
+        """The billing family: ``a2-highgpu-8g`` -> ``A2``."""
+        return self.name.split("-", 1)[0].upper()
+
+    @property
+    def gpu(self) -> str:
+        """spotd's GPU name (``A100``), or the accelerator type when unknown."""
+        return ACCELERATORS.get(self.accelerator, (self.accelerator, 0))[0]
+
+    @property
+    def gpu_memory_gb(self) -> int:
+        """GB per GPU: the interconnect table's figure, else the accelerator's."""
+        known = interconnect.facts("gcp", self.name)
+        if known is not None:
+            return known.gpu_memory_gb
+        return ACCELERATORS.get(self.accelerator, ("", 0))[1]
+
+
+def shape_of(machine_type: Any) -> MachineShape | None:
+    """The shape of a ``compute_v1.MachineType``; None when it has no GPUs."""
+    accelerators = list(machine_type.accelerators)
+    if not accelerators:
+        return None
+    accel = accelerators[0]
+    return MachineShape(
+        name=machine_type.name,
+        accelerator=accel.guest_accelerator_type,
+        gpus=int(accel.guest_accelerator_count),
+        vcpus=int(machine_type.guest_cpus),
+        memory_gib=int(machine_type.memory_mb) / 1024,
+    )
+
+
+def wanted_types(configured: list[str] | None) -> frozenset[str]:
+    """The machine types to offer: the configured ones, else the interconnect table's."""
+    if configured is not None:
+        return frozenset(configured)
+    return frozenset(interconnect.CATALOG["gcp"])
+
+
+def list_request(project: str, zone: str) -> compute_v1.ListMachineTypesRequest:
+    """The per-zone machine types call (paged by the SDK's pager)."""
+    return compute_v1.ListMachineTypesRequest(project=project, zone=zone)

@@ -1,0 +1,157 @@
+"""The agent's settings, read from ``SPOTD_AGENT_*`` environment variables.
+
+See ``docs/agent.md`` for the table of variables. The bootstrap script writes
+them into a root-only env file that is sourced before the agent starts.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+from spotd.errors import ConfigError
+
+ProviderKind = Literal["aws", "gcp", "azure", "none"]
+AzureAck = Literal["after-exit", "immediate"]
+
+DEFAULT_METADATA_URLS: dict[str, str] = {
+    "aws": "http://169.254.169.254",
+    "azure": "http://169.254.169.254",
+    "gcp": "http://metadata.google.internal",
+    "none": "",
+}
+"""Where each provider's metadata service answers on its VMs."""
+
+DEFAULT_POLL_SECONDS: dict[str, float] = {"aws": 5.0, "gcp": 1.0, "azure": 1.0, "none": 60.0}
+"""Seconds between polls. AWS documents 5 s; GCP's interval only applies when its
+long poll fails; Azure gives as little as 30 s of notice, so poll each second."""
+
+TOKEN_VARIABLE = "SPOTD_AGENT_TOKEN"  # noqa: S105 (the variable's name, not a secret)
+"""Never passed on to the job: the job must not be able to speak for the agent."""
+
+PREFIX = "SPOTD_AGENT_"
+
+
+class AgentConfig(BaseModel):
+    """Everything the agent needs to run one job on one VM."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    provider: ProviderKind = "none"
+    metadata_url: str | None = None
+    """Base URL of the metadata service; None means the provider's default."""
+    daemon_url: str | None = None
+    """Base URL of the daemon; None runs the job without reporting anything."""
+    token: SecretStr = SecretStr("")
+    job_id: str
+    attempt: int
+    instance_id: str = ""
+    """Empty: asked from the metadata service at start (else the host name)."""
+    vm_name: str = ""
+    """Azure: the VM name matched against an event's ``Resources``; empty accepts any."""
+    command: tuple[str, ...] = Field(min_length=1)
+    checkpoint_signal: str = "SIGTERM"
+    poll_seconds: float | None = Field(default=None, gt=0)
+    """None means the provider's default (:data:`DEFAULT_POLL_SECONDS`)."""
+    long_poll_seconds: float = Field(default=30.0, gt=0)
+    """GCP: how long one ``wait_for_change`` request may hang."""
+    heartbeat_seconds: float = Field(default=30.0, gt=0)
+    azure_ack: AzureAck = "after-exit"
+    report_timeout_seconds: float = Field(default=60.0, ge=0)
+    """How long the exit report is retried before ``on_exit`` runs anyway."""
+    retry_initial_seconds: float = Field(default=0.5, gt=0)
+    retry_max_seconds: float = Field(default=30.0, gt=0)
+    on_exit: tuple[str, ...] | None = None
+    """A command run after the job ended and its exit was reported (e.g. a shutdown)."""
+    job_env: dict[str, str] = Field(default_factory=dict, repr=False)
+    """The job's environment: the agent's own minus ``SPOTD_AGENT_TOKEN``."""
+
+    @field_validator("checkpoint_signal")
+    @classmethod
+    def _known_signal(cls, value: str) -> str:
+        name = value.upper() if value.upper().startswith("SIG") else f"SIG{value.upper()}"
+        if name not in signal.Signals.__members__:
+            raise ValueError(f"unknown signal {value!r}")
+        return name
+
+    @property
+    def checkpoint_signum(self) -> signal.Signals:
+        """The checkpoint signal as a number."""
+        return signal.Signals[self.checkpoint_signal]
+
+    @property
+    def metadata_base(self) -> str:
+        """The metadata base URL, defaulted per provider, without a trailing slash."""
+        url = self.metadata_url or DEFAULT_METADATA_URLS[self.provider]
+        return url.rstrip("/")
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between notice polls."""
+        return self.poll_seconds or DEFAULT_POLL_SECONDS[self.provider]
+
+    @classmethod
+    def from_env(
+        cls, environ: Mapping[str, str], command: Sequence[str] | None = None
+    ) -> AgentConfig:
+        """Read ``SPOTD_AGENT_*`` from ``environ``; ``command`` (argv) wins over
+        ``SPOTD_AGENT_COMMAND``. Raises ConfigError naming the bad variables."""
+        raw = _raw_fields(environ)
+        if command:
+            raw["command"] = tuple(command)
+        raw["job_env"] = {k: v for k, v in environ.items() if k != TOKEN_VARIABLE}
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{_variable_of(err['loc'])}: {err['msg']}" for err in exc.errors()
+            )
+            raise ConfigError(f"agent configuration: {problems}") from exc
+
+
+# Field -> (variable, fallback variable). The fallbacks are what spotd already puts
+# in every job's environment, so an agent started by hand next to a job works too.
+_VARIABLES: dict[str, tuple[str, str | None]] = {
+    "provider": ("SPOTD_AGENT_PROVIDER", None),
+    "metadata_url": ("SPOTD_AGENT_METADATA_URL", None),
+    "daemon_url": ("SPOTD_AGENT_DAEMON_URL", None),
+    "token": (TOKEN_VARIABLE, None),
+    "job_id": ("SPOTD_AGENT_JOB_ID", "SPOTD_JOB_ID"),
+    "attempt": ("SPOTD_AGENT_ATTEMPT", "SPOTD_ATTEMPT"),
+    "instance_id": ("SPOTD_AGENT_INSTANCE_ID", "SPOTD_INSTANCE_ID"),
+    "vm_name": ("SPOTD_AGENT_VM_NAME", None),
+    "command": ("SPOTD_AGENT_COMMAND", None),
+    "checkpoint_signal": ("SPOTD_AGENT_CHECKPOINT_SIGNAL", None),
+    "poll_seconds": ("SPOTD_AGENT_POLL_SECONDS", None),
+    "long_poll_seconds": ("SPOTD_AGENT_LONG_POLL_SECONDS", None),
+    "heartbeat_seconds": ("SPOTD_AGENT_HEARTBEAT_SECONDS", None),
+    "azure_ack": ("SPOTD_AGENT_AZURE_ACK", None),
+    "report_timeout_seconds": ("SPOTD_AGENT_REPORT_TIMEOUT_SECONDS", None),
+    "retry_initial_seconds": ("SPOTD_AGENT_RETRY_INITIAL_SECONDS", None),
+    "retry_max_seconds": ("SPOTD_AGENT_RETRY_MAX_SECONDS", None),
+    "on_exit": ("SPOTD_AGENT_ON_EXIT", None),
+}
+_ARGV_FIELDS = frozenset({"command", "on_exit"})
+
+
+def _raw_fields(environ: Mapping[str, str]) -> dict[str, object]:
+    raw: dict[str, object] = {}
+    for field, (variable, fallback) in _VARIABLES.items():
+        value = environ.get(variable, "").strip()
+        if not value and fallback is not None:
+            value = environ.get(fallback, "").strip()
+        if not value:
+            continue  # unset and empty both mean "the default"
+        raw[field] = tuple(shlex.split(value)) if field in _ARGV_FIELDS else value
+    return raw
+
+
+def _variable_of(loc: tuple[int | str, ...]) -> str:
+    field = str(loc[0]) if loc else ""
+    if field in _VARIABLES:
+        return _VARIABLES[field][0]
+    return field or "agent configuration"

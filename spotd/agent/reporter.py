@@ -1,0 +1,172 @@
+"""Reports from the agent to the daemon, and an outbox that retries them.
+
+:class:`DaemonReporter` makes one POST per report. :class:`Outbox` sends
+reports in order from its own thread and retries failures with capped
+exponential backoff, so a daemon that is down or restarting never blocks the
+job or the notice handling; only the final exit report is waited for, and only
+for a bounded time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+
+import httpx
+
+from spotd.agent_api import (
+    EXIT_PATH,
+    HEARTBEAT_PATH,
+    NOTICE_PATH,
+    AgentReport,
+    ExitReport,
+    NoticeReport,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ReportFailed(Exception):
+    """The daemon could not take the report now (unreachable, 5xx, 429): retry."""
+
+
+class ReportRejected(Exception):
+    """The daemon refused the report (401, 422, ...): retrying cannot help."""
+
+
+def path_of(report: AgentReport) -> str:
+    """The daemon route a report goes to."""
+    if isinstance(report, NoticeReport):
+        return NOTICE_PATH
+    if isinstance(report, ExitReport):
+        return EXIT_PATH
+    return HEARTBEAT_PATH
+
+
+class DaemonReporter:
+    """POSTs reports to ``{daemon_url}/v1/agent/...`` with the agent's bearer token."""
+
+    def __init__(
+        self,
+        daemon_url: str,
+        token: str,
+        *,
+        client: httpx.Client | None = None,
+        timeout: float = 10.0,
+    ) -> None:
+        self.daemon_url = daemon_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._owns_client = client is None
+        self._client = client or httpx.Client(timeout=timeout)
+
+    def send(self, report: AgentReport) -> None:
+        """Deliver one report; raises ReportFailed or ReportRejected."""
+        path = path_of(report)
+        try:
+            response = self._client.post(
+                f"{self.daemon_url}{path}",
+                json=report.model_dump(mode="json"),
+                headers=self._headers,
+            )
+        except httpx.HTTPError as exc:
+            raise ReportFailed(f"{path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 500 or response.status_code == 429:
+            raise ReportFailed(f"{path}: HTTP {response.status_code}")
+        if response.status_code >= 300:
+            raise ReportRejected(f"{path}: HTTP {response.status_code}: {response.text[:200]}")
+
+    def close(self) -> None:
+        """Close the client if this reporter made it."""
+        if self._owns_client:
+            self._client.close()
+
+
+class Outbox:
+    """Sends reports in order from a background thread, retrying each until it goes.
+
+    A newer heartbeat replaces one still waiting: only the latest says anything.
+    """
+
+    def __init__(
+        self,
+        send: Callable[[AgentReport], None],
+        *,
+        initial_backoff: float = 0.5,
+        max_backoff: float = 30.0,
+    ) -> None:
+        self._send = send
+        self._initial = initial_backoff
+        self._max = max_backoff
+        self._queue: deque[AgentReport] = deque()
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="spotd-agent-outbox", daemon=True)
+
+    def start(self) -> None:
+        """Start the sending thread."""
+        self._thread.start()
+
+    def put(self, report: AgentReport) -> None:
+        """Queue ``report``; returns at once."""
+        with self._cond:
+            if type(report) is AgentReport:
+                stale = [r for r in self._queue if type(r) is AgentReport]
+                for old in stale:
+                    self._queue.remove(old)
+            self._queue.append(report)
+            self._cond.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` s until every queued report went; True if they did."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._queue, timeout=timeout)
+
+    def close(self) -> None:
+        """Stop sending (what is still queued is dropped) and join the thread."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5.0)
+
+    def _run(self) -> None:
+        backoff = self._initial
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or bool(self._queue))
+                if self._closed:
+                    return
+                report = self._queue[0]
+            if self._deliver(report):
+                backoff = self._initial
+                self._done(report)
+                continue
+            with self._cond:
+                # Interruptible sleep: close() must not wait out a long backoff.
+                self._cond.wait_for(lambda: self._closed, timeout=backoff)
+            backoff = min(self._max, backoff * 2)
+
+    def _deliver(self, report: AgentReport) -> bool:
+        """True when the report is settled (sent, or refused for good)."""
+        try:
+            self._send(report)
+        except ReportFailed as exc:
+            log.warning("report %s not delivered, will retry: %s", path_of(report), exc)
+            return False
+        except ReportRejected as exc:
+            log.error("daemon refused report %s, dropping it: %s", path_of(report), exc)
+        except Exception:
+            # A bug in sending must not end the outbox: drop this report, keep the rest.
+            log.exception("sending report %s failed unexpectedly; dropping it", path_of(report))
+        return True
+
+    def _done(self, report: AgentReport) -> None:
+        with self._cond:
+            # By identity: a newer heartbeat may have replaced this one meanwhile.
+            for i, queued in enumerate(self._queue):
+                if queued is report:
+                    del self._queue[i]
+                    break
+            self._cond.notify_all()

@@ -1,0 +1,1 @@
+"""Loopback fakes of cloud APIs for the adapter tests (no test reaches a real cloud)."""

@@ -1,0 +1,270 @@
+"""Run the real boto3 clients offline: moto for EC2, botocore hooks for what moto lacks.
+
+moto 5.2.5 serves instances, type offerings and instance types. It answers
+spot price history with one useless fixed price, raises NotImplementedError
+for spot placement scores and does not serve the Price List API. Those three
+are answered here from canned data by ``before-call`` hooks on the session the
+adapter's clients are made from, so request building, paging and the client's
+parameter handling stay boto3's own.
+
+EVERY PRICE AND SCORE IN THIS MODULE IS MADE UP for tests; none is AWS's.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import boto3
+import botocore.loaders
+import botocore.session
+from botocore.awsrequest import AWSResponse
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.ec2.models import ec2_backends
+from moto.ec2.models.instances import StateReason
+
+FAKE_ACCESS_KEY = "AKIAFAKEFAKEFAKE0042"
+FAKE_SECRET_KEY = "fake/secret/never/real/0042xxxxxxxxxxxxxxx"
+
+
+@contextmanager
+def aws_env(tmp_path: Path, **extra: str) -> Iterator[None]:
+    """Only fake credentials and no config files: nothing can pick up a real profile."""
+    values = {
+        "AWS_ACCESS_KEY_ID": FAKE_ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": FAKE_SECRET_KEY,
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        **extra,
+    }
+    with mock.patch.dict(os.environ):
+        for key in [k for k in os.environ if k.startswith("AWS_")]:
+            del os.environ[key]
+        os.environ.update(values)
+        yield
+
+
+def canned(parsed: dict[str, Any], status: int = 200) -> tuple[AWSResponse, dict[str, Any]]:
+    """What a ``before-call`` hook returns to answer a call in place of the service."""
+    parsed.setdefault("ResponseMetadata", {"HTTPStatusCode": status, "RequestId": "fake"})
+    return AWSResponse("https://fake.invalid/", status, {}, None), parsed
+
+
+def error_response(code: str, status: int, message: str = "") -> tuple[AWSResponse, dict[str, Any]]:
+    """An AWS error answer as botocore's parser would have produced it."""
+    return canned({"Error": {"Code": code, "Message": message or f"injected {code}"}}, status)
+
+
+def price_list_item(
+    region: str,
+    instance_type: str,
+    usd: float,
+    *,
+    operating_system: str = "Linux",
+    tenancy: str = "Shared",
+    capacity_status: str = "Used",
+    pre_installed_sw: str = "NA",
+) -> str:
+    """One Price List API entry as the real API sends it: a JSON string, ON-DEMAND term
+    plus a (cheaper, made-up) reserved term that must not be taken for on-demand."""
+    sku = hashlib.sha256(
+        f"{region}{instance_type}{operating_system}{tenancy}{capacity_status}".encode()
+    ).hexdigest()[:16].upper()
+    od, ri = f"{sku}.JRTCKXETXF", f"{sku}.4NA7Y494T4"
+    return json.dumps({
+        "product": {
+            "productFamily": "Compute Instance",
+            "attributes": {
+                "instanceType": instance_type, "instanceFamily": "GPU instance",
+                "regionCode": region, "location": f"Fake location of {region}",
+                "locationType": "AWS Region", "servicecode": "AmazonEC2",
+                "usagetype": f"BoxUsage:{instance_type}", "operation": "RunInstances",
+                "operatingSystem": operating_system, "tenancy": tenancy,
+                "preInstalledSw": pre_installed_sw, "capacitystatus": capacity_status,
+                "licenseModel": "No License required", "marketoption": "OnDemand",
+            },
+            "sku": sku,
+        },
+        "serviceCode": "AmazonEC2",
+        "terms": {
+            "OnDemand": {od: {
+                "offerTermCode": "JRTCKXETXF", "sku": sku, "termAttributes": {},
+                "effectiveDate": "2026-11-01T00:00:00Z",
+                "priceDimensions": {f"{od}.6YS6EN2CT7": {
+                    "unit": "Hrs", "beginRange": "0", "endRange": "Inf", "appliesTo": [],
+                    "rateCode": f"{od}.6YS6EN2CT7", "pricePerUnit": {"USD": f"{usd:.10f}"},
+                    "description": f"${usd} per On Demand {operating_system} "
+                                   f"{instance_type} Instance Hour",
+                }},
+            }},
+            "Reserved": {ri: {
+                "offerTermCode": "4NA7Y494T4", "sku": sku,
+                "effectiveDate": "2026-11-01T00:00:00Z",
+                "termAttributes": {"LeaseContractLength": "1yr", "OfferingClass": "standard",
+                                   "PurchaseOption": "No Upfront"},
+                "priceDimensions": {f"{ri}.6YS6EN2CT7": {
+                    "unit": "Hrs", "beginRange": "0", "endRange": "Inf", "appliesTo": [],
+                    "rateCode": f"{ri}.6YS6EN2CT7",
+                    "pricePerUnit": {"USD": f"{usd * 0.6:.10f}"},
+                    "description": "Reserved Linux instance hour",
+                }},
+            }},
+        },
+        "version": "20261120000000",
+        "publicationDate": "2026-11-20T00:00:00Z",
+    })  # fmt: skip
+
+
+@dataclass
+class FakeAws:
+    """Canned answers and levers for one test; install it on the session first.
+
+    ``spot_rows``: spot price history rows (dicts as boto3 returns them).
+    ``scores``: (zone name, type) -> placement score 1-10.
+    ``on_demand``: (region, type) -> USD per hour.
+    ``calls``: every operation's parameters as the adapter passed them.
+    """
+
+    spot_rows: list[dict[str, Any]] = field(default_factory=list)
+    spot_page_size: int = 100
+    scores: dict[tuple[str, str], int] = field(default_factory=dict)
+    on_demand: dict[tuple[str, str], float] = field(default_factory=dict)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    _failures: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+
+    def install(self, session: Any) -> None:
+        """Hook every client later made from ``session`` (a ``boto3.Session``)."""
+        session.events.register("before-parameter-build", self._record)
+        session.events.register("before-call", self._before_call)
+
+    # -- levers ------------------------------------------------------------------
+
+    def fail_next(self, operation: str, code: str, status: int) -> None:
+        """The next call of ``operation`` (e.g. ``RunInstances``) gets this error, once."""
+        self._failures.setdefault(operation, []).append((code, status))
+
+    def add_spot_price(
+        self, zone: str, instance_type: str, usd: float, age: timedelta = timedelta(0)
+    ) -> None:
+        """One (made-up) history row, ``age`` before now."""
+        self.spot_rows.append({
+            "AvailabilityZone": zone, "InstanceType": instance_type,
+            "ProductDescription": "Linux/UNIX", "SpotPrice": f"{usd:.6f}",
+            "Timestamp": datetime.now(UTC) - age,
+        })  # fmt: skip
+
+    def params(self, operation: str) -> list[dict[str, Any]]:
+        """Parameters of every call of ``operation`` so far."""
+        return [p for op, p in self.calls if op == operation]
+
+    def interrupt(self, instance_id: str, region: str = "us-east-1") -> None:
+        """EC2's side of a spot interruption: terminated, with its state reason."""
+        instance = ec2_backends[DEFAULT_ACCOUNT_ID][region].get_instance(instance_id)
+        instance.terminate()
+        instance.state_reason = StateReason(
+            "Server.SpotInstanceTermination: Spot instance termination",
+            "Server.SpotInstanceTermination",
+        )
+        stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S")
+        instance._reason = f"Service initiated ({stamp} GMT)"  # moto's StateTransitionReason
+
+    @staticmethod
+    def ami(region: str) -> str:
+        """An image moto knows in ``region``."""
+        images = ec2_backends[DEFAULT_ACCOUNT_ID][region].describe_images(owners=["amazon"])
+        return str(images[0].id)
+
+    # -- hooks -------------------------------------------------------------------
+
+    def _record(self, params: dict[str, Any], model: Any, **_: Any) -> None:
+        self.calls.append((str(model.name), copy.deepcopy(params)))
+
+    def _before_call(
+        self, model: Any, params: dict[str, Any], request_signer: Any, **_: Any
+    ) -> tuple[AWSResponse, dict[str, Any]] | None:
+        operation = str(model.name)
+        queued = self._failures.get(operation)
+        if queued:
+            return error_response(*queued.pop(0))
+        region = str(request_signer.region_name)
+        body: Any = params.get("body")
+        if operation == "DescribeSpotPriceHistory":
+            return canned(self._spot_history(region, body))
+        if operation == "GetSpotPlacementScores":
+            return canned(self._placement_scores(body))
+        if operation == "GetProducts":
+            return canned(self._products(json.loads(body or b"{}")))
+        return None  # moto answers
+
+    def _spot_history(self, region: str, body: dict[str, str]) -> dict[str, Any]:
+        types = _members(body, "InstanceType")
+        rows = [r for r in self.spot_rows
+                if r["AvailabilityZone"].startswith(region)
+                and (not types or r["InstanceType"] in types)]  # fmt: skip
+        start = int(body.get("NextToken") or 0)
+        page = rows[start : start + self.spot_page_size]
+        parsed: dict[str, Any] = {"SpotPriceHistory": copy.deepcopy(page)}
+        if start + self.spot_page_size < len(rows):
+            parsed["NextToken"] = str(start + self.spot_page_size)
+        return parsed
+
+    def _placement_scores(self, body: dict[str, str]) -> dict[str, Any]:
+        types = set(_members(body, "InstanceType"))
+        out = []
+        for region in _members(body, "RegionName"):
+            zones = ec2_backends[DEFAULT_ACCOUNT_ID][region].describe_availability_zones()
+            for zone in zones:
+                # Like AWS: one score for the set of types asked about; here the best.
+                found = [s for (z, t), s in self.scores.items() if z == zone.name and t in types]
+                if found:
+                    out.append({"Region": region, "AvailabilityZoneId": zone.zone_id,
+                                "Score": max(found)})  # fmt: skip
+        return {"SpotPlacementScores": out}
+
+    def _products(self, body: dict[str, Any]) -> dict[str, Any]:
+        wanted = {f["Field"]: f["Value"] for f in body.get("Filters", [])}
+        items = []
+        for (region, itype), usd in sorted(self.on_demand.items()):
+            variants = [
+                price_list_item(region, itype, usd),
+                price_list_item(region, itype, usd * 1.5, operating_system="Windows"),
+                price_list_item(region, itype, usd, capacity_status="UnusedCapacityReservation"),
+                price_list_item(region, itype, usd * 1.1, tenancy="Dedicated"),
+            ]
+            for item in variants:
+                attributes = json.loads(item)["product"]["attributes"]
+                if all(attributes.get(k) == v for k, v in wanted.items()):
+                    items.append(item)
+        return {"FormatVersion": "aws_v1", "PriceList": items}
+
+
+def _members(body: dict[str, str], name: str) -> list[str]:
+    """Values of an EC2 query-protocol list parameter (``Name.1``, ``Name.2``, ...)."""
+    found = [k for k in body if k.startswith(f"{name}.")]
+    found.sort(key=lambda k: int(k.split(".")[1]))
+    return [body[k] for k in found]
+
+
+_LOADER = botocore.loaders.create_loader()
+
+
+def new_session() -> Any:
+    """A boto3 session on the (fake) environment credentials.
+
+    Sessions share one model loader: parsing EC2's API model takes about a
+    second, and a fresh session would do it again for every test.
+    """
+    core = botocore.session.get_session()
+    core.register_component("data_loader", _LOADER)
+    return boto3.Session(botocore_session=core, region_name="us-east-1")

@@ -1,0 +1,490 @@
+"""A loopback fake of the Azure APIs the adapter calls: ARM compute and Retail Prices.
+
+One threaded HTTP server on 127.0.0.1 answers, like Azure does:
+
+ARM (``/subscriptions/{sub}/...``, paths matched case-insensitively, the
+``api-version`` ignored):
+- ``GET  providers/Microsoft.Compute/skus?$filter=location eq 'x'``: resource
+  SKUs of that location, paged by ``nextLink``;
+- ``PUT  resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachines/{name}``:
+  201 + ``Azure-AsyncOperation`` for a new VM (200 for an existing one);
+- ``GET  .../virtualMachines/{name}[?$expand=instanceView]``, 404 ``ResourceNotFound``;
+- ``GET  .../virtualMachines``: the resource group's VMs, paged by ``nextLink``;
+- ``DELETE .../virtualMachines/{name}``: 202 + ``Location`` (204 when missing);
+- ``GET  providers/Microsoft.Compute/locations/{loc}/operations/{id}``: the
+  async status (``InProgress`` for ``async_polls`` polls, then ``Succeeded``
+  or ``Failed`` with the injected error);
+- ``GET  providers/Microsoft.Compute/locations/{loc}/operationResults/{id}``: 204.
+
+Retail Prices: ``GET /api/retail/prices?$filter=...`` with ``armRegionName``
+and ``armSkuName``, paged by ``NextPageLink`` (``price_page_size`` rows a page).
+
+Levers: :meth:`FakeAzure.fail_next_put` (an error for the next VM PUT, sent
+at once or through the async operation), :meth:`FakeAzure.evict` (Azure takes
+a Spot VM back), :meth:`FakeAzure.fail_next_prices`, and ``requests``, the
+record of every request (the Authorization header reduced to its scheme).
+
+EVERY PRICE HERE IS MADE UP. The numbers only have the shape of real ones
+(spot well under on-demand, Windows above Linux, low priority lowest).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, quote, urlsplit
+
+JSON = dict[str, Any]
+
+SUBSCRIPTION = "00000000-0000-0000-0000-00000000f00d"
+RESOURCE_GROUP = "spotd-test"
+
+
+@dataclass(frozen=True)
+class SkuFixture:
+    """One VM size in one region as the fake's SKU API lists it."""
+
+    size: str
+    region: str
+    zones: tuple[str, ...] = ("1", "2", "3")
+    gpus: int = 8
+    spot: bool = True
+    rdma: bool = True
+    restricted_zones: tuple[str, ...] = ()
+    region_restricted: bool = False
+
+
+DEFAULT_SKUS: tuple[SkuFixture, ...] = (
+    SkuFixture("Standard_ND96isr_H100_v5", "eastus", restricted_zones=("3",)),
+    SkuFixture("Standard_ND96isr_H100_v5", "westus3"),
+    SkuFixture("Standard_NC24ads_A100_v4", "eastus", gpus=1, rdma=False),
+    SkuFixture("Standard_NC24ads_A100_v4", "westus3", zones=("1",), gpus=1, rdma=False),
+    SkuFixture("Standard_ND96asr_v4", "eastus", zones=("1", "2")),
+    SkuFixture("Standard_ND96asr_v4", "westus3", region_restricted=True),
+    SkuFixture("Standard_NC40ads_H100_v5", "eastus", gpus=1, spot=False, rdma=False),
+    SkuFixture("Standard_D4s_v5", "eastus", gpus=0, rdma=False),  # no GPU: left out
+)
+
+# Made-up Linux pay-as-you-go prices, USD per hour.
+MADE_UP_ON_DEMAND = {
+    "Standard_ND96isr_H100_v5": 98.32,
+    "Standard_NC24ads_A100_v4": 3.67,
+    "Standard_ND96asr_v4": 27.20,
+    "Standard_NC40ads_H100_v5": 6.98,
+    "Standard_D4s_v5": 0.19,
+}
+
+
+def price_row(region: str, size: str, price: float, *, sku_suffix: str = "",
+              windows: bool = False, kind: str = "Consumption",
+              unit: str = "1 Hour", start: str = "2026-01-01T00:00:00Z") -> JSON:
+    """One Retail Prices item, shaped like the real API's."""
+    series = size.removeprefix("Standard_")
+    return {
+        "currencyCode": "USD", "retailPrice": price, "unitPrice": price,
+        "armRegionName": region, "location": region, "armSkuName": size,
+        "effectiveStartDate": start, "meterName": f"{series}{sku_suffix}",
+        "productName": f"Virtual Machines {series} Series" + (" Windows" if windows else ""),
+        "skuName": f"{series}{sku_suffix}", "serviceName": "Virtual Machines",
+        "type": kind, "unitOfMeasure": unit, "isPrimaryMeterRegion": True,
+    }
+
+
+def made_up_prices(region: str, size: str, on_demand: float) -> list[JSON]:
+    """Every meter kind of one size: only two rows are Linux spot and on-demand."""
+    return [
+        price_row(region, size, on_demand + 4.0, windows=True),
+        price_row(region, size, round(on_demand * 0.2, 4), sku_suffix=" Low Priority"),
+        price_row(region, size, round(on_demand * 0.35, 4), sku_suffix=" Spot", windows=True),
+        price_row(region, size, on_demand),
+        price_row(region, size, round(on_demand * 0.6, 4), kind="DevTestConsumption"),
+        price_row(region, size, round(on_demand * 0.3, 4), sku_suffix=" Spot"),
+        price_row(region, size, on_demand * 5000, kind="Reservation", unit="1 Year"),
+    ]
+
+
+def default_prices() -> list[JSON]:
+    """The made-up catalogue of every default SKU in both regions."""
+    return [row for region in ("eastus", "westus3") for size, od in MADE_UP_ON_DEMAND.items()
+            for row in made_up_prices(region, size, od)]
+
+
+@dataclass
+class Failure:
+    """An error the next VM PUT gets: at once (``status``) or from the async operation."""
+
+    code: str
+    status: int = 409
+    via_operation: bool = False
+    details: tuple[str, ...] = ()
+
+
+@dataclass
+class Recorded:
+    """One request the fake served."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    body: JSON | None
+    auth_scheme: str
+
+
+@dataclass
+class _Operation:
+    vm: str
+    polls_left: int
+    error: JSON | None = None
+
+
+@dataclass
+class _State:
+    vms: dict[str, JSON] = field(default_factory=dict)
+    power: dict[str, str] = field(default_factory=dict)
+    operations: dict[str, _Operation] = field(default_factory=dict)
+    failures: deque[Failure] = field(default_factory=deque)
+    price_failures: deque[int] = field(default_factory=deque)
+    evicted: set[str] = field(default_factory=set)
+    requests: list[Recorded] = field(default_factory=list)
+
+
+ARM = r"/subscriptions/(?P<sub>[^/]+)"
+VM_ROUTE = re.compile(
+    ARM + r"/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/virtualMachines"
+    r"(?:/(?P<name>[^/]+))?$", re.IGNORECASE)  # fmt: skip
+SKU_ROUTE = re.compile(ARM + r"/providers/Microsoft\.Compute/skus$", re.IGNORECASE)
+OP_ROUTE = re.compile(
+    ARM + r"/providers/Microsoft\.Compute/locations/(?P<loc>[^/]+)/"
+    r"(?P<kind>operations|operationResults)/(?P<op>[^/]+)$", re.IGNORECASE)  # fmt: skip
+PRICES_ROUTE = "/api/retail/prices"
+
+
+class FakeAzure:
+    """The fake's server and state; use as a context manager or call :meth:`close`."""
+
+    def __init__(
+        self,
+        *,
+        skus: tuple[SkuFixture, ...] = DEFAULT_SKUS,
+        prices: list[JSON] | None = None,
+        price_page_size: int = 3,
+        list_page_size: int = 2,
+        async_polls: int = 1,
+    ) -> None:
+        self.skus = skus
+        self.prices = default_prices() if prices is None else prices
+        self.price_page_size = price_page_size
+        self.list_page_size = list_page_size
+        self.async_polls = async_polls
+        self.missing_delete_status = 204
+        self.state = _State()
+        self.lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self.server.daemon_threads = True
+        self.link_base: str | None = None
+        """Where next-page links point; None for the fake itself."""
+        self._thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        """Base URL of the fake (ARM and Retail Prices alike)."""
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def close(self) -> None:
+        """Stop serving."""
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> FakeAzure:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- levers ------------------------------------------------------------------
+
+    def fail_next_put(self, code: str, *, status: int = 409, via_operation: bool = False,
+                      after: int = 0, details: tuple[str, ...] = ()) -> None:
+        """Fail the VM PUT after the next ``after`` ones with ARM error ``code``.
+
+        ``details`` are codes of inner errors (ARM nests the real cause there at times).
+        """
+        with self.lock:
+            for _ in range(after):
+                self.state.failures.append(Failure("", 0))
+            self.state.failures.append(Failure(code, status, via_operation, details))
+
+    def fail_next_prices(self, status: int) -> None:
+        """Answer the next Retail Prices request with this HTTP status."""
+        with self.lock:
+            self.state.price_failures.append(status)
+
+    def evict(self, name: str) -> None:
+        """Azure takes a Spot VM back: deleted (policy Delete) or deallocated."""
+        with self.lock:
+            vm = self.state.vms[name]
+            if vm["properties"].get("evictionPolicy") == "Deallocate":
+                self.state.power[name] = "deallocated"
+                return
+            del self.state.vms[name]
+            self.state.evicted.add(name)
+
+    def vm(self, name: str) -> JSON | None:
+        """The stored VM, as PUT plus what ARM adds."""
+        with self.lock:
+            return self.state.vms.get(name)
+
+    def requests_of(self, method: str, fragment: str = "") -> list[Recorded]:
+        """Recorded requests of ``method`` whose path contains ``fragment``."""
+        with self.lock:
+            return [r for r in self.state.requests
+                    if r.method == method and fragment.lower() in r.path.lower()]
+
+    # -- ARM ---------------------------------------------------------------------
+
+    def list_skus(self, query: dict[str, str]) -> tuple[int, JSON]:
+        match = re.search(r"location eq '([^']*)'", query.get("$filter", ""))
+        region = match.group(1).lower() if match else None
+        items = [_sku_json(s) for s in self.skus if region in (None, s.region)]
+        return 200, self._page(items, query, "value", "nextLink", 3)
+
+    def put_vm(self, rg: str, name: str, body: JSON) -> tuple[int, JSON, dict[str, str]]:
+        with self.lock:
+            failure = self.state.failures.popleft() if self.state.failures else None
+            if failure is not None and failure.code and not failure.via_operation:
+                return failure.status, _error(failure.code, details=failure.details), {}
+            if name in self.state.vms:
+                self.state.vms[name]["tags"] = body.get("tags") or {}
+                return 200, self.state.vms[name], {}
+            vm = self._new_vm(rg, name, body)
+            op_id = uuid.uuid4().hex
+            error = (_error(failure.code, details=failure.details)["error"]
+                     if failure and failure.code else None)  # fmt: skip
+            self.state.operations[op_id] = _Operation(name, self.async_polls, error)
+        location = vm["location"]
+        op_url = f"{self.url}/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Compute/" \
+                 f"locations/{location}/operations/{op_id}"
+        return 201, vm, {"Azure-AsyncOperation": op_url}
+
+    def _new_vm(self, rg: str, name: str, body: JSON) -> JSON:
+        vm: JSON = json.loads(json.dumps(body))
+        vm.update(
+            id=f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{rg}/providers/"
+               f"Microsoft.Compute/virtualMachines/{name}",
+            name=name, type="Microsoft.Compute/virtualMachines",
+        )  # fmt: skip
+        props = vm.setdefault("properties", {})
+        props.update(provisioningState="Creating", vmId=str(uuid.uuid4()),
+                     timeCreated=datetime.now(UTC).isoformat())  # fmt: skip
+        self.state.vms[name] = vm
+        self.state.power[name] = "starting"
+        return vm
+
+    def operation(self, op_id: str) -> tuple[int, JSON]:
+        with self.lock:
+            op = self.state.operations.get(op_id)
+            if op is None:
+                return 404, _error("NotFound")
+            if op.polls_left > 0:
+                op.polls_left -= 1
+                return 200, {"status": "InProgress", "name": op_id}
+            vm = self.state.vms.get(op.vm)
+            if op.error is not None:
+                if vm is not None:
+                    vm["properties"]["provisioningState"] = "Failed"
+                    self.state.power[op.vm] = "stopped"
+                return 200, {"status": "Failed", "name": op_id, "error": op.error}
+            if vm is not None:
+                vm["properties"]["provisioningState"] = "Succeeded"
+                self.state.power[op.vm] = "running"
+            return 200, {"status": "Succeeded", "name": op_id}
+
+    def get_vm(self, name: str, query: dict[str, str]) -> tuple[int, JSON]:
+        with self.lock:
+            vm = self.state.vms.get(name)
+            if vm is None:
+                return 404, _error("ResourceNotFound", f"The Resource '{name}' was not found.")
+            answer = json.loads(json.dumps(vm))
+            if query.get("$expand", "").lower() == "instanceview":
+                answer["properties"]["instanceView"] = self._instance_view(name)
+            return 200, answer
+
+    def _instance_view(self, name: str) -> JSON:
+        provisioning = self.state.vms[name]["properties"]["provisioningState"].lower()
+        power = self.state.power.get(name, "unknown")
+        return {"statuses": [
+            {"code": f"ProvisioningState/{provisioning}", "level": "Info"},
+            {"code": f"PowerState/{power}", "level": "Info"},
+        ]}  # fmt: skip
+
+    def list_vms(self, query: dict[str, str]) -> tuple[int, JSON]:
+        with self.lock:
+            items = [json.loads(json.dumps(v)) for v in self.state.vms.values()]
+        return 200, self._page(items, query, "value", "nextLink", self.list_page_size)
+
+    def delete_vm(self, name: str) -> tuple[int, JSON | None, dict[str, str]]:
+        with self.lock:
+            vm = self.state.vms.pop(name, None)
+            self.state.power.pop(name, None)
+        if vm is None:
+            status = self.missing_delete_status
+            return status, (_error("ResourceNotFound") if status == 404 else None), {}
+        location = f"{self.url}/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Compute/" \
+                   f"locations/{vm['location']}/operationResults/{uuid.uuid4().hex}"
+        return 202, None, {"Location": location}
+
+    # -- Retail Prices -----------------------------------------------------------
+
+    def retail_prices(self, query: dict[str, str]) -> tuple[int, JSON | None]:
+        with self.lock:
+            if self.state.price_failures:
+                return self.state.price_failures.popleft(), None
+        text = query.get("$filter", "")
+        region = re.search(r"armRegionName eq '([^']*)'", text)
+        size = re.search(r"armSkuName eq '([^']*)'", text)
+        rows = [
+            r for r in self.prices
+            if "serviceName eq 'Virtual Machines'" in text
+            and (region is None or r["armRegionName"] == region.group(1))
+            and (size is None or r["armSkuName"] == size.group(1))
+        ]  # fmt: skip
+        return 200, self._page(rows, query, "Items", "NextPageLink", self.price_page_size)
+
+    def _page(self, items: list[JSON], query: dict[str, str], key: str, link: str,
+              size: int) -> JSON:
+        skip = int(query.get("$skip", "0"))
+        page: JSON = {key: items[skip:skip + size]}
+        if skip + size < len(items):
+            rest = "&".join(f"{quote(k)}={quote(v)}" for k, v in query.items()
+                            if k not in ("$skip", "__path"))  # fmt: skip
+            page[link] = f"{self.link_base or self.url}{query['__path']}?{rest}&$skip={skip + size}"
+        else:
+            page[link] = None
+        if key == "Items":
+            page["Count"] = len(page[key])
+        return page
+
+    def record(self, rec: Recorded) -> None:
+        with self.lock:
+            self.state.requests.append(rec)
+
+
+def _error(code: str, message: str | None = None, details: tuple[str, ...] = ()) -> JSON:
+    error: JSON = {"code": code, "message": message or f"fake ARM error {code}"}
+    if details:
+        error["details"] = [{"code": d, "message": f"fake inner error {d}"} for d in details]
+    return {"error": error}
+
+
+def _sku_json(s: SkuFixture) -> JSON:
+    caps = [("vCPUs", "96" if s.gpus >= 8 else "24"), ("MemoryGB", "1900"),
+            ("LowPriorityCapable", str(s.spot)), ("RdmaEnabled", str(s.rdma))]
+    if s.gpus:
+        caps.append(("GPUs", str(s.gpus)))
+    restrictions: list[JSON] = []
+    if s.restricted_zones:
+        restrictions.append({"type": "Zone", "values": [s.region],
+                             "restrictionInfo": {"locations": [s.region],
+                                                 "zones": list(s.restricted_zones)},
+                             "reasonCode": "NotAvailableForSubscription"})  # fmt: skip
+    if s.region_restricted:
+        restrictions.append({"type": "Location", "values": [s.region],
+                             "restrictionInfo": {"locations": [s.region]},
+                             "reasonCode": "NotAvailableForSubscription"})  # fmt: skip
+    return {
+        "resourceType": "virtualMachines", "name": s.size, "tier": "Standard",
+        "size": s.size.removeprefix("Standard_"), "locations": [s.region],
+        "locationInfo": [{"location": s.region, "zones": list(s.zones), "zoneDetails": []}],
+        "capabilities": [{"name": n, "value": v} for n, v in caps],
+        "restrictions": restrictions,
+    }
+
+
+def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # keep test output clean
+
+        def do_GET(self) -> None:
+            self._serve("GET")
+
+        def do_PUT(self) -> None:
+            self._serve("PUT")
+
+        def do_DELETE(self) -> None:
+            self._serve("DELETE")
+
+        def _serve(self, method: str) -> None:
+            parts = urlsplit(self.path)
+            query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+            body = self._body()
+            auth = self.headers.get("Authorization", "")
+            fake.record(Recorded(method, parts.path, dict(query), body, auth.split(" ")[0]))
+            query["__path"] = parts.path
+            if parts.path == PRICES_ROUTE:
+                status, answer = fake.retail_prices(query)
+                self._send(status, answer, {})
+                return
+            if not auth.startswith("Bearer "):
+                self._send(401, _error("AuthenticationFailed"), {})
+                return
+            self._send(*self._arm(method, parts.path, query, body))
+
+        def _arm(self, method: str, path: str, query: dict[str, str],
+                 body: JSON | None) -> tuple[int, JSON | None, dict[str, str]]:
+            if SKU_ROUTE.match(path) and method == "GET":
+                return (*fake.list_skus(query), {})
+            if (op := OP_ROUTE.match(path)) and method == "GET":
+                if op["kind"].lower() == "operationresults":
+                    return 204, None, {}
+                return (*fake.operation(op["op"]), {})
+            vm = VM_ROUTE.match(path)
+            if vm is None:
+                return 404, _error("NotFound", f"no route {method} {path}"), {}
+            name = vm["name"]
+            if name is None and method == "GET":
+                return (*fake.list_vms(query), {})
+            if name is not None and method == "PUT":
+                return fake.put_vm(vm["rg"], name, body or {})
+            if name is not None and method == "GET":
+                return (*fake.get_vm(name, query), {})
+            if name is not None and method == "DELETE":
+                return fake.delete_vm(name)
+            return 405, _error("MethodNotAllowed"), {}
+
+        def _body(self) -> JSON | None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if not length:
+                return None
+            loaded = json.loads(self.rfile.read(length))
+            return loaded if isinstance(loaded, dict) else None
+
+        def _send(self, status: int, body: JSON | None, headers: dict[str, str]) -> None:
+            data = b"" if body is None else json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+def sku_names(skus: tuple[SkuFixture, ...]) -> Iterator[str]:
+    """The sizes of a SKU fixture, once each."""
+    yield from dict.fromkeys(s.size for s in skus)
