@@ -8,46 +8,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spotd.policies.filters import first_exclusion, markets_for, over_budget
+from spotd.policies.base import Score, best_first, decide
+from spotd.policies.costmodel import remaining_hours
+from spotd.policies.filters import markets_for
 
 from spotd.domain import Candidate, Decision, Market, Offering, PlacementContext
+from spotd.market import OfferingIndex
 
 
-def expected_hours(ctx: PlacementContext) -> float:
-    """Compute hours the job expects to need; 1 hour when the spec does not say."""
-    deadline = ctx.spec.deadline
-    if deadline is not None and deadline.compute_hours is not None:
-        return deadline.compute_hours
-    return 1.0
-
-
-def score(ctx: PlacementContext, off: Offering, market: Market) -> Candidate:
-    """Price the offering for the whole job, with the hard filters' verdict."""
+def price_only(ctx: PlacementContext) -> Score:
+    """Score an offering by its price for all nodes over the work left, nothing else."""
     nodes = ctx.spec.resources.nodes
-    price = off.price(market) or 0.0
-    per_hour = price * nodes
-    hours = expected_hours(ctx)
-    cost = per_hour * hours
-    reason = first_exclusion(ctx, off, market) or over_budget(ctx, cost)
-    return Candidate(
-        offering=off,
-        market=market,
-        nodes=nodes,
-        price_per_hour=per_hour,
-        expected_cost_usd=cost,
-        excluded=reason,
-        breakdown={"price_per_hour": per_hour, "hours": hours},
-    )
+    hours = remaining_hours(ctx)
+
+    def score(off: Offering, market: Market) -> Candidate:
+        per_hour = (off.price(market) or 0.0) * nodes
+        return Candidate(
+            offering=off,
+            market=market,
+            nodes=nodes,
+            price_per_hour=per_hour,
+            expected_cost_usd=per_hour * hours,
+            breakdown={"price_per_hour": per_hour, "hours": hours},
+        )
+
+    return score
 
 
-def rank(candidates: list[Candidate]) -> Decision:
-    """Usable candidates by expected cost, then the excluded ones."""
-    usable = sorted(
-        (c for c in candidates if c.excluded is None),
-        key=lambda c: (c.expected_cost_usd, str(c.offering.pool)),
-    )
-    excluded = [c for c in candidates if c.excluded is not None]
-    return Decision(choice=usable[0] if usable else None, candidates=(*usable, *excluded))
+def place_by_price(
+    ctx: PlacementContext, offerings: Sequence[Offering], markets: Sequence[Market]
+) -> Decision:
+    """The cheapest candidate in ``markets`` that passes the filters."""
+    index = OfferingIndex.of(offerings)
+    score = price_only(ctx)
+    usable = best_first(ctx, index, markets, score, lambda o, m: score(o, m).expected_cost_usd)
+    return decide(ctx, index, markets, score, usable[0] if usable else None)
 
 
 class CheapestPolicy:
@@ -56,4 +51,4 @@ class CheapestPolicy:
     name = "cheapest"
 
     def place(self, ctx: PlacementContext, offerings: Sequence[Offering]) -> Decision:
-        return rank([score(ctx, off, m) for off in offerings for m in markets_for(ctx.spec)])
+        return place_by_price(ctx, offerings, markets_for(ctx.spec))

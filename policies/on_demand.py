@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spotd.policies.cheapest import rank, score
+from spotd.policies.cheapest import place_by_price
 
 from spotd.domain import Decision, Market, Offering, PlacementContext
 
@@ -15,4 +15,4 @@ class OnDemandPolicy:
     name = "on-demand"
 
     def place(self, ctx: PlacementContext, offerings: Sequence[Offering]) -> Decision:
-        return rank([score(ctx, off, Market.ON_DEMAND) for off in offerings])
+        return place_by_price(ctx, offerings, (Market.ON_DEMAND,))

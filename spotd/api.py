@@ -16,6 +16,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ValidationError
 
 from spotd import __version__
+from spotd.agent_api import (
+    AgentReport,
+    ExitReport,
+    NoticeReport,
+    create_agent_router,
+)
+from spotd.contracts import Store
+from spotd.domain import InstanceReport
 from spotd.engine import Engine
 from spotd.errors import IllegalTransition, JobNotFound, LostTransition, SpotdError, StoreError
 from spotd.spec import JobSpec
@@ -39,9 +47,47 @@ class LogsView(BaseModel):
 _bearer = HTTPBearer(auto_error=False)
 
 
+class StoreReports:
+    """What on-VM agents report, kept in the store where the engine reads it."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def heartbeat(self, report: AgentReport) -> None:
+        self._store.save_report(_base(report, heartbeat_at=report.at))
+
+    def notice(self, report: NoticeReport) -> None:
+        self._store.save_report(
+            _base(report, notice_at=report.at, notice_kind=report.kind,
+                  notice_deadline=report.deadline)
+        )
+
+    def exited(self, report: ExitReport) -> None:
+        self._store.save_report(_base(report, exit_code=report.exit_code, exited_at=report.at))
+
+
+def _base(report: AgentReport, **fields: Any) -> InstanceReport:
+    return InstanceReport(
+        instance_id=report.instance_id,
+        provider=report.provider,
+        job_id=report.job_id,
+        attempt=report.attempt,
+        **fields,
+    )
+
+
 def create_app(engine: Engine, token: str) -> FastAPI:
-    """The API over ``engine``, guarded by ``token``."""
+    """The API over ``engine``, guarded by ``token``; agents use their own tokens."""
     app = FastAPI(title="spotd", version=__version__)
+
+    def attempt_token_of(job_id: str, seq: int) -> str | None:
+        try:
+            attempts = engine.store.attempts(job_id)
+        except StoreError:
+            return None
+        return next((a.client_token for a in attempts if a.seq == seq), None)
+
+    app.include_router(create_agent_router(token, StoreReports(engine.store), attempt_token_of))
 
     def authorized(
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],

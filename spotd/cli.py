@@ -273,6 +273,65 @@ def _usd(price: float | None) -> str:
 
 
 @app.command()
+def plan(
+    job_file: Annotated[Path, typer.Argument(help="The job.toml to plan.")],
+    policy: Annotated[str | None, typer.Option(help="Policy name (default: configured).")] = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    top: Annotated[int, typer.Option(help="Usable candidates to show.")] = 10,
+) -> None:
+    """Show where a job would run and why, and why every other offering was excluded."""
+    from spotd.planning import plan_job
+
+    view = _guard(lambda: plan_job(load_job_file(job_file), _settings(config), policy))
+    if as_json:
+        out.print_json(view.model_dump_json())
+        return
+    c = view.choice
+    if c is None:
+        out.print(f"[red]{view.policy}: no offering passes the filters[/red]")
+    else:
+        out.print(
+            f"[bold]{view.policy}[/bold] chooses {c.provider}/{c.zone}/{c.instance_type} "
+            f"{c.market}: {c.price_per_hour:,.2f} USD/h, expected {c.expected_cost_usd:,.2f} USD",
+            highlight=False,
+        )
+    table = Table(box=None, header_style="bold")
+    columns = ("PROVIDER", "ZONE", "TYPE", "FABRIC", "MARKET", "USD/H", "EFF", "PREEMPT H",
+               "MOVE USD", "EXPECTED USD", "EXCLUDED BECAUSE")  # fmt: skip
+    for column in columns:
+        table.add_column(column)
+    usable = [x for x in view.candidates if x.excluded is None][:top]
+    excluded = [x for x in view.candidates if x.excluded is not None]
+    for x in (*usable, *excluded):
+        b = x.breakdown
+        table.add_row(
+            x.provider, x.zone, x.instance_type,
+            f"{x.interconnect.fabric} {x.interconnect.gbps_per_gpu:g}", x.market,
+            f"{x.price_per_hour:,.2f}", f"{b.get('efficiency', 1.0):.2f}",
+            f"{b.get('preemption_overhead_hours', 0.0):.2f}",
+            f"{b.get('migration_usd', 0.0):.2f}", f"{x.expected_cost_usd:,.2f}",
+            x.excluded or "",
+        )
+    out.print(table)
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)
+def agent(ctx: typer.Context) -> None:
+    """Run the on-VM agent (started by the node's bootstrap): `spotd agent -- CMD ARGS...`.
+
+    It runs the job's command, watches the provider's preemption notice,
+    signals the job to checkpoint, and reports to the daemon. Configured by
+    SPOTD_AGENT_* variables (see docs/agent.md).
+    """
+    from spotd.agent import main as agent_main
+
+    raise typer.Exit(agent_main(list(ctx.args)))
+
+
+@app.command()
 def demo(
     as_json: JsonOpt = False,
     seed: Annotated[int, typer.Option(help="Seed of the simulated market.")] = 11,
@@ -292,6 +351,15 @@ def demo(
         print_summary(summary, out)
     if summary.status != "succeeded":
         raise typer.Exit(1)
+
+
+def _register_simulate() -> None:
+    from spotd.simulate.cli import simulate
+
+    app.command()(simulate)
+
+
+_register_simulate()
 
 
 def main() -> None:

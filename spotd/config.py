@@ -25,6 +25,9 @@ from pydantic_settings import (
 )
 
 from spotd.errors import ConfigError
+from spotd.providers.aws.settings import AwsSettings
+from spotd.providers.azure.settings import AzureSettings
+from spotd.providers.gcp.settings import GcpSettings
 
 
 class DaemonSettings(BaseModel):
@@ -53,12 +56,18 @@ class SchedulingSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    policy: str = "cheapest"
+    policy: str = "balanced"
     """Name of the placement policy (entry point group ``spotd.policies``)."""
     cooldown_hours: float = Field(default=0.5, ge=0)
     """How long a pool that preempted a job or had no capacity is avoided; doubles on repeats."""
     no_capacity_timeout_hours: float | None = Field(default=None, gt=0)
     """Fail a job that found no capacity for this long; None waits forever."""
+    changeover_hours: float = Field(default=0.25, ge=0)
+    """Time a new start costs before progress resumes (boot, setup, restore)."""
+    replan_seconds: float = Field(default=60.0, gt=0)
+    """Real seconds between two checks of whether a running job should move."""
+    price_history_seconds: float = Field(default=300.0, gt=0)
+    """Real seconds between two price-history rows of one provider."""
 
 
 class SimSettings(BaseModel):
@@ -87,11 +96,33 @@ class SimSettings(BaseModel):
 
 
 class ProvidersSettings(BaseModel):
-    """The ``[providers]`` table."""
+    """The ``[providers]`` table: the simulated market and the three clouds."""
 
     model_config = ConfigDict(extra="forbid")
 
     sim: SimSettings = Field(default_factory=SimSettings)
+    aws: AwsSettings = Field(default_factory=AwsSettings)
+    gcp: GcpSettings = Field(default_factory=GcpSettings)
+    azure: AzureSettings = Field(default_factory=AzureSettings)
+
+    @property
+    def clouds_enabled(self) -> list[str]:
+        """Names of the enabled cloud providers."""
+        return [n for n in ("aws", "gcp", "azure") if getattr(self, n).enabled]
+
+
+class AgentSettings(BaseModel):
+    """The ``[agent]`` table: how cloud nodes start spotd's agent and reach the daemon."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    daemon_url: str | None = None
+    """URL the agents on cloud nodes use to reach this daemon's API (through your
+    VPN or proxy); needed as soon as a cloud is enabled."""
+    install: str = "pip install spotd"
+    """Shell line that installs spotd on a fresh node (a pinned version or wheel URL)."""
+    python: str = "python3"
+    """Interpreter on the node that runs the agent."""
 
 
 def _default_data_dir() -> Path:
@@ -112,6 +143,7 @@ class Settings(BaseSettings):
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
 
     _toml_path: ClassVar[Path | None] = None
 

@@ -116,6 +116,10 @@ class Store(Protocol):
         """All attempts of a job in order."""
         ...
 
+    def attempts_for(self, job_ids: Collection[str]) -> dict[str, list[AttemptRecord]]:
+        """The attempts of many jobs at once, by job id (every id is a key)."""
+        ...
+
     def set_attempt_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> None:
         """Record the instances a launch returned."""
         ...
@@ -146,6 +150,10 @@ class Store(Protocol):
 
     def reports(self, job_id: str) -> list[InstanceReport]:
         """What the agents of a job's instances reported."""
+        ...
+
+    def reports_for(self, job_ids: Collection[str]) -> dict[str, list[InstanceReport]]:
+        """The agents' reports of many jobs at once, by job id (every id is a key)."""
         ...
 
     def close(self) -> None:

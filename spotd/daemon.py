@@ -12,13 +12,11 @@ import contextlib
 import json
 import logging
 import os
-import secrets
 import signal
 import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from types import FrameType
 
 import uvicorn
@@ -27,20 +25,10 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from spotd.api import create_app
 from spotd.config import Settings
 from spotd.engine import Engine
+from spotd.tokens import ensure_token
 from spotd.wiring import build_engine
 
 log = logging.getLogger(__name__)
-
-
-def ensure_token(path: Path) -> str:
-    """The API token in ``path``, created with mode 0600 on first use."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileExistsError):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as out:
-            out.write(secrets.token_urlsafe(32))
-    path.chmod(0o600)
-    return path.read_text().strip()
 
 
 class _ThreadServer(uvicorn.Server):

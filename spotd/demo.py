@@ -102,7 +102,7 @@ def demo_settings(root: Path, options: DemoOptions) -> Settings:
         data_dir=root,
         database_url=f"sqlite:///{root / 'spotd.db'}",
         daemon=DaemonSettings(port=0, tick_seconds=0.2, reap_every_ticks=5, owner="demo"),
-        scheduling=SchedulingSettings(policy="cheapest", cooldown_hours=3.0),
+        scheduling=SchedulingSettings(policy="balanced", cooldown_hours=3.0),
         providers=ProvidersSettings(
             sim=SimSettings(
                 seed=options.seed,

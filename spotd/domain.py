@@ -6,11 +6,11 @@ typed values, never as loose dicts.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from spotd.spec import JobSpec
@@ -251,12 +251,29 @@ class Candidate:
     breakdown: Mapping[str, float] = field(default_factory=dict)
 
 
+class PoolStats(Protocol):
+    """What history says about spot pools; None where there is too little to say."""
+
+    def preemptions_per_hour(self, pool: Pool) -> float | None:
+        """How often a running spot node of the pool was taken back."""
+        ...
+
+    def availability(self, pool: Pool) -> float | None:
+        """Share of the observed time the pool had spot capacity, in [0, 1]."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class PlacementContext:
-    """What a policy knows of a job when it places it.
+    """What a policy knows of a job when it places (or re-places) it.
 
     ``cooldown`` maps pools that recently failed or preempted this job to the
     reason, until their cooldown ends. ``spent_usd`` is the job's cost so far.
+    ``current`` and ``current_market`` say where the job runs now (None when
+    it is not running), ``done_hours`` how much of ``spec.deadline.compute_hours``
+    is behind it, and ``changeover_hours`` what a new start costs in time
+    (boot, setup, restore) before progress resumes. ``stats`` gives pool
+    history where the caller has it.
     """
 
     job_id: str
@@ -264,15 +281,48 @@ class PlacementContext:
     now: datetime
     spent_usd: float = 0.0
     current: Pool | None = None
+    current_market: Market | None = None
     cooldown: Mapping[Pool, str] = field(default_factory=dict)
+    done_hours: float = 0.0
+    changeover_hours: float = 0.1
+    stats: PoolStats | None = None
+    checkpoint_at: Pool | None = None
+    """Where the latest checkpoint was written (the last attempt's pool), if anywhere."""
 
 
-@dataclass(frozen=True, slots=True)
 class Decision:
-    """A policy's answer: the choice (None when nothing passes) and all candidates."""
+    """A policy's answer: the choice (None when nothing passes) and all candidates.
 
-    choice: Candidate | None
-    candidates: tuple[Candidate, ...]
+    ``candidates`` lists the usable ones ranked, then the excluded ones with
+    their reasons. A policy may pass ``later``, a function giving the rest
+    of the list: the daemon only needs the choice, so scoring and explaining
+    every other offering of a large market waits until someone looks.
+    """
+
+    __slots__ = ("_later", "_ranked", "_resolved", "choice")
+
+    def __init__(
+        self,
+        choice: Candidate | None,
+        candidates: Sequence[Candidate] = (),
+        *,
+        later: Callable[[], Sequence[Candidate]] | None = None,
+    ) -> None:
+        self.choice = choice
+        self._ranked = tuple(candidates)
+        self._later = later
+        self._resolved: tuple[Candidate, ...] | None = None if later else self._ranked
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        """Usable candidates, best first, then the excluded ones."""
+        if self._resolved is None:
+            rest = self._later() if self._later else ()
+            self._resolved = (*self._ranked, *rest)
+        return self._resolved
+
+    def __repr__(self) -> str:
+        return f"Decision(choice={self.choice!r}, usable={len(self._ranked)})"
 
 
 @dataclass(frozen=True, slots=True)

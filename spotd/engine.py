@@ -38,13 +38,17 @@ from spotd.errors import (
     LostTransition,
     PriceTooLowError,
     ProviderError,
+    ProviderUnavailable,
     QuotaError,
     SpotdError,
     StoreError,
 )
+from spotd.facts import DEFAULT_PREEMPTIONS_PER_HOUR as DEFAULT_RATE
 from spotd.market import MarketCache
+from spotd.policies import costmodel
 from spotd.spec import JobSpec
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition, transition
+from spotd.stats import HistoryStats
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,19 @@ ACTIVE = tuple(s for s in JobStatus if s not in TERMINAL)
 TAG_JOB = "spotd-job"
 TAG_ATTEMPT = "spotd-attempt"
 TAG_OWNER = "spotd-owner"
+
+WATCHED = frozenset({JobStatus.PROVISIONING, JobStatus.RUNNING, JobStatus.CHECKPOINTING})
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What one reconcile pass read in bulk before stepping the jobs."""
+
+    attempts: dict[str, list[AttemptRecord]]
+    reports: dict[str, list[InstanceReport]]
+    described: dict[str, dict[str, Instance] | None]
+    """Provider -> its instances by id; None when the bulk describe failed."""
+
 
 MISSING_BEFORE_LOST = 3
 """Describes in a row an instance must be absent from before its node counts as lost."""
@@ -73,6 +90,12 @@ class EngineSettings:
     checkpoints_dir: Path = Path("checkpoints")
     price_history_seconds: float = 300.0
     """Real seconds between two price-history rows of one provider."""
+    changeover_hours: float = 0.25
+    """Time a new start costs before progress resumes (boot, setup, restore)."""
+    replan_seconds: float = 60.0
+    """Real seconds between two checks of whether a running job should move."""
+    stats_window_hours: float = 7 * 24.0
+    """How much price history the pool statistics look at."""
 
 
 def checkpoint_uri(job: JobRecord, settings: EngineSettings) -> str:
@@ -83,6 +106,26 @@ def checkpoint_uri(job: JobRecord, settings: EngineSettings) -> str:
 def job_cost(attempts: Sequence[AttemptRecord], now: datetime) -> float:
     """What the job's attempts cost so far, open ones up to ``now``."""
     return sum(a.cost_usd(until=now) for a in attempts)
+
+
+def done_hours(spec: JobSpec, attempts: Sequence[AttemptRecord], now: datetime) -> float:
+    """Compute hours behind the job, as far as the daemon can tell.
+
+    Hours its attempts ran, less, for every attempt that ended early, the
+    half checkpoint interval a preemption loses on average: an estimate
+    that errs on the side of less progress, so deadlines are kept.
+    """
+    ran = 0.0
+    for a in attempts:
+        if a.running_at is None:
+            continue
+        end = a.ended_at or now
+        ran += max(0.0, (end - a.running_at).total_seconds() / 3600)
+        if a.end_reason in POOL_TROUBLE:
+            ran -= costmodel.checkpoint_interval(spec, DEFAULT_RATE) / 2
+    total = spec.deadline.compute_hours if spec.deadline else None
+    ran = max(0.0, ran)
+    return min(ran, total) if total is not None else ran
 
 
 class Engine:
@@ -104,6 +147,11 @@ class Engine:
         self.market = MarketCache(self.providers, on_fresh=self._keep_history)
         self._history_at: dict[str, float] = {}
         self._missing: dict[str, int] = {}
+        self._replanned_at: dict[str, float] = {}
+        self._pass: _Pass | None = None
+        self.stats = HistoryStats(
+            store, now=clock.now(), window=timedelta(hours=settings.stats_window_hours)
+        )
         self._handlers: Mapping[JobStatus, Callable[[JobRecord], None]] = {
             JobStatus.PENDING: self._place,
             JobStatus.RECOVERING: self._place,
@@ -124,9 +172,15 @@ class Engine:
         # The lease is set in real seconds; the store compares clock times.
         lease = self.settings.lease_seconds / self.clock.seconds_to_real(1.0)
         owned = set(self.store.claim_jobs(self.settings.owner, now=now, lease_seconds=lease))
-        for job in self.store.list_jobs(ACTIVE):
-            if job.id in owned:
+        jobs = [j for j in self.store.list_jobs(ACTIVE) if j.id in owned]
+        # One query for all attempts, one for all agent reports, one describe
+        # per provider: a pass over 10,000 jobs must not make 40,000 calls.
+        self._pass = self._prefetch(jobs)
+        try:
+            for job in jobs:
                 self.step(job)
+        finally:
+            self._pass = None
 
     def step(self, job: JobRecord) -> None:
         """Move one job one step; errors are logged, never raised to the loop."""
@@ -141,20 +195,32 @@ class Engine:
 
     def plan(self, job: JobRecord) -> Decision:
         """What the policy would choose for the job now."""
+        return self.policy.place(self.context(job), self.market.offerings())
+
+    def context(self, job: JobRecord) -> PlacementContext:
+        """Everything the policy may know of the job now."""
         now = self.clock.now()
-        attempts = self.store.attempts(job.id)
-        ctx = PlacementContext(
+        attempts = self._attempts(job.id)
+        running = _open_attempt(attempts)
+        if running is not None and running.running_at is None:
+            running = None
+        return PlacementContext(
             job_id=job.id,
             spec=job.spec,
             now=now,
             spent_usd=job_cost(attempts, now),
+            current=running.pool if running else None,
+            current_market=running.market if running else None,
             cooldown=self._cooldowns(attempts, now),
+            done_hours=done_hours(job.spec, attempts, now),
+            changeover_hours=self.settings.changeover_hours,
+            stats=self.stats.at(now),
+            checkpoint_at=attempts[-1].pool if attempts else None,
         )
-        return self.policy.place(ctx, self.market.offerings())
 
     def cancel(self, job: JobRecord) -> JobRecord:
         """Cancel an active job and stop its instances."""
-        attempt = _open_attempt(self.store.attempts(job.id))
+        attempt = _open_attempt(self._attempts(job.id))
         close = AttemptClose(attempt.id, AttemptEnd.CANCELLED) if attempt else None
         job = self._move(job, JobStatus.CANCELLED, "cancelled by user", close=close)
         if attempt is not None:
@@ -193,7 +259,7 @@ class Engine:
 
     def _place(self, job: JobRecord) -> None:
         now = self.clock.now()
-        attempts = self.store.attempts(job.id)
+        attempts = self._attempts(job.id)
         if self._over_budget(job, attempts, now):
             return
         if job.status is JobStatus.PENDING and self._deadline_impossible(job, now):
@@ -215,7 +281,7 @@ class Engine:
         if latest is not None:
             detail += f", resume from step {latest.step}"
         job = self._move(job, JobStatus.PROVISIONING, "placed", detail=detail, open_=new)
-        opened = _open_attempt(self.store.attempts(job.id))
+        opened = _open_attempt(self._attempts(job.id))
         if opened is not None:
             self._launch(job, opened)
 
@@ -244,6 +310,7 @@ class Engine:
             self._launch_failed(job, attempt, exc)
             return
         self.store.set_attempt_instances(attempt.id, [i.id for i in instances])
+        self._forget(job.id)
 
     def _launch_failed(self, job: JobRecord, attempt: AttemptRecord, exc: ProviderError) -> None:
         if exc.retryable and not isinstance(exc, CapacityError):
@@ -286,7 +353,7 @@ class Engine:
         attempt = self._require_open(job)
         instances = self._describe(attempt)
         now = self.clock.now()
-        if self._over_budget(job, self.store.attempts(job.id), now, attempt):
+        if self._over_budget(job, self._attempts(job.id), now, attempt):
             return
         if any(i is None or i.ended for i in instances):
             self._attempt_ended(job, attempt, instances)
@@ -295,6 +362,7 @@ class Engine:
             for i in instances
         ):
             self.store.mark_attempt_running(attempt.id, at=now)
+            self._forget(job.id)
             self._move(job, JobStatus.RUNNING, "all nodes running", detail=str(attempt.pool))
         elif job.status is JobStatus.RUNNING and any(
             i is not None and i.state is InstanceState.NOTICE for i in instances
@@ -302,6 +370,36 @@ class Engine:
             self._move(
                 job, JobStatus.CHECKPOINTING, "preemption notice", detail=str(attempt.pool)
             )
+        elif job.status is JobStatus.RUNNING:
+            self._maybe_move(job, attempt)
+
+    def _maybe_move(self, job: JobRecord, attempt: AttemptRecord) -> None:
+        """Ask the policy, now and then, whether the running job should be elsewhere.
+
+        The policy already weighs the cost of moving (changeover, egress) and
+        keeps a hysteresis margin, so a "move" here is worth its price. The
+        job is stopped with the provider's notice (it checkpoints) and the
+        next pass places it where the policy says.
+        """
+        now = time.monotonic()
+        if now - self._replanned_at.get(job.id, 0.0) < self.settings.replan_seconds:
+            return
+        self._replanned_at[job.id] = now
+        decision = self.plan(job)
+        choice = decision.choice
+        if choice is not None and (choice.offering.pool, choice.market) == (
+            attempt.pool,
+            attempt.market,
+        ):
+            return
+        target = f"{choice.offering.pool} {choice.market}" if choice else "waiting for spot"
+        self._finish(
+            job,
+            attempt=attempt,
+            status=JobStatus.RECOVERING,
+            end=AttemptEnd.MIGRATED,
+            detail=f"policy moves it from {attempt.pool} {attempt.market} to {target}",
+        )
 
     def _describe(self, attempt: AttemptRecord) -> list[Instance | None]:
         """The attempt's instances as the provider sees them, plus what their agents said.
@@ -310,10 +408,10 @@ class Engine:
         not at all: the on-VM agent reports both.
         """
         provider = self.providers[attempt.pool.provider]
-        seen = {i.id: i for i in provider.describe(attempt.instance_ids)}
+        seen = self._described(provider, attempt.instance_ids)
         reports = {
             r.instance_id: r
-            for r in self.store.reports(attempt.job_id)
+            for r in self._reports(attempt.job_id)
             if r.attempt == attempt.seq and r.provider == provider.name
         }
         return [
@@ -517,11 +615,61 @@ class Engine:
             close_attempt=close,
         )
         moved = transition(self.store, change, now=self.clock.now())
+        self._forget(job.id)
         log.info("job %s: %s -> %s (%s) %s", job.id, job.status, new, cause, detail)
         return moved
 
+    def _prefetch(self, jobs: Sequence[JobRecord]) -> _Pass:
+        ids = [j.id for j in jobs]
+        attempts = self.store.attempts_for(ids)
+        reports = self.store.reports_for(ids)
+        wanted: dict[str, list[str]] = {}
+        for job in jobs:
+            if job.status in WATCHED:
+                open_ = _open_attempt(attempts[job.id])
+                if open_ is not None:
+                    wanted.setdefault(open_.pool.provider, []).extend(open_.instance_ids)
+        described: dict[str, dict[str, Instance] | None] = {}
+        for name, instance_ids in wanted.items():
+            provider = self.providers.get(name)
+            if provider is None:
+                continue
+            try:
+                described[name] = {i.id: i for i in provider.describe(instance_ids)}
+            except ProviderError as exc:
+                log.warning("describe of %d %s instances failed: %s", len(instance_ids), name, exc)
+                described[name] = None
+        return _Pass(attempts, reports, described)
+
+    def _attempts(self, job_id: str) -> list[AttemptRecord]:
+        if self._pass is not None and job_id in self._pass.attempts:
+            return self._pass.attempts[job_id]
+        return self.store.attempts(job_id)
+
+    def _reports(self, job_id: str) -> list[InstanceReport]:
+        if self._pass is not None and job_id in self._pass.reports:
+            return self._pass.reports[job_id]
+        return self.store.reports(job_id)
+
+    def _described(self, provider: Provider, ids: Sequence[str]) -> dict[str, Instance]:
+        if self._pass is not None and provider.name in self._pass.described:
+            seen = self._pass.described[provider.name]
+            if seen is None:
+                raise ProviderUnavailable(
+                    f"{provider.name} could not describe its instances this pass",
+                    provider=provider.name,
+                )
+            if all(i in seen for i in ids):
+                return seen
+        return {i.id: i for i in provider.describe(ids)}
+
+    def _forget(self, job_id: str) -> None:
+        """Drop what the pass read of a job: it just changed."""
+        if self._pass is not None:
+            self._pass.attempts.pop(job_id, None)
+
     def _require_open(self, job: JobRecord) -> AttemptRecord:
-        attempt = _open_attempt(self.store.attempts(job.id))
+        attempt = _open_attempt(self._attempts(job.id))
         if attempt is None:
             raise StoreError(f"job {job.id} is {job.status} but has no open attempt")
         return attempt

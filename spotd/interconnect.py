@@ -91,8 +91,8 @@ CATALOG: dict[str, dict[str, TypeFacts]] = {
         "Standard_NC24ads_A100_v4": _t("A100", 1, 80, E, 20),
         "Standard_NC48ads_A100_v4": _t("A100", 2, 80, E, 40),
         "Standard_NC96ads_A100_v4": _t("A100", 4, 80, E, 80),
-        "Standard_NC40ads_H100_v5": _t("H100 NVL", 1, 94, E, 40),
-        "Standard_NC80adis_H100_v5": _t("H100 NVL", 2, 94, E, 80),
+        "Standard_NC40ads_H100_v5": _t("H100-NVL", 1, 94, E, 40),
+        "Standard_NC80adis_H100_v5": _t("H100-NVL", 2, 94, E, 80),
     },
 }
 """Provider kind ("aws", "gcp", "azure") -> instance type -> facts."""

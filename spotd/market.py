@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import overload
 
 from spotd.contracts import Provider
-from spotd.domain import Offering, Pool
+from spotd.domain import Market, Offering, Pool
 from spotd.errors import ProviderError
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class MarketCache:
         self._base = base_backoff_seconds
         self._max = max_backoff_seconds
         self._on_fresh = on_fresh
+        self._index: OfferingIndex | None = None
 
     def refresh(self, name: str) -> Snapshot:
         """Poll one provider, unless it is backing off; on failure keep its last data."""
@@ -80,6 +82,8 @@ class MarketCache:
             if self._on_fresh is not None:
                 self._on_fresh(name, offerings)
         with self._lock:
+            if fresh is not old:
+                self._index = None
             self._snapshots[name] = fresh
         return fresh
 
@@ -108,13 +112,17 @@ class MarketCache:
         """Every provider's snapshot, by provider name."""
         return {name: self.snapshot(name) for name in self._providers}
 
-    def offerings(self) -> list[Offering]:
-        """All providers' offerings, polling those never polled yet."""
+    def offerings(self) -> OfferingIndex:
+        """All providers' offerings, indexed, polling those never polled yet."""
         for name in self._providers:
             if name not in self._snapshots:
                 self.refresh(name)
         with self._lock:
-            return [o for snap in self._snapshots.values() for o in snap.offerings]
+            if self._index is None:
+                self._index = OfferingIndex(
+                    o for snap in self._snapshots.values() for o in snap.offerings
+                )
+            return self._index
 
     def find(self, pool: Pool) -> Offering | None:
         """The current offering of ``pool``, if its provider lists it."""
@@ -122,3 +130,55 @@ class MarketCache:
             if offering.pool == pool:
                 return offering
         return None
+
+
+class OfferingIndex(Sequence[Offering]):
+    """A market's offerings with buckets by (GPU model, GPUs per node, market), cheapest first.
+
+    Policies walk only the buckets a job can use, in price order, and stop
+    once the price alone rules out beating the best found: placing a job
+    against tens of thousands of offerings then costs a few dozen checks.
+    Buckets are built on first use and kept for the life of the snapshot.
+    """
+
+    def __init__(self, offerings: Iterable[Offering]) -> None:
+        self._all = tuple(offerings)
+        self._buckets: dict[tuple[str, int, Market], tuple[Offering, ...]] = {}
+
+    @classmethod
+    def of(cls, offerings: Sequence[Offering]) -> OfferingIndex:
+        """``offerings`` as an index (itself when it already is one)."""
+        return offerings if isinstance(offerings, OfferingIndex) else cls(offerings)
+
+    @overload
+    def __getitem__(self, i: int) -> Offering: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Offering]: ...
+    def __getitem__(self, i: int | slice) -> Offering | Sequence[Offering]:
+        return self._all[i]
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def bucket(self, gpu: str, gpus_per_node: int, market: Market) -> tuple[Offering, ...]:
+        """Offerings of that GPU model and node size sold in ``market``, cheapest first."""
+        key = (gpu.upper(), gpus_per_node, market)
+        found = self._buckets.get(key)
+        if found is None:
+            if not self._buckets:
+                self._build()
+            found = self._buckets.get(key, ())
+        return found
+
+    def _build(self) -> None:
+        groups: dict[tuple[str, int, Market], list[tuple[float, Offering]]] = {}
+        for off in self._all:
+            for market in Market:
+                price = off.price(market)
+                if price is not None:
+                    key = (off.gpu.upper(), off.gpus_per_node, market)
+                    groups.setdefault(key, []).append((price, off))
+        self._buckets = {
+            key: tuple(o for _, o in sorted(items, key=lambda item: item[0]))
+            for key, items in groups.items()
+        }

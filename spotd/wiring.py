@@ -2,23 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from spotd.clock import WallClock
 from spotd.config import Settings
 from spotd.contracts import Clock, Provider
 from spotd.engine import Engine, EngineSettings
 from spotd.errors import ConfigError
 from spotd.registry import load_policy
 from spotd.store import open_store
+from spotd.tokens import ensure_token
+
+if TYPE_CHECKING:
+    from spotd.bootstrap import BootKind
+    from spotd.domain import LaunchRequest
 
 
 def build_providers(settings: Settings) -> tuple[Clock, dict[str, Provider]]:
     """The enabled providers and the clock they share.
 
-    The simulated market brings its own clock (it may run faster than real
-    time), so it is the daemon's clock when it is enabled.
+    The simulated market brings its own clock, which may run faster than
+    real time; it can share a daemon with real clouds only at speed 1.
     """
+    clouds = build_clouds(settings)
     sim = settings.providers.sim
     if not sim.enabled:
-        raise ConfigError("no provider is enabled: enable [providers.sim] (clouds come later)")
+        if not clouds:
+            raise ConfigError("no provider is enabled: enable [providers.sim] or a cloud")
+        return WallClock(), clouds
+    if clouds and sim.speed != 1:
+        raise ConfigError(
+            f"[providers.sim] speed {sim.speed:g} cannot share a daemon with real clouds "
+            f"({', '.join(clouds)}): set speed = 1 or disable the simulator"
+        )
     from spotd.providers.sim import build_sim_providers
 
     try:
@@ -35,7 +52,48 @@ def build_providers(settings: Settings) -> tuple[Clock, dict[str, Provider]]:
     except ValueError as exc:
         # A clock speed other than the one the state dir was created with, say.
         raise ConfigError(f"[providers.sim]: {exc}") from exc
-    return sims[0].clock, {p.name: p for p in sims}
+    return sims[0].clock, {**{p.name: p for p in sims}, **clouds}
+
+
+def build_clouds(settings: Settings) -> dict[str, Provider]:
+    """The enabled cloud adapters, each with the bootstrap that starts the agent on its nodes."""
+    enabled = settings.providers.clouds_enabled
+    if not enabled:
+        return {}
+    agent = settings.agent
+    if not agent.daemon_url:
+        raise ConfigError(
+            "[agent] daemon_url is needed when a cloud is enabled: "
+            "the agents on the nodes report to it"
+        )
+    from spotd.bootstrap import bootstrap_for
+
+    token = ensure_token(settings.token_file)
+
+    def script(kind: BootKind) -> Callable[[LaunchRequest], str]:
+        return bootstrap_for(
+            kind,
+            daemon_url=agent.daemon_url or "",
+            daemon_token=token,
+            install=agent.install,
+            python=agent.python,
+        )
+
+    providers: dict[str, Provider] = {}
+    p = settings.providers
+    if p.aws.enabled:
+        from spotd.providers.aws import build_aws_provider
+
+        providers["aws"] = build_aws_provider(p.aws, user_data=script("aws"))
+    if p.gcp.enabled:
+        from spotd.providers.gcp import build_gcp_provider
+
+        providers["gcp"] = build_gcp_provider(p.gcp, startup_script=script("gcp"))
+    if p.azure.enabled:
+        from spotd.providers.azure import build_azure_provider
+
+        providers["azure"] = build_azure_provider(p.azure, custom_data=script("azure"))
+    return providers
 
 
 def build_engine(settings: Settings) -> Engine:
@@ -49,5 +107,8 @@ def build_engine(settings: Settings) -> Engine:
         cooldown_hours=settings.scheduling.cooldown_hours,
         no_capacity_timeout_hours=settings.scheduling.no_capacity_timeout_hours,
         checkpoints_dir=settings.checkpoints_dir,
+        changeover_hours=settings.scheduling.changeover_hours,
+        replan_seconds=settings.scheduling.replan_seconds,
+        price_history_seconds=settings.scheduling.price_history_seconds,
     )
     return Engine(store, providers, load_policy(settings.scheduling.policy), clock, engine_settings)

@@ -86,6 +86,12 @@ def select_reports(conn: Connection, job_id: str) -> list[InstanceReport]:
     return [_report(r) for r in conn.execute(query)]
 
 
+def select_reports_of(conn: Connection, job_ids: Sequence[str]) -> list[InstanceReport]:
+    """The agent reports of several jobs."""
+    query = select(REPORTS).where(REPORTS.c.job_id.in_(job_ids)).order_by(REPORTS.c.attempt)
+    return [_report(r) for r in conn.execute(query)]
+
+
 def _price_point(row: Row[Any]) -> PricePoint:
     return PricePoint(
         pool=Pool(row.provider, row.region, row.zone, row.instance_type),

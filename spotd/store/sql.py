@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -308,6 +309,20 @@ class SqlStore:
         with self._read() as conn:
             return [_attempt_record(row) for row in conn.execute(query)]
 
+    def attempts_for(self, job_ids: Collection[str]) -> dict[str, list[AttemptRecord]]:
+        """The attempts of many jobs at once (one query per chunk), by job id."""
+        found: dict[str, list[AttemptRecord]] = {job_id: [] for job_id in job_ids}
+        with self._read() as conn:
+            for chunk in _chunks(list(found)):
+                query = (
+                    select(ATTEMPTS)
+                    .where(ATTEMPTS.c.job_id.in_(chunk))
+                    .order_by(ATTEMPTS.c.job_id, ATTEMPTS.c.seq)
+                )
+                for row in conn.execute(query):
+                    found[row.job_id].append(_attempt_record(row))
+        return found
+
     def set_attempt_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> None:
         """Record the instances a launch returned (replacing any recorded before)."""
         change = (
@@ -362,12 +377,26 @@ class SqlStore:
         with self._read() as conn:
             return history.select_reports(conn, job_id)
 
+    def reports_for(self, job_ids: Collection[str]) -> dict[str, list[InstanceReport]]:
+        """The agents' reports of many jobs at once, by job id."""
+        found: dict[str, list[InstanceReport]] = {job_id: [] for job_id in job_ids}
+        with self._read() as conn:
+            for chunk in _chunks(list(found)):
+                for report in history.select_reports_of(conn, chunk):
+                    found[report.job_id].append(report)
+        return found
+
     def close(self) -> None:
         """Release connections."""
         self._engine.dispose()
 
 
 # -- statements used inside a transaction ------------------------------------
+
+
+def _chunks(items: list[str], size: int = 2000) -> list[list[str]]:
+    # SQLite caps the bound parameters of one statement; stay well under.
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _creation_order() -> tuple[ColumnElement[Any], ...]:
@@ -510,11 +539,18 @@ def _require_attempt(conn: Connection, attempt_id: int) -> None:
 # -- rows to records ---------------------------------------------------------
 
 
+@lru_cache(maxsize=32768)
+def _parsed_spec(text: str) -> JobSpec:
+    # A job's spec never changes, and the daemon reads every active job each
+    # pass: validating the same JSON again and again would dominate the pass.
+    return spec_from_json(text)
+
+
 def _job_record(row: Row[Any]) -> JobRecord:
     return JobRecord(
         id=row.id,
         name=row.name,
-        spec=spec_from_json(row.spec_json),
+        spec=_parsed_spec(row.spec_json),
         status=JobStatus(row.status),
         failure=FailureCause(row.failure) if row.failure is not None else None,
         submitted_at=row.submitted_at,

@@ -1,0 +1,174 @@
+"""Expected hours and cost to finish a job on one offering: the score of ``balanced``.
+
+hours = work on this offering (fabric efficiency, GPU speed), stretched by
+checkpoint overhead and expected preemption losses, plus the changeover of
+starting there and the time to move the latest checkpoint there; cost =
+those hours at the offering's price for all nodes, plus the checkpoint's
+egress. Every price comes from the offering (polled), every rate from pool
+history (``ctx.stats``) or the provider's capacity signal; the fixed figures
+live in :mod:`spotd.facts` with their sources.
+
+Preemption overhead (Young 1974, CACM 17(9)): with checkpoint write time C,
+interval tau and preemption rate lambda, a run needing W hours takes in
+expectation T = W (1 + C/tau) / (1 - lambda (tau/2 + d)): each preemption
+loses half an interval of work on average plus the changeover d.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+
+from spotd import facts
+from spotd.domain import Market, Offering, PlacementContext
+from spotd.spec import JobSpec
+
+HOPELESS_FACTOR = 20.0
+"""Stretch assigned to a pool preempted faster than the job can make progress."""
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """The parts of a candidate's expected cost (hours are wall hours)."""
+
+    work_hours: float
+    efficiency: float
+    speed: float
+    preemptions_per_hour: float
+    checkpoint_interval_hours: float
+    preemption_overhead_hours: float
+    changeover_hours: float
+    migration_hours: float
+    migration_usd: float
+    price_per_hour: float
+
+    @property
+    def hours(self) -> float:
+        """Expected wall hours from now to the end of the job on this offering."""
+        return (
+            self.work_hours
+            + self.preemption_overhead_hours
+            + self.changeover_hours
+            + self.migration_hours
+        )
+
+    @property
+    def cost_usd(self) -> float:
+        """Expected cost from now to the end of the job on this offering."""
+        return self.price_per_hour * self.hours + self.migration_usd
+
+    def breakdown(self) -> dict[str, float]:
+        """The named parts, for ``spotd plan``."""
+        return {
+            "price_per_hour": self.price_per_hour,
+            "efficiency": self.efficiency,
+            "gpu_speed": self.speed,
+            "work_hours": self.work_hours,
+            "preemptions_per_hour": self.preemptions_per_hour,
+            "checkpoint_interval_hours": self.checkpoint_interval_hours,
+            "preemption_overhead_hours": self.preemption_overhead_hours,
+            "changeover_hours": self.changeover_hours,
+            "migration_hours": self.migration_hours,
+            "migration_usd": self.migration_usd,
+            "expected_hours": self.hours,
+            "expected_cost_usd": self.cost_usd,
+        }
+
+
+def remaining_hours(ctx: PlacementContext) -> float:
+    """Compute hours left on the reference setup; 1 hour when the spec gives none."""
+    deadline = ctx.spec.deadline
+    if deadline is None or deadline.compute_hours is None:
+        return 1.0
+    return max(0.0, deadline.compute_hours - ctx.done_hours)
+
+
+def efficiency(spec: JobSpec, off: Offering) -> float:
+    """Share of peak a run reaches on the offering's fabric; 1 for one node."""
+    if spec.resources.nodes <= 1:
+        return 1.0
+    return facts.FABRIC_EFFICIENCY[off.interconnect.fabric]
+
+
+def speed(spec: JobSpec, off: Offering) -> float:
+    """GPU speed relative to the job's first-listed GPU model (its reference)."""
+    return facts.gpu_speed(off.gpu) / facts.gpu_speed(spec.resources.gpus[0])
+
+
+def preemption_rate(ctx: PlacementContext, off: Offering, market: Market) -> float:
+    """Expected preemptions per hour of a running node in this pool."""
+    if market is Market.ON_DEMAND:
+        return 0.0
+    observed = ctx.stats.preemptions_per_hour(off.pool) if ctx.stats else None
+    if observed is not None:
+        return observed
+    # No history: the prior, raised when the provider's capacity signal is low.
+    capacity = 1.0 if off.capacity is None else max(0.05, off.capacity)
+    return facts.DEFAULT_PREEMPTIONS_PER_HOUR / capacity
+
+
+def checkpoint_write_hours(spec: JobSpec) -> float:
+    """Time to write one checkpoint of the job's stated size."""
+    return spec.checkpoint.size_gb * 8 / facts.CHECKPOINT_WRITE_GBPS / 3600
+
+
+def checkpoint_interval(spec: JobSpec, rate: float) -> float:
+    """The job's interval in hours; Young's optimum sqrt(2 C MTBF) when it says ``auto``."""
+    interval = spec.checkpoint.interval
+    if isinstance(interval, timedelta):
+        return interval.total_seconds() / 3600
+    if rate <= 0:
+        return 1.0
+    return math.sqrt(2 * checkpoint_write_hours(spec) / rate)
+
+
+def stretched(work: float, rate: float, interval: float, write: float, restart: float) -> float:
+    """Expected wall hours for ``work`` hours under preemptions (Young's model)."""
+    if rate <= 0:
+        return work
+    loss = rate * (interval / 2 + restart)
+    if loss >= 1 - 1 / HOPELESS_FACTOR:
+        return work * HOPELESS_FACTOR
+    return work * (1 + write / interval) / (1 - loss)
+
+
+def migration(ctx: PlacementContext, off: Offering) -> tuple[float, float]:
+    """(USD, hours) to bring the latest checkpoint to the offering's region."""
+    src = ctx.current or ctx.checkpoint_at
+    if src is None or (src.region == off.pool.region and src.provider == off.pool.provider):
+        return 0.0, 0.0
+    size = ctx.spec.checkpoint.size_gb
+    if facts.provider_kind(src.provider) == facts.provider_kind(off.pool.provider):
+        per_gb = facts.INTER_REGION_USD_PER_GB
+    else:
+        per_gb = facts.EGRESS_USD_PER_GB.get(facts.provider_kind(src.provider), 0.12)
+    return size * per_gb, size * 8 / facts.TRANSFER_GBPS / 3600
+
+
+def estimate(ctx: PlacementContext, off: Offering, market: Market) -> Estimate:
+    """Expected hours and cost to finish the job on ``off`` bought in ``market``."""
+    spec = ctx.spec
+    eff = efficiency(spec, off) / (
+        facts.REFERENCE_FABRIC_EFFICIENCY if spec.resources.nodes > 1 else 1.0
+    )
+    gpu = speed(spec, off)
+    work = remaining_hours(ctx) / (eff * gpu)
+    rate = preemption_rate(ctx, off, market)
+    interval = checkpoint_interval(spec, rate)
+    staying = ctx.current == off.pool and ctx.current_market is market
+    changeover = 0.0 if staying else ctx.changeover_hours
+    wall = stretched(work, rate, interval, checkpoint_write_hours(spec), ctx.changeover_hours)
+    usd, hours = migration(ctx, off)
+    return Estimate(
+        work_hours=work,
+        efficiency=eff,
+        speed=gpu,
+        preemptions_per_hour=rate,
+        checkpoint_interval_hours=interval,
+        preemption_overhead_hours=wall - work,
+        changeover_hours=changeover,
+        migration_hours=hours,
+        migration_usd=usd,
+        price_per_hour=(off.price(market) or 0.0) * spec.resources.nodes,
+    )

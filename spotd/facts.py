@@ -1,0 +1,82 @@
+"""Performance and price facts the policies weigh, with their sources.
+
+Kept out of the policies so every figure has one home and one citation.
+Where a figure is an assumption rather than a measurement, it says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from spotd.domain import Fabric
+
+FABRIC_EFFICIENCY: Mapping[Fabric, float] = {
+    # Share of peak all-reduce throughput a multi-node run reaches on the fabric
+    # (practitioner figures of 2026, shared/guides/domain.md): InfiniBand NDR
+    # 85-92 %, tuned RoCEv2 75-85 %, plain Ethernet "do not use" (0.01 % loss
+    # cuts all-reduce 4-6x). EFA and GPUDirect-TCPX/TCPXO have no figure there:
+    # assumed like tuned RoCE (TCPX a notch lower: it runs over TCP).
+    Fabric.INFINIBAND: 0.88,
+    Fabric.ROCE: 0.80,
+    Fabric.EFA: 0.80,
+    Fabric.TCPXO: 0.80,
+    Fabric.TCPX: 0.75,
+    Fabric.ETHERNET: 0.25,
+}
+"""Multi-node training efficiency by scale-out fabric (a one-node run needs none)."""
+
+REFERENCE_FABRIC_EFFICIENCY = FABRIC_EFFICIENCY[Fabric.INFINIBAND]
+"""The efficiency a job's ``compute_hours`` is taken to be measured at."""
+
+GPU_SPEED: Mapping[str, float] = {
+    # Training throughput relative to H100 SXM, dense BF16/FP16 tensor peak as a
+    # proxy (vendor datasheets: H100 SXM ~990 TFLOPS, H200 same compute with more
+    # memory bandwidth, B200 ~2.2 PFLOPS, B300 a little more, A100 312, L40S 362 (no NVLink: a
+    # notch lower in practice), A10G 125, L4 121, V100 125). Rough: it only
+    # matters when a job accepts several GPU models.
+    "B300": 2.3,
+    "B200": 2.2,
+    "H200": 1.1,
+    "H100": 1.0,
+    "H100-NVL": 0.9,
+    "A100": 0.32,
+    "L40S": 0.3,
+    "A10G": 0.12,
+    "L4": 0.12,
+    "V100": 0.12,
+}
+"""Relative training speed per GPU model; unknown models count as 0.1."""
+
+UNKNOWN_GPU_SPEED = 0.1
+
+EGRESS_USD_PER_GB: Mapping[str, float] = {
+    # Internet egress list prices, first tier (AWS ~0.09, GCP ~0.12, Azure
+    # ~0.087 USD/GB); moving a checkpoint between providers costs roughly
+    # 0.08-0.12 USD/GB (shared/guides/domain.md).
+    "aws": 0.09,
+    "gcp": 0.12,
+    "azure": 0.087,
+}
+"""Cost of moving a GB out of a provider to another provider."""
+
+INTER_REGION_USD_PER_GB = 0.02
+"""Cost of moving a GB between regions of one provider (AWS/GCP/Azure list: 0.01-0.02)."""
+
+TRANSFER_GBPS = 5.0
+"""Assumed sustained throughput of a checkpoint copy between regions or providers."""
+
+CHECKPOINT_WRITE_GBPS = 8.0
+"""Assumed write throughput of a checkpoint to its store (1 GB/s), for Young's formula."""
+
+DEFAULT_PREEMPTIONS_PER_HOUR = 0.2
+"""Prior rate when a pool has no history: GPU spot is reclaimed every 4-6 h in busy pools."""
+
+
+def provider_kind(provider: str) -> str:
+    """"aws" for "aws" and "sim-aws": the simulators price like the clouds they mirror."""
+    return provider.removeprefix("sim-")
+
+
+def gpu_speed(gpu: str) -> float:
+    """Relative training speed of a GPU model (H100 = 1)."""
+    return GPU_SPEED.get(gpu.upper(), GPU_SPEED.get(gpu, UNKNOWN_GPU_SPEED))

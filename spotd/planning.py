@@ -1,0 +1,114 @@
+"""``spotd plan``: what a policy would choose for a job spec, and why, without launching."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel
+
+from spotd.config import Settings
+from spotd.domain import Candidate, Decision, PlacementContext
+from spotd.market import MarketCache
+from spotd.registry import load_policy
+from spotd.spec import JobSpec
+from spotd.stats import HistoryStats
+from spotd.store import open_store
+from spotd.wiring import build_providers
+
+
+class InterconnectView(BaseModel):
+    fabric: str
+    gbps_per_gpu: float
+
+
+class CandidateView(BaseModel):
+    """One way to run the job, with its cost breakdown or why it is excluded."""
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    gpu: str
+    gpus_per_node: int
+    nodes: int
+    interconnect: InterconnectView
+    market: str
+    price_per_hour: float
+    expected_cost_usd: float
+    excluded: str | None
+    breakdown: dict[str, float]
+
+
+class PlanView(BaseModel):
+    """The policy's choice (None when nothing passes) and every candidate, ranked."""
+
+    policy: str
+    job: str
+    choice: CandidateView | None
+    candidates: list[CandidateView]
+
+
+def candidate_view(c: Candidate) -> CandidateView:
+    """The view of one candidate."""
+    o = c.offering
+    return CandidateView(
+        provider=o.pool.provider,
+        region=o.pool.region,
+        zone=o.pool.zone,
+        instance_type=o.pool.instance_type,
+        gpu=o.gpu,
+        gpus_per_node=o.gpus_per_node,
+        nodes=c.nodes,
+        interconnect=InterconnectView(
+            fabric=str(o.interconnect.fabric), gbps_per_gpu=o.interconnect.gbps_per_gpu
+        ),
+        market=str(c.market),
+        price_per_hour=round(c.price_per_hour, 6),
+        expected_cost_usd=round(c.expected_cost_usd, 6),
+        excluded=c.excluded,
+        breakdown={k: round(v, 6) for k, v in c.breakdown.items()},
+    )
+
+
+def plan_view(policy: str, spec: JobSpec, decision: Decision) -> PlanView:
+    """The view of a decision."""
+    return PlanView(
+        policy=policy,
+        job=spec.name,
+        choice=candidate_view(decision.choice) if decision.choice else None,
+        candidates=[candidate_view(c) for c in decision.candidates],
+    )
+
+
+def plan_job(spec: JobSpec, settings: Settings, policy_name: str | None = None) -> PlanView:
+    """Poll the enabled providers and ask the policy, with the store's pool history."""
+    name = policy_name or settings.scheduling.policy
+    policy = load_policy(name)
+    clock, providers = build_providers(settings)
+    market = MarketCache(providers)
+    market.refresh_all()
+    now = clock.now()
+    store = open_store(settings.db_url)
+    try:
+        stats = HistoryStats(
+            store, now=now, window=timedelta(hours=7 * 24), ttl_seconds=float("inf")
+        )
+        ctx = PlacementContext(
+            job_id=f"plan-{spec.name}",
+            spec=spec,
+            now=now,
+            changeover_hours=settings.scheduling.changeover_hours,
+            stats=stats,
+        )
+        decision = policy.place(ctx, market.offerings())
+    finally:
+        store.close()
+    return plan_view(name, spec, decision)
+
+
+def as_rows(view: PlanView, limit: int) -> list[dict[str, Any]]:
+    """Usable candidates first (up to ``limit``), then every excluded one."""
+    usable = [c for c in view.candidates if c.excluded is None][:limit]
+    excluded = [c for c in view.candidates if c.excluded is not None]
+    return [c.model_dump() for c in (*usable, *excluded)]

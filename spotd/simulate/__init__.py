@@ -1,0 +1,1 @@
+"""Trace-replay simulator: real policies and published baselines on measured spot availability."""

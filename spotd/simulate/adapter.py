@@ -1,0 +1,145 @@
+"""Product policies (``spotd.contracts.Policy``) replayed tick by tick on a trace.
+
+Every tick the adapter shows the policy what the daemon would: the offerings
+with a spot capacity signal of 1.0 or 0.0 taken from the trace at this tick
+for the job's nodes, and a :class:`~spotd.domain.PlacementContext` whose
+``stats`` come only from the trace up to this tick. The decision is applied
+like the engine applies a move: the place it runs now keeps running, another
+place is a new start (changeover paid), no choice is idle.
+
+Offerings are built once per job (two variants each, with and without
+capacity) so a tick only picks from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+import numpy as np
+import numpy.typing as npt
+
+from spotd.contracts import Policy
+from spotd.domain import Market, Offering, PlacementContext, Pool
+from spotd.errors import PolicyError
+from spotd.simulate.model import IDLE, RunState, World
+from spotd.simulate.world import EPOCH, Prepared
+from spotd.spec import DeadlineSpec, JobSpec
+
+__all__ = ["MIN_HISTORY_HOURS", "PolicyAdapter", "TraceHistory", "TraceStats"]
+
+MIN_HISTORY_HOURS = 1.0
+"""Below this much observed time (or time up, for preemption rates) stats say None."""
+
+IntArray = npt.NDArray[np.int64]
+
+
+class TraceHistory:
+    """Prefix counts of a timeline: ticks up and drops (up -> down) per offering.
+
+    Entry ``[z, i]`` counts ticks ``0..i`` only, so anything read at tick ``i``
+    depends on the past and the present alone, never on the future.
+    """
+
+    def __init__(self, avail: npt.NDArray[np.bool_], tick_hours: float) -> None:
+        up = avail.astype(np.int64)
+        drops = np.zeros_like(up)
+        drops[:, 1:] = (avail[:, :-1] & ~avail[:, 1:]).astype(np.int64)
+        self.up: IntArray = np.cumsum(up, axis=1)
+        self.drops: IntArray = np.cumsum(drops, axis=1)
+        self.tick_hours = tick_hours
+
+
+class TraceStats:
+    """:class:`~spotd.domain.PoolStats` as of one tick, from the trace seen so far."""
+
+    __slots__ = ("_history", "_index", "_tick")
+
+    def __init__(self, history: TraceHistory, index: dict[Pool, int], tick: int) -> None:
+        self._history = history
+        self._index = index
+        self._tick = tick
+
+    def availability(self, pool: Pool) -> float | None:
+        """Share of the ticks so far in which the pool could hold the job."""
+        z = self._index.get(pool)
+        seen = self._tick + 1
+        if z is None or seen * self._history.tick_hours < MIN_HISTORY_HOURS:
+            return None
+        return float(self._history.up[z, self._tick]) / seen
+
+    def preemptions_per_hour(self, pool: Pool) -> float | None:
+        """Drops of capacity per hour that capacity was up, so far."""
+        z = self._index.get(pool)
+        if z is None:
+            return None
+        up_hours = float(self._history.up[z, self._tick]) * self._history.tick_hours
+        if up_hours < MIN_HISTORY_HOURS:
+            return None
+        return float(self._history.drops[z, self._tick]) / up_hours
+
+
+class PolicyAdapter:
+    """Runs any :class:`~spotd.contracts.Policy` as a simulator policy."""
+
+    def __init__(self, policy: Policy, prepared: Prepared) -> None:
+        self.policy = policy
+        self.name = f"policy:{policy.name}"
+        self._prepared = prepared
+        world = prepared.world
+        self._up = [replace(o, capacity=1.0) for o in prepared.offerings]
+        self._down = [replace(o, capacity=0.0) for o in prepared.offerings]
+        self._index = {o.pool: z for z, o in enumerate(prepared.offerings)}
+        self._history = TraceHistory(world.avail, world.tick_hours)
+        self._tick = timedelta(hours=world.tick_hours)
+        self._spec: JobSpec = prepared.spec
+        self._start = 0
+
+    def reset(self, world: World, start: int) -> None:
+        """Give the job its deadline for this start point."""
+        self._start = start
+        finish_by = EPOCH + self._tick * (start + world.window)
+        deadline = DeadlineSpec(compute_hours=world.compute_hours, finish_by=finish_by)
+        self._spec = self._prepared.spec.model_copy(update={"deadline": deadline})
+
+    def context(self, state: RunState) -> tuple[PlacementContext, list[Offering]]:
+        """What the policy is shown at this tick: its context and the offerings."""
+        w = state.world
+        tick = self._start + state.t
+        offerings = [up if ok else down for up, down, ok in zip(
+            self._up, self._down, state.row, strict=True)]
+        current = market = None
+        if state.mode != IDLE:
+            current = offerings[w.offering(state.mode)].pool
+            market = Market.SPOT if state.on_spot else Market.ON_DEMAND
+        ctx = PlacementContext(
+            job_id=f"sim-{self._start}",
+            spec=self._spec,
+            now=EPOCH + self._tick * tick,
+            spent_usd=state.cost,
+            current=current,
+            current_market=market,
+            done_hours=state.progress / w.need * w.compute_hours,
+            changeover_hours=w.changeover * w.tick_hours,
+            stats=TraceStats(self._history, self._index, tick),
+        )
+        return ctx, offerings
+
+    def act(self, state: RunState) -> int:
+        """Ask the policy and turn its choice into a mode."""
+        ctx, offerings = self.context(state)
+        try:
+            decision = self.policy.place(ctx, offerings)
+        except Exception as exc:
+            raise PolicyError(
+                f"policy {self.policy.name!r} failed at tick {ctx.now:%Y-%m-%d %H:%M}: {exc}"
+            ) from exc
+        choice = decision.choice
+        if choice is None:
+            return IDLE
+        z = self._index.get(choice.offering.pool)
+        if z is None:
+            raise PolicyError(
+                f"policy {self.policy.name!r} chose a pool not offered: {choice.offering.pool}"
+            )
+        return z if choice.market is Market.SPOT else state.world.n + z

@@ -1,0 +1,384 @@
+"""The placement policies: hard filters, expected cost, deadline control, properties."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spotd.domain import (
+    Fabric,
+    Interconnect,
+    Market,
+    Offering,
+    PlacementContext,
+    Pool,
+)
+from spotd.policies import deadline
+from spotd.policies.balanced import BalancedPolicy
+from spotd.policies.cheapest import CheapestPolicy
+from spotd.policies.filters import first_exclusion, over_budget
+from spotd.policies.on_demand import OnDemandPolicy
+from spotd.providers.sim import build_sim_providers
+from spotd.spec import JobSpec
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+POLICIES = [BalancedPolicy, CheapestPolicy, OnDemandPolicy]
+
+
+def job(**over: object) -> JobSpec:
+    body: dict[str, object] = {
+        "name": "j",
+        "command": ["true"],
+        "resources": {"gpus": ["H100"], "gpus_per_node": 8, "nodes": 1},
+    }
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(body.get(key), dict):
+            body[key] = {**body[key], **value}  # type: ignore[dict-item]
+        else:
+            body[key] = value
+    return JobSpec.model_validate(body)
+
+
+def ctx(spec: JobSpec, **kw: object) -> PlacementContext:
+    return PlacementContext(job_id="j-test", spec=spec, now=NOW, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def sim_market(tmp_path_factory: pytest.TempPathFactory) -> list[Offering]:
+    providers = build_sim_providers(
+        tmp_path_factory.mktemp("sim"), seed=2, speed=1.0, mean_up_hours=1e6,
+        mean_down_hours=1.0, boot_seconds=0, sim_epoch=NOW,
+    )
+    return [o for p in providers for o in p.offerings()]
+
+
+# -- acceptance on the simulated market ------------------------------------------
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_70b_four_nodes_never_below_800_gbps(policy: type, sim_market: list[Offering]) -> None:
+    spec = job(resources={"gpus": ["B300", "H100"], "nodes": 4, "model_size_b": 70})
+    decision = policy().place(ctx(spec), sim_market)
+    assert decision.choice is not None
+    assert decision.choice.offering.interconnect.gbps_per_gpu >= 800
+    cheaper = [
+        c for c in decision.candidates
+        if c.offering.gpu == "H100" and c.price_per_hour < decision.choice.price_per_hour
+    ]
+    assert cheaper, "the market should hold cheaper H100 offerings that lose on fabric"
+    for c in cheaper:
+        assert c.excluded is not None and "800 Gbps/GPU" in c.excluded
+
+
+@pytest.mark.parametrize("policy", [BalancedPolicy, CheapestPolicy])
+def test_one_node_job_takes_cheapest_adequate_gpu(policy: type, sim_market: list[Offering]) -> None:
+    spec = job(resources={"gpus": ["A100", "L40S", "A10G"], "gpus_per_node": 1})
+    decision = policy().place(ctx(spec), sim_market)
+    assert decision.choice is not None and decision.choice.market is Market.SPOT
+    one_gpu_spot = [
+        o for o in sim_market
+        if o.gpus_per_node == 1 and o.gpu in ("A100", "L40S", "A10G") and o.capacity
+    ]
+    chosen = decision.choice.offering
+    # Ethernet at 10 Gbps is fine for one node: the fabric does not count.
+    if policy is CheapestPolicy:
+        assert chosen.spot_price == min(o.spot_price or 1e9 for o in one_gpu_spot)
+    assert decision.choice.breakdown.get("efficiency", 1.0) == 1.0
+
+
+def test_one_node_balanced_weighs_gpu_speed(sim_market: list[Offering]) -> None:
+    """A slower GPU needs more hours for the same work: the score counts them."""
+    from spotd import facts
+
+    spec = job(resources={"gpus": ["A100", "A10G"], "gpus_per_node": 1},
+               deadline={"compute_hours": 10})
+    decision = BalancedPolicy().place(ctx(spec), sim_market)
+    hours = {c.offering.gpu: c.breakdown["work_hours"] for c in decision.candidates
+             if c.excluded is None}
+    assert hours["A100"] == pytest.approx(10)
+    assert hours["A10G"] == pytest.approx(10 * facts.gpu_speed("A100") / facts.gpu_speed("A10G"))
+    best = decision.choice
+    assert best is not None
+    assert best.expected_cost_usd == min(
+        c.expected_cost_usd for c in decision.candidates if c.excluded is None
+    )
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_7b_two_nodes_accepts_200_gbps(policy: type, sim_market: list[Offering]) -> None:
+    spec = job(resources={"gpus": ["A100"], "nodes": 2, "model_size_b": 7})
+    decision = policy().place(ctx(spec), sim_market)
+    ok = {c.offering.pool.instance_type for c in decision.candidates if c.excluded is None}
+    assert "Standard_ND96asr_v4" in ok, "HDR InfiniBand at 200 Gbps/GPU passes for 7B... "
+    assert "p4d.24xlarge" not in ok, "...and EFA at 50 Gbps/GPU does not"
+    spec_small = job(resources={"gpus": ["A100"], "nodes": 2, "model_size_b": 3})
+    small = policy().place(ctx(spec_small), sim_market)
+    assert small.choice is not None and small.choice.offering.interconnect.gbps_per_gpu >= 200
+
+
+def test_override_of_the_bandwidth_rule(sim_market: list[Offering]) -> None:
+    spec = job(resources={"gpus": ["A100"], "nodes": 2, "model_size_b": 70,
+                          "min_gbps_per_gpu": 40})
+    choice = BalancedPolicy().place(ctx(spec), sim_market).choice
+    assert choice is not None and choice.offering.interconnect.gbps_per_gpu >= 40
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_price_cap_and_budget_hold(policy: type, sim_market: list[Offering]) -> None:
+    capped = job(market={"max_price_per_gpu_hour": 6.0})
+    decision = policy().place(ctx(capped), sim_market)
+    # H100 spot is under 6 USD/GPU-hour here, on-demand is not.
+    assert (decision.choice is None) == (policy is OnDemandPolicy)
+    for c in decision.candidates:
+        if c.excluded is None:
+            assert (c.offering.price(c.market) or 0) / c.offering.gpus_per_node <= 6.0
+    broke = job(budget={"max_usd": 1.0}, deadline={"compute_hours": 100})
+    assert policy().place(ctx(broke), sim_market).choice is None
+    spent = job(budget={"max_usd": 5000.0}, deadline={"compute_hours": 10})
+    assert policy().place(ctx(spent, spent_usd=4999.0), sim_market).choice is None
+
+
+def test_gpu_types_never_mixed(sim_market: list[Offering]) -> None:
+    spec = job(resources={"gpus": ["H100", "A100"], "nodes": 2, "model_size_b": 3})
+    choice = BalancedPolicy().place(ctx(spec), sim_market).choice
+    assert choice is not None
+    # One offering is one instance type: every node of the gang gets the same GPU.
+    assert choice.nodes == 2 and choice.offering.gpu in ("H100", "A100")
+
+
+def test_running_job_stays_unless_the_saving_pays(sim_market: list[Offering]) -> None:
+    spec = job(resources={"gpus": ["A100"], "gpus_per_node": 1},
+               deadline={"compute_hours": 2}, checkpoint={"size_gb": 500})
+    policy = BalancedPolicy()
+    best = policy.place(ctx(spec), sim_market).choice
+    assert best is not None
+    ranked = [c for c in policy.place(ctx(spec), sim_market).candidates if c.excluded is None]
+    runner_up = next(c for c in ranked if c.offering.pool.provider != best.offering.pool.provider)
+    here = ctx(spec, current=runner_up.offering.pool, current_market=runner_up.market)
+    stay = policy.place(here, sim_market).choice
+    assert stay is not None
+    assert stay.offering.pool == runner_up.offering.pool, (
+        "moving a 500 GB checkpoint across providers for a 2-hour job does not pay"
+    )
+
+
+# -- deadline control --------------------------------------------------------------
+
+
+def test_plan_waits_with_slack_and_pays_when_late() -> None:
+    model = deadline.aggregate([deadline.PoolRates(0.6, 0.2)], spot_price=1.0, od_price=3.33)
+    plan = deadline.plan(model, work_hours=10, time_hours=30, changeover_hours=0.3)
+    idle = deadline.Action.IDLE
+    assert plan.action(0, 0, idle, spot_up=True) is deadline.Action.SPOT
+    assert plan.action(0, 0, idle, spot_up=False) is deadline.Action.IDLE
+    assert plan.action(25, 2, idle, spot_up=False) is deadline.Action.ON_DEMAND
+    assert plan.action(29.9, 1, idle, spot_up=True) is deadline.Action.ON_DEMAND
+
+
+@given(
+    avail=st.floats(0.05, 0.95),
+    rate=st.floats(0.05, 2.0),
+    work=st.floats(1, 20),
+    slack=st.floats(1.1, 3.0),
+    seed=st.integers(0, 2**31),
+)
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_plan_never_misses_a_feasible_deadline(
+    avail: float, rate: float, work: float, slack: float, seed: int
+) -> None:
+    """Follow the plan on a random spot market: the work is always done in time."""
+    import random
+
+    d = 0.3
+    time_hours = work * slack + 2 * d
+    model = deadline.aggregate([deadline.PoolRates(avail, rate)], 1.0, 3.33)
+    plan = deadline.plan(model, work, time_hours, d)
+    rng = random.Random(seed)
+    step = plan.step_hours
+    up, t, done, mode, booting = rng.random() < avail, 0.0, 0.0, deadline.Action.IDLE, 0.0
+    recovery = rate * avail / (1 - avail)
+    while done < work - 1e-9:
+        assert t < time_hours + 1e-9, f"missed: {done:.2f}/{work:.2f} h at {t:.2f}"
+        want = plan.action(t, done, mode, up)
+        if want is not mode:
+            mode, booting = want, (d if want is not deadline.Action.IDLE else 0.0)
+        if mode is not deadline.Action.IDLE:
+            if booting > 0:
+                booting = max(0.0, booting - step)
+            else:
+                done += step
+        t += step
+        flip = rng.random()
+        if up and flip < 1 - pow(2.718281828, -rate * step):
+            up = False
+            if mode is deadline.Action.SPOT:
+                mode = deadline.Action.IDLE
+        elif not up and flip < 1 - pow(2.718281828, -recovery * step):
+            up = True
+
+
+# -- properties ----------------------------------------------------------------------
+
+FABRICS = list(Fabric)
+
+
+@st.composite
+def offerings(draw: st.DrawFn) -> list[Offering]:
+    n = draw(st.integers(1, 12))
+    out = []
+    for i in range(n):
+        gpus = draw(st.sampled_from([1, 8]))
+        od = draw(st.floats(1, 100))
+        spot = draw(st.one_of(st.none(), st.floats(0.2, 1.0).map(lambda f, od=od: f * od)))
+        out.append(Offering(
+            pool=Pool(draw(st.sampled_from(["aws", "gcp", "azure"])),
+                      draw(st.sampled_from(["us-east-1", "eu-west-1"])), f"z{i}", f"t{i}"),
+            gpu=draw(st.sampled_from(["H100", "A100", "L4"])),
+            gpus_per_node=gpus, gpu_memory_gb=80,
+            interconnect=Interconnect(draw(st.sampled_from(FABRICS)),
+                                      draw(st.sampled_from([10, 50, 200, 400, 800]))),
+            spot_price=spot, on_demand_price=od,
+            capacity=draw(st.one_of(st.none(), st.sampled_from([0.0, 0.3, 1.0]))),
+        ))
+    return out
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> JobSpec:
+    body: dict[str, object] = {
+        "name": "p", "command": ["true"],
+        "resources": {
+            "gpus": draw(st.lists(st.sampled_from(["H100", "A100", "L4"]), min_size=1,
+                                  max_size=3, unique=True)),
+            "gpus_per_node": draw(st.sampled_from([1, 8])),
+            "nodes": draw(st.integers(1, 4)),
+            "model_size_b": draw(st.sampled_from([1.0, 13.0, 70.0])),
+        },
+        "market": {"type": draw(st.sampled_from(["spot", "on-demand", "auto"]))},
+        "deadline": {"compute_hours": draw(st.floats(0.5, 50))},
+    }
+    if draw(st.booleans()):
+        body["budget"] = {"max_usd": draw(st.floats(10, 1e5))}
+    if draw(st.booleans()):
+        body["market"] = {**body["market"], "max_price_per_gpu_hour": draw(st.floats(0.5, 12))}  # type: ignore[dict-item]
+    return JobSpec.model_validate(body)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@given(market=offerings(), spec=specs())
+@settings(max_examples=150, deadline=None)
+def test_choice_passes_every_hard_filter(policy: type, market: list[Offering], spec: JobSpec) -> None:
+    c = ctx(spec)
+    decision = policy().place(c, market)
+    if decision.choice is not None:
+        ch = decision.choice
+        assert first_exclusion(c, ch.offering, ch.market) is None
+        assert over_budget(c, ch.expected_cost_usd) is None
+        assert ch.excluded is None
+    feasible = [x for x in decision.candidates if x.excluded is None]
+    assert (decision.choice is not None) == bool(feasible), "a feasible market gets a choice"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@given(market=offerings(), spec=specs(), pick=st.integers(0, 11), factor=st.floats(1.01, 5))
+@settings(max_examples=150, deadline=None)
+def test_raising_a_price_never_makes_it_more_preferred(
+    policy: type, market: list[Offering], spec: JobSpec, pick: int, factor: float
+) -> None:
+    from dataclasses import replace
+
+    target = market[pick % len(market)]
+    dearer = replace(
+        target,
+        spot_price=target.spot_price * factor if target.spot_price else None,
+        on_demand_price=(target.on_demand_price or 1.0) * factor,
+    )
+    before = _rank(policy().place(ctx(spec), market), target.pool)
+    after = _rank(policy().place(ctx(spec), [dearer if o is target else o for o in market]),
+                  target.pool)
+    assert after >= before
+
+
+def _rank(decision: object, pool: Pool) -> int:
+    usable = [c for c in decision.candidates if c.excluded is None]  # type: ignore[attr-defined]
+    for i, c in enumerate(usable):
+        if c.offering.pool == pool:
+            return i
+    return len(usable) + 1000
+
+
+@given(market=offerings(), spec=specs(), capacity_off=st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_fast_screen_agrees_with_the_filters(
+    market: list[Offering], spec: JobSpec, capacity_off: bool
+) -> None:
+    from spotd.policies.filters import Screen
+
+    cooling = {market[0].pool: "preempted"} if capacity_off else {}
+    c = ctx(spec, cooldown=cooling)
+    screen = Screen(c)
+    for off in market:
+        for m in Market:
+            assert screen.reason(off, m) == first_exclusion(c, off, m)
+
+
+@pytest.mark.parametrize("policy", [BalancedPolicy, CheapestPolicy])
+@given(market=offerings(), spec=specs())
+@settings(max_examples=150, deadline=None)
+def test_best_first_finds_the_cheapest_of_the_full_ranking(
+    policy: type, market: list[Offering], spec: JobSpec
+) -> None:
+    from spotd.policies.balanced import deadline_controlled
+
+    decision = policy().place(ctx(spec), market)
+    usable = [c for c in decision.candidates if c.excluded is None]
+    if deadline_controlled(spec) or not usable:
+        return
+    assert decision.choice is not None
+    assert decision.choice.expected_cost_usd == pytest.approx(
+        min(c.expected_cost_usd for c in usable)
+    )
+
+
+@pytest.fixture(scope="module")
+def cloud_market(tmp_path_factory: pytest.TempPathFactory) -> list[Offering]:
+    """Offerings of the three real adapters, polled from their test fakes."""
+    from contextlib import ExitStack
+
+    import harnesses.aws
+    import harnesses.azure
+    import harnesses.gcp
+
+    root = tmp_path_factory.mktemp("clouds")
+    with ExitStack() as stack:
+        found: list[Offering] = []
+        for module in (harnesses.aws, harnesses.gcp, harnesses.azure):
+            h = stack.enter_context(module.make_harness(root / module.__name__))
+            found.extend(h.provider.offerings())
+        return found
+
+
+def test_cloud_fakes_70b_never_below_800(cloud_market: list[Offering]) -> None:
+    spec = job(resources={"gpus": ["H100", "H200", "B200"], "nodes": 4, "model_size_b": 70})
+    decision = BalancedPolicy().place(ctx(spec), cloud_market)
+    h100 = [c for c in decision.candidates if c.offering.gpu == "H100" and c.offering.gpus_per_node == 8]
+    assert h100, "the fakes offer 8x H100 nodes"
+    assert decision.choice is None or decision.choice.offering.interconnect.gbps_per_gpu >= 800
+    for c in h100:
+        if c.offering.interconnect.gbps_per_gpu < 800:
+            assert c.excluded and "800 Gbps/GPU" in c.excluded
+
+
+def test_cloud_fakes_one_node_cheapest_whatever_fabric(cloud_market: list[Offering]) -> None:
+    gpus = sorted({o.gpu for o in cloud_market if o.gpus_per_node == 1})
+    spec = job(resources={"gpus": gpus, "gpus_per_node": 1})
+    decision = CheapestPolicy().place(ctx(spec), cloud_market)
+    assert decision.choice is not None
+    spot = [o.spot_price for o in cloud_market if o.gpus_per_node == 1 and o.spot_price
+            and (o.capacity is None or o.capacity > 0)]
+    assert decision.choice.offering.spot_price == min(spot)
+    assert {c.offering.pool.provider for c in decision.candidates} >= {"aws", "gcp", "azure"}

@@ -1,0 +1,225 @@
+"""Scenario files, trace loading and resampling, and the ``simulate`` command's errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import typer
+from spotd.providers.sim.trace import TraceError
+from typer.testing import CliRunner
+
+from spotd.errors import SpotdError
+from spotd.simulate.cli import simulate
+from spotd.simulate.scenario import ScenarioError, load_scenario
+from spotd.simulate.timeline import TRACES_ENV, TraceMissingError, build_timeline, resample
+from spotd.simulate.world import prepare
+
+app = typer.Typer()
+app.command()(simulate)
+
+
+def write_trace(path: Path, data: list[int], gap: float = 3600) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"metadata": {"gap_seconds": gap}, "data": data}))
+    return path
+
+
+def scenario_text(extra_job: str = "", extra_top: str = "", trace: str = "t/a.json") -> str:
+    return f"""
+name = "tiny"
+{extra_top}
+[[offerings]]
+trace = "{trace}"
+provider = "aws"
+region = "us-east-1"
+zone = "us-east-1a"
+instance_type = "p3.2xlarge"
+
+[[jobs]]
+name = "j"
+compute_hours = 3
+deadline_fraction = 0.5
+changeover_hours = 1
+starts = 4
+{extra_job}
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path: Path) -> Path:
+    write_trace(tmp_path / "t" / "a.json", [1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1] * 2)
+    path = tmp_path / "s.toml"
+    path.write_text(scenario_text())
+    return path
+
+
+def test_scenario_loads_with_defaults(tiny: Path) -> None:
+    s = load_scenario(tiny)
+    job = s.jobs[0]
+    assert (s.cost_model, job.window_hours, job.nodes, job.seed) == ("reference", 6.0, 1, 0)
+    assert s.on_demand_ratio == pytest.approx(3.06 / 0.918)
+    assert s.offerings[0].label == "us-east-1a"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (scenario_text(extra_job="colour = 1"), "jobs[0].colour: unknown field"),
+        (scenario_text(extra_job="deadline_hours = 9"), "exactly one of deadline_hours"),
+        (scenario_text(extra_job="nodes = 0"), "jobs[0].nodes"),
+        (scenario_text(extra_top='cost_model = "cheap"'), "cost_model"),
+        (scenario_text(extra_top='cost_model = "full"'), "needs spot_price and on_demand_price"),
+        (scenario_text(extra_top='home = "nowhere"'), "home: 'nowhere' is none of"),
+        ("name = [", "not valid TOML"),
+    ],
+)
+def test_scenario_errors_name_file_and_field(tmp_path: Path, text: str, expected: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(path) in str(caught.value)
+    assert expected in str(caught.value)
+
+
+def test_missing_scenario_file(tmp_path: Path) -> None:
+    with pytest.raises(ScenarioError, match="cannot read the file"):
+        load_scenario(tmp_path / "nope.toml")
+
+
+def test_resample_keeps_a_tick_only_if_every_probe_in_it_was_up() -> None:
+    # 195 s probes into 360 s ticks: tick j holds the probes taken in [360 j, 360 j + 360).
+    values = np.array([1, 1, 0, 1, 1, 1, 1, 0, 1, 1, 1], dtype=np.int64)
+    out = resample(values, 195, 360)
+    # probes at 0,195 | 390,585 | 780,975 | 1170,1365 | 1560,1755 | 1950 (cut: 5 whole ticks)
+    assert out.tolist() == [1, 0, 1, 0, 1]
+    assert resample(values, 195, 195).tolist() == values.tolist()
+    with pytest.raises(ValueError, match="finer"):
+        resample(values, 195, 60)
+
+
+def test_resample_takes_the_minimum_node_count() -> None:
+    out = resample(np.array([4, 3, 4, 4, 2, 4], dtype=np.int64), 300, 600)
+    assert out.tolist() == [3, 4, 2]
+
+
+def test_timeline_resolves_relative_to_traces_root_and_env(
+    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = load_scenario(tiny)
+    assert build_timeline(tiny, s, None).ticks == 32
+    other = tmp_path / "elsewhere"
+    write_trace(other / "t" / "a.json", [1] * 10)
+    assert build_timeline(tiny, s, other).ticks == 10
+    monkeypatch.setenv(TRACES_ENV, str(other))
+    assert build_timeline(tiny, s, None).ticks == 10
+
+
+def test_missing_trace_says_where_and_how_to_get_them(tiny: Path, tmp_path: Path) -> None:
+    s = load_scenario(tiny)
+    with pytest.raises(TraceMissingError) as caught:
+        build_timeline(tiny, s, tmp_path / "empty")
+    text = str(caught.value)
+    assert str(tmp_path / "empty" / "t" / "a.json") in text
+    assert "skypilot-org/spot-traces" in text and "NSDI 2024" in text
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("{not json", "is not valid JSON"),
+        ('{"metadata": {}, "data": [1]}', "missing 'metadata.gap_seconds'"),
+        ('{"metadata": {"gap_seconds": 60}, "data": [1, -2]}', "'data[1]' must not be negative"),
+        ('{"metadata": {"gap_seconds": 60}, "data": [1, "x"]}', "'data[1]' must be an integer"),
+        ('{"metadata": {"gap_seconds": 60}, "data": []}', "'data' is empty"),
+    ],
+)
+def test_malformed_trace_gives_a_clear_error(
+    tiny: Path, content: str, expected: str
+) -> None:
+    (tiny.parent / "t" / "a.json").write_text(content)
+    with pytest.raises(TraceError) as caught:
+        build_timeline(tiny, load_scenario(tiny), None)
+    assert "a.json" in str(caught.value) and expected in str(caught.value)
+
+
+def test_traces_with_different_ticks_do_not_share_a_timeline(tmp_path: Path) -> None:
+    write_trace(tmp_path / "t" / "a.json", [1] * 10, gap=60)
+    write_trace(tmp_path / "t" / "b.json", [1] * 10, gap=120)
+    text = scenario_text() + """
+[[offerings]]
+trace = "t/b.json"
+provider = "aws"
+region = "us-east-1"
+zone = "us-east-1b"
+instance_type = "p3.2xlarge"
+"""
+    path = tmp_path / "two.toml"
+    path.write_text(text)
+    with pytest.raises(TraceError, match="must share a timeline"):
+        build_timeline(path, load_scenario(path), None)
+
+
+def test_prepare_rounds_to_ticks_and_draws_seeded_starts(tiny: Path) -> None:
+    s = load_scenario(tiny)
+    tl = build_timeline(tiny, s, None)
+    p = prepare(s, tl, s.jobs[0], str(tiny))
+    w = p.world
+    assert (w.need, w.window, w.changeover, w.spot_cost[0]) == (3, 6, 1, 1.0)
+    assert w.od_cost[0] == pytest.approx(3.06 / 0.918)
+    assert len(p.starts) == 4 and all(0 <= x <= 32 - 6 for x in p.starts)
+    again = prepare(s, tl, s.jobs[0], str(tiny))
+    assert again.starts == p.starts
+    assert prepare(s, tl, s.jobs[0], str(tiny), starts=7, seed=5).starts != p.starts
+
+
+def test_prepare_refuses_a_deadline_longer_than_the_traces(tmp_path: Path) -> None:
+    write_trace(tmp_path / "t" / "a.json", [1] * 4)
+    path = tmp_path / "s.toml"
+    path.write_text(scenario_text())
+    s = load_scenario(path)
+    with pytest.raises(ScenarioError, match="shorter than the deadline"):
+        prepare(s, build_timeline(path, s, None), s.jobs[0], str(path))
+
+
+def test_errors_are_spotd_errors() -> None:
+    assert issubclass(ScenarioError, SpotdError)
+    assert issubclass(TraceMissingError, SpotdError)
+    assert issubclass(TraceError, SpotdError)
+
+
+# --- the command ------------------------------------------------------------------------
+
+
+def test_cli_prints_a_table(tiny: Path) -> None:
+    result = CliRunner().invoke(app, ["--scenario", str(tiny), "--policy", "cheapest"])
+    assert result.exit_code == 0, result.output
+    for name in ("od-only", "greedy-1z", "up-1z", "policy:cheapest", "omniscient"):
+        assert name in result.output
+
+
+def test_cli_json_and_plots(tiny: Path, tmp_path: Path) -> None:
+    plots = tmp_path / "plots"
+    result = CliRunner().invoke(
+        app, ["--scenario", str(tiny), "--json", "--plot", str(plots), "--starts", "3"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    job = data["jobs"][0]
+    assert set(job["policies"]) == {"od-only", "greedy-1z", "up-1z", "omniscient"}
+    greedy = job["policies"]["greedy-1z"]
+    assert len(greedy["results"]) == 3
+    assert {"mean_cost", "p75_cost", "misses", "gap", "goodput"} <= set(greedy["metrics"])
+    assert sorted(p.name for p in plots.iterdir()) == ["tiny-j-costs.png", "tiny-j-timeline.png"]
+
+
+@pytest.mark.parametrize("args", [["--policy", "no-such-policy"], []])
+def test_cli_errors_exit_1_without_traceback(tiny: Path, args: list[str]) -> None:
+    if not args:
+        (tiny.parent / "t" / "a.json").write_text("[1, 2]")
+    result = CliRunner().invoke(app, ["--scenario", str(tiny), *args])
+    assert result.exit_code == 1
+    assert "error:" in result.output and "Traceback" not in result.output
