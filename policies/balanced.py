@@ -18,6 +18,7 @@ efficiency, GPU speed, preemption overhead, changeover, checkpoint egress).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -57,6 +58,10 @@ class _Solved:
     model: deadline.SpotModel
     start: datetime
     done_at_start: float
+    scale: float
+    """Hours on the planned offerings per hour of the spec's compute (>= 1 on slow fabric)."""
+    pace: float
+    """Compute hours per hour the straight line to the deadline needs."""
 
 
 class BalancedPolicy:
@@ -103,20 +108,24 @@ class BalancedPolicy:
         assert ctx.spec.deadline is not None and ctx.spec.deadline.finish_by is not None
         left = (ctx.spec.deadline.finish_by - ctx.now).total_seconds() / 3600
         running = _running(ctx)
+        work = max(c.breakdown["work_hours"] for c in (od[0], *spot[:1]))
         # Uniform Progress rule 4, as a net under the plan.
-        if running is not deadline.Action.SPOT and left < od[0].breakdown["work_hours"] + 2 * (
-            ctx.changeover_hours
-        ):
+        if running is not deadline.Action.SPOT and left < work + 2 * ctx.changeover_hours:
             return _prefer_current(ctx, od)
-        solved = self._plan_for(ctx, offerings, spot, od, left)
+        solved = self._plan_for(ctx, offerings, spot=spot, od=od, left=left, work=work)
         action = solved.plan.action(
             (ctx.now - solved.start).total_seconds() / 3600,
-            max(0.0, ctx.done_hours - solved.done_at_start),
+            max(0.0, ctx.done_hours - solved.done_at_start) * solved.scale,
             running,
             bool(spot),
         )
         if action is deadline.Action.SPOT and spot:
-            return _prefer_current(ctx, spot)
+            here = _current(ctx, spot)
+            if here is not None:
+                return here  # Uniform Progress rule 1: ride spot until it is taken away
+            if running is deadline.Action.ON_DEMAND and not _ahead(ctx, solved):
+                return _prefer_current(ctx, od)  # rule 3: leave on-demand only when ahead
+            return spot[0]
         if action is deadline.Action.ON_DEMAND:
             return _prefer_current(ctx, od)
         return None
@@ -125,9 +134,11 @@ class BalancedPolicy:
         self,
         ctx: PlacementContext,
         offerings: OfferingIndex,
+        *,
         spot: list[Candidate],
         od: list[Candidate],
         left: float,
+        work: float,
     ) -> _Solved:
         spot_price = spot[0].price_per_hour if spot else _median_spot_price(ctx, offerings)
         pools = [_rates(ctx, pool) for pool in _spot_pools(ctx, offerings)]
@@ -136,9 +147,18 @@ class BalancedPolicy:
         if old is not None and not _drifted(old.model, model) and _covers(old, ctx):
             self._plans.move_to_end(ctx.job_id)
             return old
-        work = costmodel.remaining_hours(ctx)
+        # One changeover of the time is kept back: the plan sees a running job
+        # as making progress from this step, while it may still be booting.
+        lost = costmodel.checkpoint_interval(ctx.spec, model.run_preempt_rate) / 2
+        horizon = max(0.0, left - ctx.changeover_hours)
+        remaining = costmodel.remaining_hours(ctx)
         solved = _Solved(
-            deadline.plan(model, work, left, ctx.changeover_hours), model, ctx.now, ctx.done_hours
+            deadline.plan(model, work, horizon, ctx.changeover_hours, lost),
+            model,
+            ctx.now,
+            ctx.done_hours,
+            work / remaining if remaining > 0 else 1.0,
+            remaining / horizon if horizon > 0 else math.inf,
         )
         self._plans[ctx.job_id] = solved
         while len(self._plans) > self._cache_size:
@@ -157,6 +177,23 @@ def _with_hysteresis(ctx: PlacementContext, usable: list[Candidate]) -> Candidat
     if stay is not None and best.expected_cost_usd >= stay.expected_cost_usd * (1 - HYSTERESIS):
         return stay
     return best
+
+
+def _current(ctx: PlacementContext, options: list[Candidate]) -> Candidate | None:
+    return next(
+        (c for c in options if c.offering.pool == ctx.current and c.market is ctx.current_market),
+        None,
+    )
+
+
+def _ahead(ctx: PlacementContext, solved: _Solved) -> bool:
+    """Uniform Progress rule 3: progress is past the straight line two changeovers ahead.
+
+    The line runs from where the plan was solved to the deadline, so a job
+    leaves on-demand for spot only with time in hand for another changeover.
+    """
+    elapsed = (ctx.now - solved.start).total_seconds() / 3600 + 2 * ctx.changeover_hours
+    return ctx.done_hours >= solved.done_at_start + elapsed * solved.pace
 
 
 def _prefer_current(ctx: PlacementContext, options: list[Candidate]) -> Candidate:

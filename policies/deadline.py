@@ -119,13 +119,25 @@ class Plan:
         return Action(int(self.actions[t, p, m, s]))
 
 
-def plan(model: SpotModel, work_hours: float, time_hours: float, changeover_hours: float) -> Plan:
-    """Solve the plan for a job needing ``work_hours`` within ``time_hours``."""
+def plan(
+    model: SpotModel,
+    work_hours: float,
+    time_hours: float,
+    changeover_hours: float,
+    lost_hours: float = 0.0,
+) -> Plan:
+    """Solve the plan for a job needing ``work_hours`` within ``time_hours``.
+
+    ``lost_hours`` is the progress a preemption throws away on average (half a
+    checkpoint interval): the plan counts it, so it does not ride spot into a
+    corner where one late preemption makes the deadline unreachable.
+    """
     step = max(changeover_hours / 2 if changeover_hours > 0 else 0.1, time_hours / MAX_STEPS)
     steps = max(1, int(time_hours / step))
     work = max(0, math.ceil(work_hours / step - 1e-9))
     change = math.ceil(changeover_hours / step - 1e-9)
-    return _solve(model, steps, work, change, step)
+    lost = math.ceil(lost_hours / step - 1e-9)
+    return _solve(model, steps, work, change, step, lost)
 
 
 # Mode layout: 0 idle, 1 on-demand running, 2 spot running,
@@ -161,7 +173,9 @@ def _family(mode: int, change: int) -> Action:
     return Action.SPOT
 
 
-def _solve(model: SpotModel, steps: int, work: int, change: int, step: float) -> Plan:
+def _solve(  # noqa: PLR0917 - the plan's dimensions, named once
+    model: SpotModel, steps: int, work: int, change: int, step: float, lost: int
+) -> Plan:
     modes = _modes(change)
     probs = (
         1 - math.exp(-model.run_preempt_rate * step),
@@ -173,14 +187,20 @@ def _solve(model: SpotModel, steps: int, work: int, change: int, step: float) ->
     actions = np.zeros((steps, work + 1, modes, 2), dtype=np.int8)
     feasible = np.zeros((steps, work + 1, modes, 2), dtype=np.bool_)
     for t in range(steps - 1, -1, -1):
-        # Progress made in a step moves the job one row down the value table.
+        # Progress made in a step moves the job one row down the value table;
+        # a preemption moves it back by the work lost since the last checkpoint.
         ahead = np.concatenate([value[1:], value[-1:]], axis=0)
+        setback = (
+            np.concatenate([np.repeat(ahead[:1], lost, axis=0), ahead[:-lost]], axis=0)
+            if lost
+            else ahead
+        )
         new = np.full_like(value, INFEASIBLE)
         best = np.zeros((work + 1, modes, 2), dtype=np.int8)
         for m in range(modes):
             for s in (0, 1):
                 for a in Action:
-                    cost = _option(value, ahead, model, (m, s, a), change, step, probs)
+                    cost = _option(value, (ahead, setback), model, (m, s, a), change, step, probs)
                     if cost is None:
                         continue
                     better = cost < new[:, m, s]
@@ -195,7 +215,7 @@ def _solve(model: SpotModel, steps: int, work: int, change: int, step: float) ->
 
 def _option(  # noqa: PLR0917 - a hot inner function; a dataclass per call costs
     value: NDArray[np.float64],
-    ahead: NDArray[np.float64],
+    moved: tuple[NDArray[np.float64], NDArray[np.float64]],
     model: SpotModel,
     choice: tuple[int, int, Action],
     change: int,
@@ -204,6 +224,7 @@ def _option(  # noqa: PLR0917 - a hot inner function; a dataclass per call costs
 ) -> NDArray[np.float64] | None:
     """Expected cost-to-go, per progress row, of ``action`` in (mode, spot up); None if barred."""
     mode, up, action = choice
+    ahead, setback = moved
     p_run, p_loss, p_gain = probs
     family = _family(mode, change)
     if action is Action.SPOT and not up:
@@ -216,7 +237,8 @@ def _option(  # noqa: PLR0917 - a hot inner function; a dataclass per call costs
         price = model.od_price if action is Action.ON_DEMAND else model.spot_price
     base = ahead if progress else value
     if action is Action.SPOT:
-        after = _mix(model.up_after_preempt, base[:, 0, 1], base[:, 0, 0])
+        lost = setback if progress else value
+        after = _mix(model.up_after_preempt, lost[:, 0, 1], lost[:, 0, 0])
         expected = _mix(1 - p_run, base[:, nxt, 1], after)
     elif up:
         expected = _mix(1 - p_loss, base[:, nxt, 1], base[:, nxt, 0])

@@ -142,6 +142,9 @@ class Daemon:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        # Listen now, not when uvicorn gets to it: clients that read the address
+        # file the moment it appears queue in the backlog instead of being refused.
+        sock.listen(128)
         self.port = sock.getsockname()[1]
         return sock
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from spotd.domain import Fabric, Interconnect, Offering, Pool
+from spotd.domain import Interconnect, Offering, Pool
+from spotd.facts import FABRIC_EFFICIENCY, REFERENCE_FABRIC_EFFICIENCY
 from spotd.interconnect import facts, interconnect
 from spotd.policies.filters import min_gbps_per_gpu
 from spotd.simulate.model import World
@@ -22,25 +23,10 @@ from spotd.simulate.scenario import CostModel, JobEntry, OfferingEntry, Scenario
 from spotd.simulate.timeline import Timeline
 from spotd.spec import CheckpointSpec, DeadlineSpec, JobSpec, MarketMode, MarketSpec, Resources
 
-__all__ = ["EPOCH", "FABRIC_SHARE", "Prepared", "prepare"]
+__all__ = ["EPOCH", "Prepared", "prepare"]
 
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 """Tick 0 of every timeline on the simulated clock (only differences matter)."""
-
-FABRIC_SHARE: dict[Fabric, float] = {
-    Fabric.INFINIBAND: 0.88,
-    Fabric.EFA: 0.85,
-    Fabric.ROCE: 0.80,
-    Fabric.TCPXO: 0.80,
-    Fabric.TCPX: 0.75,
-    Fabric.ETHERNET: 0.20,
-}
-"""Share of peak throughput a multi-node job gets on each fabric.
-
-InfiniBand, RoCEv2 (tuned) and Ethernet from the practitioner figures of
-2026 (IB 85-92 %, RoCE 75-85 %, Ethernet cuts all-reduce 4-6x); EFA and
-GPUDirect-TCPX(O) have no published figure there and are set between them.
-"""
 
 _EPS = 1e-9
 
@@ -98,7 +84,8 @@ def _efficiency(entry: OfferingEntry, off: Offering, nodes: int, need_gbps: floa
         return entry.efficiency
     if nodes <= 1:
         return 1.0  # one node trains over NVLink: the fabric does not matter
-    share = FABRIC_SHARE[off.interconnect.fabric]
+    # The product's own figures, so the policies and the world agree.
+    share = FABRIC_EFFICIENCY[off.interconnect.fabric]
     if need_gbps > 0:
         share *= min(1.0, off.interconnect.gbps_per_gpu / need_gbps)
     return share
@@ -132,8 +119,9 @@ def prepare(scenario: Scenario, timeline: Timeline, job: JobEntry, source: str, 
     q = round(1 / scenario.progress_quantum) if full else 1
     effs = [_efficiency(e, o, job.nodes, need_gbps) if full else 1.0
             for e, o in zip(scenario.offerings, offerings, strict=True)]
-    # compute_hours is the time on the fastest eligible offering: the one a user timed.
-    fastest = max(effs[i] for i in eligible)
+    # compute_hours is the time at the reference efficiency (spotd.facts): the
+    # meaning the job spec and the policies give it.
+    fastest = REFERENCE_FABRIC_EFFICIENCY if full and job.nodes > 1 else 1.0
     rates = tuple(max(1, round(eff / fastest * q)) for eff in effs)
     need = math.ceil(job.compute_hours / g - _EPS) * q
     window = math.floor(job.window_hours / g + _EPS)
@@ -174,4 +162,23 @@ def prepare(scenario: Scenario, timeline: Timeline, job: JobEntry, source: str, 
         ])
     rng = np.random.default_rng(job.seed if seed is None else seed)
     drawn = rng.integers(0, span, size=job.starts if starts is None else starts)
-    return Prepared(job, world, tuple(offerings), spec, tuple(sorted(int(s) for s in drawn)))
+    return Prepared(
+        job, world, tuple(offerings), _policy_view(spec, job, full),
+        tuple(sorted(int(s) for s in drawn)),
+    )
+
+
+def _policy_view(spec: JobSpec, job: JobEntry, full: bool) -> JobSpec:
+    """The job as product policies are shown it.
+
+    In the reference model a gang is priced and timed as one unit at every
+    fabric (the paper's setting), so policies see a one-node job: they would
+    otherwise slow it down for a fabric the world does not charge for. In
+    the full model they see the checkpoint interval the world uses.
+    """
+    if not full:
+        resources = spec.resources.model_copy(update={"nodes": 1, "min_gbps_per_gpu": None})
+        return spec.model_copy(update={"resources": resources})
+    interval = timedelta(hours=job.checkpoint_interval_hours)
+    checkpoint = spec.checkpoint.model_copy(update={"interval": interval})
+    return spec.model_copy(update={"checkpoint": checkpoint})
