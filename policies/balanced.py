@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from spotd.policies import costmodel, deadline
-from spotd.policies.base import LowerBound, best_first, decide
+from spotd.policies.base import LowerBound, Score, best_first, decide
 from spotd.policies.filters import Screen, markets_for
 
 from spotd import facts
@@ -74,19 +74,9 @@ class BalancedPolicy:
         self._cache_size = cache_size
 
     def place(self, ctx: PlacementContext, offerings: Sequence[Offering]) -> Decision:
-        def score(off: Offering, market: Market) -> Candidate:
-            est = costmodel.estimate(ctx, off, market)
-            return Candidate(
-                offering=off,
-                market=market,
-                nodes=ctx.spec.resources.nodes,
-                price_per_hour=est.price_per_hour,
-                expected_cost_usd=est.cost_usd,
-                breakdown=est.breakdown(),
-            )
-
         index = OfferingIndex.of(offerings)
         markets = markets_for(ctx.spec)
+        score = expected_cost(ctx)
         usable = best_first(ctx, index, markets, score, _lower_bound(ctx))
         if deadline_controlled(ctx.spec):
             choice = self._steer(ctx, index, usable)
@@ -164,6 +154,33 @@ class BalancedPolicy:
         while len(self._plans) > self._cache_size:
             self._plans.popitem(last=False)
         return solved
+
+
+def expected_cost(ctx: PlacementContext) -> Score:
+    """Score offerings by :func:`spotd.policies.costmodel.estimate`."""
+
+    def score(off: Offering, market: Market) -> Candidate:
+        est = costmodel.estimate(ctx, off, market)
+        return Candidate(
+            offering=off,
+            market=market,
+            nodes=ctx.spec.resources.nodes,
+            price_per_hour=est.price_per_hour,
+            expected_cost_usd=est.cost_usd,
+            breakdown=est.breakdown(),
+        )
+
+    return score
+
+
+def place_by_expected_cost(
+    ctx: PlacementContext, offerings: Sequence[Offering], markets: Sequence[Market]
+) -> Decision:
+    """The candidate of least expected cost in ``markets``, with hysteresis for a running job."""
+    index = OfferingIndex.of(offerings)
+    score = expected_cost(ctx)
+    usable = best_first(ctx, index, markets, score, _lower_bound(ctx))
+    return decide(ctx, index, markets, score, _with_hysteresis(ctx, usable))
 
 
 def _with_hysteresis(ctx: PlacementContext, usable: list[Candidate]) -> Candidate | None:

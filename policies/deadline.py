@@ -140,6 +140,10 @@ def plan(
     return _solve(model, steps, work, change, step, lost)
 
 
+_PREFERENCE = (Action.SPOT, Action.ON_DEMAND, Action.IDLE)
+"""Order actions are tried in: on a tie (huge slack makes waiting and running
+cost the same), the plan makes progress rather than idling."""
+
 # Mode layout: 0 idle, 1 on-demand running, 2 spot running,
 # 3 .. 3+c-1 on-demand starting (c..1 steps left), 3+c .. 3+2c-1 spot starting.
 
@@ -186,20 +190,19 @@ def _solve(  # noqa: PLR0917 - the plan's dimensions, named once
     value[work] = 0.0
     actions = np.zeros((steps, work + 1, modes, 2), dtype=np.int8)
     feasible = np.zeros((steps, work + 1, modes, 2), dtype=np.bool_)
+    rows = np.arange(work + 1)
+    forward = np.minimum(rows + 1, work)
+    backward = np.clip(rows + 1 - lost, 0, work)
     for t in range(steps - 1, -1, -1):
         # Progress made in a step moves the job one row down the value table;
         # a preemption moves it back by the work lost since the last checkpoint.
-        ahead = np.concatenate([value[1:], value[-1:]], axis=0)
-        setback = (
-            np.concatenate([np.repeat(ahead[:1], lost, axis=0), ahead[:-lost]], axis=0)
-            if lost
-            else ahead
-        )
+        ahead = value[forward]
+        setback = value[backward]
         new = np.full_like(value, INFEASIBLE)
         best = np.zeros((work + 1, modes, 2), dtype=np.int8)
         for m in range(modes):
             for s in (0, 1):
-                for a in Action:
+                for a in _PREFERENCE:
                     cost = _option(value, (ahead, setback), model, (m, s, a), change, step, probs)
                     if cost is None:
                         continue

@@ -1,18 +1,23 @@
-"""``on-demand``: never spot. The cheapest on-demand offering that passes the filters."""
+"""``on-demand``: never spot. The on-demand offering of least expected cost.
+
+What running without spot costs: the reference for every savings figure.
+It weighs fabric efficiency and GPU speed like ``balanced`` (a cheaper hour
+on a slower fabric can cost more in the end), with no preemption to price.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spotd.policies.cheapest import place_by_price
+from spotd.policies.balanced import place_by_expected_cost
 
 from spotd.domain import Decision, Market, Offering, PlacementContext
 
 
 class OnDemandPolicy:
-    """What running without spot costs: the reference for every savings figure."""
+    """On-demand only, by expected cost to finish."""
 
     name = "on-demand"
 
     def place(self, ctx: PlacementContext, offerings: Sequence[Offering]) -> Decision:
-        return place_by_price(ctx, offerings, (Market.ON_DEMAND,))
+        return place_by_expected_cost(ctx, offerings, (Market.ON_DEMAND,))

@@ -68,6 +68,8 @@ class SchedulingSettings(BaseModel):
     """Real seconds between two checks of whether a running job should move."""
     price_history_seconds: float = Field(default=300.0, gt=0)
     """Real seconds between two price-history rows of one provider."""
+    price_poll_seconds: float = Field(default=300.0, gt=0)
+    """Real seconds between two price polls of a cloud (the simulator is polled every tick)."""
 
 
 class SimSettings(BaseModel):
@@ -218,6 +220,6 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
             )
             raise ConfigError(f"{where}: invalid configuration: {problems}") from exc
         except (OSError, ValueError) as exc:
-            raise ConfigError(f"{path}: {exc}") from exc
+            raise ConfigError(f"{path or 'environment'}: {exc}") from exc
         finally:
             Settings._toml_path = None

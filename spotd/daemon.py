@@ -117,8 +117,11 @@ class Daemon:
             max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
         )
         for name in self.engine.providers:
+            # The simulator's market moves with its fast clock; a cloud's API
+            # has rate limits and its prices move over minutes.
+            poll = every if name.startswith("sim-") else self.settings.scheduling.price_poll_seconds
             self.scheduler.add_job(
-                self.engine.market.refresh, "interval", args=[name], seconds=every,
+                self.engine.market.refresh, "interval", args=[name], seconds=poll,
                 id=f"poll-{name}", max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
             )
 

@@ -46,6 +46,7 @@ from spotd.errors import (
 from spotd.facts import DEFAULT_PREEMPTIONS_PER_HOUR as DEFAULT_RATE
 from spotd.market import MarketCache
 from spotd.policies import costmodel
+from spotd.policies.balanced import deadline_controlled
 from spotd.spec import JobSpec
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition, transition
 from spotd.stats import HistoryStats
@@ -376,17 +377,19 @@ class Engine:
     def _maybe_move(self, job: JobRecord, attempt: AttemptRecord) -> None:
         """Ask the policy, now and then, whether the running job should be elsewhere.
 
-        The policy already weighs the cost of moving (changeover, egress) and
-        keeps a hysteresis margin, so a "move" here is worth its price. The
-        job is stopped with the provider's notice (it checkpoints) and the
-        next pass places it where the policy says.
+        A policy that weighs the cost of moving (``balanced``: changeover and
+        egress in the score, a hysteresis margin) makes a move worth its price.
+        The nodes are terminated, which the job sees as a notice (SIGTERM, so
+        it checkpoints), and the next pass places it where the policy says. A
+        deadline job may also be stopped to wait for spot when the plan says so.
         """
         now = time.monotonic()
         if now - self._replanned_at.get(job.id, 0.0) < self.settings.replan_seconds:
             return
         self._replanned_at[job.id] = now
-        decision = self.plan(job)
-        choice = decision.choice
+        choice = self.plan(job).choice
+        if choice is None and not deadline_controlled(job.spec):
+            return  # nothing better to go to: a running job keeps running
         if choice is not None and (choice.offering.pool, choice.market) == (
             attempt.pool,
             attempt.market,
@@ -693,11 +696,21 @@ class Engine:
 
 
 def _with_report(instance: Instance | None, report: InstanceReport | None) -> Instance | None:
+    """The provider's view of an instance, corrected by what its agent said.
+
+    The agent is the only one who knows how the job ended: a cloud reports a
+    VM that shut itself down as stopped or deleted, or still running. An exit
+    after a preemption notice is a preemption (the job checkpointed and left);
+    any other exit is the job's own ending, success or failure.
+    """
     if instance is None or report is None:
         return instance
+    if report.exit_code is not None and instance.state is not InstanceState.PREEMPTED:
+        noticed = report.notice_at is not None and report.notice_kind != "rebalance"
+        if noticed and report.exit_code != 0:
+            return replace(instance, state=InstanceState.PREEMPTED, exit_code=report.exit_code)
+        return replace(instance, state=InstanceState.EXITED, exit_code=report.exit_code)
     if instance.ended:
-        if instance.exit_code is None and report.exit_code is not None:
-            return replace(instance, exit_code=report.exit_code)
         return instance
     if report.notice_at is not None and report.notice_kind != "rebalance":
         return replace(instance, state=InstanceState.NOTICE)

@@ -342,3 +342,74 @@ def test_a_vm_that_shut_down_without_a_report_is_recovered(
     eng.tick()
     assert eng.store.get_job(job.id).status is JobStatus.RECOVERING
     assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.LOST
+
+
+def test_agent_exit_ends_the_job_while_the_vm_still_runs(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    """GCP and Azure show a finished VM as running or stopped: the agent's word decides."""
+    from spotd.domain import InstanceReport
+
+    eng, provider = fake
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    (attempt,) = eng.store.attempts(job.id)
+    iid = attempt.instance_ids[0]
+    eng.store.save_report(InstanceReport(iid, "fake", job.id, 1, exit_code=0,
+                                         exited_at=eng.clock.now()))
+    eng.tick()
+    assert eng.store.get_job(job.id).status is JobStatus.SUCCEEDED
+    assert provider.states[iid] is InstanceState.TERMINATED, "the finished VM is stopped"
+
+
+def test_exit_after_a_notice_is_a_preemption(fake: tuple[Engine, FakeProvider]) -> None:
+    from spotd.domain import InstanceReport
+
+    eng, provider = fake
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    (attempt,) = eng.store.attempts(job.id)
+    iid = attempt.instance_ids[0]
+    now = eng.clock.now()
+    eng.store.save_report(InstanceReport(iid, "fake", job.id, 1, notice_at=now,
+                                         notice_kind="preemption"))
+    eng.tick()
+    eng.store.save_report(InstanceReport(iid, "fake", job.id, 1, exit_code=143, exited_at=now))
+    provider.states[iid] = InstanceState.TERMINATED
+    eng.tick()
+    assert eng.store.get_job(job.id).status in (JobStatus.RECOVERING, JobStatus.PROVISIONING,
+                                                JobStatus.RUNNING)
+    assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.PREEMPTED
+
+
+def test_running_job_moves_when_the_saving_pays(tmp_path: Path) -> None:
+    from dataclasses import replace as dc_replace
+
+    from spotd.policies.balanced import BalancedPolicy
+    from spotd.providers.sim import SimClock
+
+    provider = FakeProvider()
+    store = open_store(f"sqlite:///{tmp_path / 'm.db'}")
+    eng = Engine(
+        store, {"fake": provider}, BalancedPolicy(), SimClock(tmp_path / "clock", 3600.0),
+        EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck", replan_seconds=0.0),
+    )
+    try:
+        job = eng.submit(spec(deadline={"compute_hours": 100}))
+        run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+        (first,) = store.attempts(job.id)
+        eng.tick()
+        assert len(store.attempts(job.id)) == 1, "no move while it is the best place"
+        # The pool it runs in gets four times dearer: moving now pays.
+        original = provider.offerings
+        provider.offerings = lambda: [  # type: ignore[method-assign]
+            dc_replace(o, spot_price=4.0) if o.pool == first.pool else o for o in original()
+        ]
+        eng.market.refresh_all()
+        run_until(eng, job.id, lambda j: len(store.attempts(j.id)) == 2, timeout=5)
+        moved = store.attempts(job.id)
+        assert moved[0].end_reason is AttemptEnd.MIGRATED
+        assert moved[1].pool != first.pool
+        assert provider.states[first.instance_ids[0]] is InstanceState.TERMINATED
+    finally:
+        store.close()
