@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from spotd.cli import app
 from spotd.clock import WallClock
-from spotd.config import DaemonSettings, Settings
+from spotd.config import DaemonSettings, SchedulingSettings, Settings
 from spotd.contracts import Provider
 from spotd.daemon import Daemon
 from spotd.engine import Engine, EngineSettings
@@ -46,6 +46,7 @@ def daemon_for(tmp_path: Path, providers: dict[str, Provider]) -> Daemon:
         data_dir=tmp_path / "spotd",
         database_url=f"sqlite:///{tmp_path / 'spotd' / 'spotd.db'}",
         daemon=DaemonSettings(port=0, tick_seconds=0.2, owner="t"),
+        scheduling=SchedulingSettings(price_poll_seconds=0.2),
     )
     engine = Engine(
         open_store(settings.db_url), providers, BalancedPolicy(), WallClock(),
