@@ -6,8 +6,9 @@ calls, the IAM permissions they need and how credentials are found.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from spotd.providers import lazy_exports
 
 from .settings import AwsSettings
 
@@ -24,11 +25,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(module, __name__), name)
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = ["AwsProvider", "AwsSettings", "build_aws_provider", "map_aws_errors"]

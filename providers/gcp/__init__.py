@@ -5,8 +5,9 @@ See ``docs/providers-gcp.md`` for the APIs called, IAM permissions and settings.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from spotd.providers import lazy_exports
 
 from .settings import GcpSettings
 
@@ -25,11 +26,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(module, __name__), name)
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = ["GcpClients", "GcpProvider", "GcpSettings", "build_gcp_provider", "map_gcp_errors"]
