@@ -28,6 +28,7 @@ from spotd.domain import (
     InstanceState,
     JobRecord,
     LaunchRequest,
+    Market,
     NewAttempt,
     Offering,
     PlacementContext,
@@ -336,8 +337,21 @@ class Engine:
             SPOTD_NUM_NODES=str(attempt.nodes),
             SPOTD_CHECKPOINT_URI=checkpoint_uri(job, self.settings),
             SPOTD_RESUME_FROM=attempt.resume_from or "",
+            SPOTD_CHECKPOINT_INTERVAL_SECONDS=str(round(self._interval_hours(job, attempt) * 3600)),
         )
         return env
+
+    def _interval_hours(self, job: JobRecord, attempt: AttemptRecord) -> float:
+        """The checkpoint interval the job should keep: its own, or Young's for this pool.
+
+        The cost model priced the placement with this interval, so the job is
+        told it (it may ignore it).
+        """
+        rate = 0.0
+        if attempt.market is Market.SPOT:
+            observed = self.stats.at(self.clock.now()).preemptions_per_hour(attempt.pool)
+            rate = observed if observed else DEFAULT_RATE
+        return costmodel.checkpoint_interval(job.spec, rate)
 
     # -- watching -------------------------------------------------------------
 

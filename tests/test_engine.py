@@ -252,6 +252,8 @@ def test_instances_carry_job_tags(fake: tuple[Engine, FakeProvider]) -> None:
     assert request.tags == {TAG_JOB: job.id, TAG_ATTEMPT: "1", TAG_OWNER: "test"}
     assert request.env["SPOTD_JOB_ID"] == job.id
     assert request.env["SPOTD_CHECKPOINT_URI"].endswith(job.id)
+    # Young's interval for the prior rate and a 1 GB checkpoint: a few minutes.
+    assert 60 <= int(request.env["SPOTD_CHECKPOINT_INTERVAL_SECONDS"]) <= 3600
     assert os.path.isabs(request.env["SPOTD_CHECKPOINT_URI"])
 
 
