@@ -12,11 +12,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
 from spotd import checkpoints
+from spotd.attempts import (
+    cooldowns,
+    done_hours,
+    job_cost,
+    open_attempt,
+    with_report,
+)
 from spotd.contracts import Clock, Policy, Provider, Store
 from spotd.domain import (
     AttemptClose,
@@ -32,7 +39,6 @@ from spotd.domain import (
     NewAttempt,
     Offering,
     PlacementContext,
-    Pool,
 )
 from spotd.errors import (
     CapacityError,
@@ -75,12 +81,6 @@ class _Pass:
 MISSING_BEFORE_LOST = 3
 """Describes in a row an instance must be absent from before its node counts as lost."""
 
-# Attempt ends that say something about the pool, so it is avoided for a while.
-POOL_TROUBLE = frozenset(
-    {AttemptEnd.PREEMPTED, AttemptEnd.NO_CAPACITY, AttemptEnd.LOST, AttemptEnd.LAUNCH_FAILED}
-)
-
-
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
     """Knobs of the reconcile loop (see ``docs/config.md``)."""
@@ -103,31 +103,6 @@ class EngineSettings:
 def checkpoint_uri(job: JobRecord, settings: EngineSettings) -> str:
     """Where the job's checkpoints go: its spec's URI or a folder of the daemon's."""
     return job.spec.checkpoint.uri or str(settings.checkpoints_dir / job.id)
-
-
-def job_cost(attempts: Sequence[AttemptRecord], now: datetime) -> float:
-    """What the job's attempts cost so far, open ones up to ``now``."""
-    return sum(a.cost_usd(until=now) for a in attempts)
-
-
-def done_hours(spec: JobSpec, attempts: Sequence[AttemptRecord], now: datetime) -> float:
-    """Compute hours behind the job, as far as the daemon can tell.
-
-    Hours its attempts ran, less, for every attempt that ended early, the
-    half checkpoint interval a preemption loses on average: an estimate
-    that errs on the side of less progress, so deadlines are kept.
-    """
-    ran = 0.0
-    for a in attempts:
-        if a.running_at is None:
-            continue
-        end = a.ended_at or now
-        ran += max(0.0, (end - a.running_at).total_seconds() / 3600)
-        if a.end_reason in POOL_TROUBLE:
-            ran -= costmodel.checkpoint_interval(spec, DEFAULT_RATE) / 2
-    total = spec.deadline.compute_hours if spec.deadline else None
-    ran = max(0.0, ran)
-    return min(ran, total) if total is not None else ran
 
 
 class Engine:
@@ -203,7 +178,7 @@ class Engine:
         """Everything the policy may know of the job now."""
         now = self.clock.now()
         attempts = self._attempts(job.id)
-        running = _open_attempt(attempts)
+        running = open_attempt(attempts)
         if running is not None and running.running_at is None:
             running = None
         return PlacementContext(
@@ -213,7 +188,12 @@ class Engine:
             spent_usd=job_cost(attempts, now),
             current=running.pool if running else None,
             current_market=running.market if running else None,
-            cooldown=self._cooldowns(attempts, now),
+            cooldown=cooldowns(
+                attempts,
+                now,
+                timedelta(hours=self.settings.cooldown_hours),
+                (o.pool for o in self.market.offerings()),
+            ),
             done_hours=done_hours(job.spec, attempts, now),
             changeover_hours=self.settings.changeover_hours,
             stats=self.stats.at(now),
@@ -222,7 +202,7 @@ class Engine:
 
     def cancel(self, job: JobRecord) -> JobRecord:
         """Cancel an active job and stop its instances."""
-        attempt = _open_attempt(self._attempts(job.id))
+        attempt = open_attempt(self._attempts(job.id))
         close = AttemptClose(attempt.id, AttemptEnd.CANCELLED) if attempt else None
         job = self._move(job, JobStatus.CANCELLED, "cancelled by user", close=close)
         if attempt is not None:
@@ -283,7 +263,7 @@ class Engine:
         if latest is not None:
             detail += f", resume from step {latest.step}"
         job = self._move(job, JobStatus.PROVISIONING, "placed", detail=detail, open_=new)
-        opened = _open_attempt(self._attempts(job.id))
+        opened = open_attempt(self._attempts(job.id))
         if opened is not None:
             self._launch(job, opened)
 
@@ -432,7 +412,7 @@ class Engine:
             if r.attempt == attempt.seq and r.provider == provider.name
         }
         return [
-            _with_report(self._seen_or_missing(iid, seen), reports.get(iid))
+            with_report(self._seen_or_missing(iid, seen), reports.get(iid))
             for iid in attempt.instance_ids
         ]
 
@@ -580,34 +560,6 @@ class Engine:
             failure=FailureCause.NO_CAPACITY,
         )
 
-    def _cooldowns(self, attempts: Sequence[AttemptRecord], now: datetime) -> dict[Pool, str]:
-        """Spot pools to avoid for now, with the reason.
-
-        A preemption or a capacity failure cools the whole region for that
-        instance type, not just the zone: spot reclaims follow regional demand,
-        so the zone next door is the likeliest to go next. The cooldown doubles
-        with every repeat in the same region.
-        """
-        troubles: dict[tuple[str, str, str], list[AttemptRecord]] = {}
-        for a in attempts:
-            if a.end_reason in POOL_TROUBLE:
-                troubles.setdefault(_region_key(a.pool), []).append(a)
-        reasons: dict[tuple[str, str, str], str] = {}
-        base = timedelta(hours=self.settings.cooldown_hours)
-        for key, bad in troubles.items():
-            last = bad[-1]
-            assert last.ended_at is not None
-            until = last.ended_at + base * 2 ** (len(bad) - 1)
-            if now < until:
-                reasons[key] = (
-                    f"{last.end_reason} in {last.pool.zone} ({len(bad)}x in {key[1]}), "
-                    f"until {until:%Y-%m-%d %H:%M}"
-                )
-        if not reasons:
-            return {}
-        pools = {o.pool for o in self.market.offerings()} | {a.pool for a in attempts}
-        return {p: reasons[_region_key(p)] for p in pools if _region_key(p) in reasons}
-
     # -- helpers --------------------------------------------------------------
 
     def _move(
@@ -643,7 +595,7 @@ class Engine:
         wanted: dict[str, list[str]] = {}
         for job in jobs:
             if job.status in WATCHED:
-                open_ = _open_attempt(attempts[job.id])
+                open_ = open_attempt(attempts[job.id])
                 if open_ is not None:
                     wanted.setdefault(open_.pool.provider, []).extend(open_.instance_ids)
         described: dict[str, dict[str, Instance] | None] = {}
@@ -686,7 +638,7 @@ class Engine:
             self._pass.attempts.pop(job_id, None)
 
     def _require_open(self, job: JobRecord) -> AttemptRecord:
-        attempt = _open_attempt(self._attempts(job.id))
+        attempt = open_attempt(self._attempts(job.id))
         if attempt is None:
             raise StoreError(f"job {job.id} is {job.status} but has no open attempt")
         return attempt
@@ -709,31 +661,3 @@ class Engine:
         return owner is None or not owner.open
 
 
-def _with_report(instance: Instance | None, report: InstanceReport | None) -> Instance | None:
-    """The provider's view of an instance, corrected by what its agent said.
-
-    The agent is the only one who knows how the job ended: a cloud reports a
-    VM that shut itself down as stopped or deleted, or still running. An exit
-    after a preemption notice is a preemption (the job checkpointed and left);
-    any other exit is the job's own ending, success or failure.
-    """
-    if instance is None or report is None:
-        return instance
-    if report.exit_code is not None and instance.state is not InstanceState.PREEMPTED:
-        noticed = report.notice_at is not None and report.notice_kind != "rebalance"
-        if noticed and report.exit_code != 0:
-            return replace(instance, state=InstanceState.PREEMPTED, exit_code=report.exit_code)
-        return replace(instance, state=InstanceState.EXITED, exit_code=report.exit_code)
-    if instance.ended:
-        return instance
-    if report.notice_at is not None and report.notice_kind != "rebalance":
-        return replace(instance, state=InstanceState.NOTICE)
-    return instance
-
-
-def _region_key(pool: Pool) -> tuple[str, str, str]:
-    return (pool.provider, pool.region, pool.instance_type)
-
-
-def _open_attempt(attempts: Sequence[AttemptRecord]) -> AttemptRecord | None:
-    return attempts[-1] if attempts and attempts[-1].open else None

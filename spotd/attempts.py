@@ -1,0 +1,106 @@
+"""What a job's attempts say: its cost, its progress, the pools to avoid, its open attempt.
+
+Pure functions over attempt records (and agent reports), used by the engine
+and by anything else that needs the same answers (views, reports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from spotd.domain import AttemptEnd, AttemptRecord, Instance, InstanceReport, InstanceState, Pool
+from spotd.facts import DEFAULT_PREEMPTIONS_PER_HOUR as DEFAULT_RATE
+from spotd.policies import costmodel
+from spotd.spec import JobSpec
+
+# Attempt ends that say something about the pool, so it is avoided for a while.
+POOL_TROUBLE = frozenset(
+    {AttemptEnd.PREEMPTED, AttemptEnd.NO_CAPACITY, AttemptEnd.LOST, AttemptEnd.LAUNCH_FAILED}
+)
+
+
+def job_cost(attempts: Sequence[AttemptRecord], now: datetime) -> float:
+    """What the job's attempts cost so far, open ones up to ``now``."""
+    return sum(a.cost_usd(until=now) for a in attempts)
+
+
+def done_hours(spec: JobSpec, attempts: Sequence[AttemptRecord], now: datetime) -> float:
+    """Compute hours behind the job, as far as the daemon can tell.
+
+    Hours its attempts ran, less, for every attempt that ended early, the
+    half checkpoint interval a preemption loses on average: an estimate
+    that errs on the side of less progress, so deadlines are kept.
+    """
+    ran = 0.0
+    for a in attempts:
+        if a.running_at is None:
+            continue
+        end = a.ended_at or now
+        ran += max(0.0, (end - a.running_at).total_seconds() / 3600)
+        if a.end_reason in POOL_TROUBLE:
+            ran -= costmodel.checkpoint_interval(spec, DEFAULT_RATE) / 2
+    total = spec.deadline.compute_hours if spec.deadline else None
+    ran = max(0.0, ran)
+    return min(ran, total) if total is not None else ran
+
+
+def cooldowns(
+    attempts: Sequence[AttemptRecord], now: datetime, base: timedelta, pools: Iterable[Pool]
+) -> dict[Pool, str]:
+    """Spot pools to avoid for now, with the reason.
+
+    A preemption or a capacity failure cools the whole region for that
+    instance type, not just the zone: spot reclaims follow regional demand,
+    so the zone next door is the likeliest to go next. The cooldown doubles
+    with every repeat in the same region.
+    """
+    troubles: dict[tuple[str, str, str], list[AttemptRecord]] = {}
+    for a in attempts:
+        if a.end_reason in POOL_TROUBLE:
+            troubles.setdefault(region_key(a.pool), []).append(a)
+    reasons: dict[tuple[str, str, str], str] = {}
+    for key, bad in troubles.items():
+        last = bad[-1]
+        assert last.ended_at is not None
+        until = last.ended_at + base * 2 ** (len(bad) - 1)
+        if now < until:
+            reasons[key] = (
+                f"{last.end_reason} in {last.pool.zone} ({len(bad)}x in {key[1]}), "
+                f"until {until:%Y-%m-%d %H:%M}"
+            )
+    if not reasons:
+        return {}
+    every = set(pools) | {a.pool for a in attempts}
+    return {p: reasons[region_key(p)] for p in every if region_key(p) in reasons}
+
+
+def with_report(instance: Instance | None, report: InstanceReport | None) -> Instance | None:
+    """The provider's view of an instance, corrected by what its agent said.
+
+    The agent is the only one who knows how the job ended: a cloud reports a
+    VM that shut itself down as stopped or deleted, or still running. An exit
+    after a preemption notice is a preemption (the job checkpointed and left);
+    any other exit is the job's own ending, success or failure.
+    """
+    if instance is None or report is None:
+        return instance
+    if report.exit_code is not None and instance.state is not InstanceState.PREEMPTED:
+        noticed = report.notice_at is not None and report.notice_kind != "rebalance"
+        if noticed and report.exit_code != 0:
+            return replace(instance, state=InstanceState.PREEMPTED, exit_code=report.exit_code)
+        return replace(instance, state=InstanceState.EXITED, exit_code=report.exit_code)
+    if instance.ended:
+        return instance
+    if report.notice_at is not None and report.notice_kind != "rebalance":
+        return replace(instance, state=InstanceState.NOTICE)
+    return instance
+
+
+def region_key(pool: Pool) -> tuple[str, str, str]:
+    return (pool.provider, pool.region, pool.instance_type)
+
+
+def open_attempt(attempts: Sequence[AttemptRecord]) -> AttemptRecord | None:
+    return attempts[-1] if attempts and attempts[-1].open else None
