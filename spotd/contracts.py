@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from spotd.domain import (
     AttemptRecord,
@@ -23,7 +23,11 @@ from spotd.domain import (
     Pool,
     PricePoint,
 )
+from spotd.ledger import LedgerEntry
 from spotd.spec import JobSpec
+
+if TYPE_CHECKING:
+    from spotd.ledger import NodeUsage
 from spotd.states import JobStatus, Transition
 
 
@@ -71,6 +75,19 @@ class Provider(Protocol):
 
     def logs(self, instance_id: str) -> str:
         """The job's output on that instance, as far as the provider keeps it."""
+        ...
+
+
+@runtime_checkable
+class Metered(Protocol):
+    """A provider that keeps its own meter (launch, end and price of each node).
+
+    The ledger bills from it when it is there, to match the provider's own
+    bill to the cent; otherwise it bills from what ``describe`` says.
+    """
+
+    def usage(self, instance_ids: Sequence[str]) -> Mapping[str, NodeUsage]:
+        """The meter's record of each instance, by id."""
         ...
 
 
@@ -160,10 +177,39 @@ class Store(Protocol):
         """Release connections."""
         ...
 
+    def replace_ledger(self, job_id: str, entries: Sequence[LedgerEntry]) -> None:
+        """Replace the job's ledger lines with ``entries`` in one transaction."""
+        ...
+
+    def ledger(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_id: str | None = None,
+    ) -> list[LedgerEntry]:
+        """Ledger lines starting in ``[since, until)``, of one job or all, oldest first."""
+        ...
+
+    def claim_notification(self, key: str, *, at: datetime) -> bool:
+        """Record notification ``key`` as sent; True when this call was the first."""
+        ...
+
 
 class Notifier(Protocol):
     """Sends a message to people (email now; chat later)."""
 
-    def send(self, to: Sequence[str], subject: str, text: str, html: str | None = None) -> None:
-        """Deliver one message or raise."""
+    def send(
+        self,
+        to: Sequence[str],
+        subject: str,
+        text: str,
+        html: str | None = None,
+        images: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Deliver one message (or accept it for delivery) or raise.
+
+        ``images`` maps a Content-ID to PNG bytes shown inline in ``html``,
+        which refers to each as ``cid:<content-id>``.
+        """
         ...

@@ -36,6 +36,7 @@ from spotd.daemon import Daemon
 from spotd.domain import Market, PlacementContext
 from spotd.errors import SpotdError
 from spotd.policies.on_demand import OnDemandPolicy
+from spotd.providers.sim import SimProvider
 from spotd.spec import JobSpec
 from spotd.states import JobStatus
 from spotd.views import JobView
@@ -89,6 +90,10 @@ class DemoSummary(BaseModel):
     cost_usd: float
     on_demand_cost_usd: float
     savings_pct: float
+    ledger_usd: float
+    """``cost_usd`` to the cent: the job's cost in spotd's ledger (spotd.ledger)."""
+    provider_bill_usd: float
+    """What the simulated providers' own meters charge for the same instances."""
     digest: str | None
     uninterrupted_digest: str
     digest_matches: bool
@@ -164,12 +169,13 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
         job = _follow(client, job.id, options, console)
         logs = client.logs(job.id)
         on_demand = _on_demand_cost(daemon, job, options)
+        billed = _bills(daemon, job.id)
     finally:
         daemon.stop()
         if options.keep is None:
             shutil.rmtree(root, ignore_errors=True)
     ref_out, _ = reference.communicate(timeout=60)
-    return _summary(job, logs, ref_out, on_demand, time.monotonic() - started)
+    return _summary(job, logs, ref_out, on_demand, billed, time.monotonic() - started)
 
 
 def _follow(client: Client, job_id: str, options: DemoOptions, console: Console) -> JobView:
@@ -208,13 +214,34 @@ def _on_demand_cost(daemon: Daemon, job: JobView, options: DemoOptions) -> float
     return decision.choice.price_per_hour * (boot + work) / 3600.0
 
 
-def _summary(
-    job: JobView, logs: dict[str, str], reference: str, on_demand: float, wall: float
+def _bills(daemon: Daemon, job_id: str) -> tuple[dict[int, float], float]:
+    """(the ledger's cost per attempt, the providers' own bill for the job's instances)."""
+    engine = daemon.engine
+    per_attempt: dict[int, float] = {}
+    for entry in engine.store.ledger(job_id=job_id):
+        per_attempt[entry.attempt] = per_attempt.get(entry.attempt, 0.0) + entry.usd
+    bill = 0.0
+    for attempt in engine.store.attempts(job_id):
+        provider = engine.providers[attempt.pool.provider]
+        if isinstance(provider, SimProvider) and attempt.instance_ids:
+            bill += provider.bill(attempt.instance_ids)
+    return per_attempt, round(bill, 2)
+
+
+def _summary(  # noqa: PLR0917 - one value per part of the summary
+    job: JobView,
+    logs: dict[str, str],
+    reference: str,
+    on_demand: float,
+    billed: tuple[dict[int, float], float],
+    wall: float,
 ) -> DemoSummary:
     digests = [m for text in logs.values() for m in DIGEST.findall(text)]
     expected = DIGEST.findall(reference)
     if not expected:
         raise SpotdError(f"the uninterrupted reference run printed no digest:\n{reference}")
+    # The cost is the ledger's: what the job was billed, by each provider's rules.
+    cost = sum(billed[0].values())
     first = job.attempts[0].started_at if job.attempts else job.submitted_at
     last = max((a.ended_at for a in job.attempts if a.ended_at), default=first)
     return DemoSummary(
@@ -224,15 +251,18 @@ def _summary(
             DemoAttempt(
                 provider=a.provider, region=a.region, zone=a.zone,
                 instance_type=a.instance_type, market=a.market, start=a.started_at,
-                end=a.ended_at, end_reason=a.end_reason, cost_usd=round(a.cost_usd, 4),
+                end=a.ended_at, end_reason=a.end_reason,
+                cost_usd=round(billed[0].get(a.seq, 0.0), 4),
             )
             for a in job.attempts
         ],
         preemptions=job.preemptions,
         providers=job.providers,
-        cost_usd=round(job.cost_usd, 4),
+        cost_usd=round(cost, 4),
         on_demand_cost_usd=round(on_demand, 4),
-        savings_pct=round(100.0 * (1 - job.cost_usd / on_demand), 1) if on_demand else 0.0,
+        savings_pct=round(100.0 * (1 - cost / on_demand), 1) if on_demand else 0.0,
+        ledger_usd=round(cost, 2),
+        provider_bill_usd=billed[1],
         digest=digests[-1] if digests else None,
         uninterrupted_digest=expected[-1],
         digest_matches=bool(digests) and digests[-1] == expected[-1],
@@ -257,6 +287,7 @@ def print_summary(s: DemoSummary, console: Console) -> None:
         f"preemptions: {s.preemptions}   providers: {', '.join(s.providers)}\n"
         f"cost: {s.cost_usd:.2f} USD   on-demand: {s.on_demand_cost_usd:.2f} USD   "
         f"saved: {s.savings_pct:.1f} %\n"
+        f"ledger: {s.ledger_usd:.2f} USD   the providers' own bill: {s.provider_bill_usd:.2f} USD\n"
         f"digest: {s.digest}\n"
         f"uninterrupted: {s.uninterrupted_digest} ({ok})\n"
         f"{s.simulated_hours:.2f} simulated hours in {s.wall_seconds:.1f} s",

@@ -24,7 +24,7 @@ from spotd.attempts import (
     open_attempt,
     with_report,
 )
-from spotd.contracts import Clock, Policy, Provider, Store
+from spotd.contracts import Clock, Metered, Policy, Provider, Store
 from spotd.domain import (
     AttemptClose,
     AttemptEnd,
@@ -51,6 +51,7 @@ from spotd.errors import (
     StoreError,
 )
 from spotd.facts import DEFAULT_PREEMPTIONS_PER_HOUR as DEFAULT_RATE
+from spotd.ledger import NodeUsage, record_ledger, usage_from_instances
 from spotd.market import MarketCache
 from spotd.policies import costmodel
 from spotd.policies.balanced import deadline_controlled
@@ -207,6 +208,7 @@ class Engine:
         job = self._move(job, JobStatus.CANCELLED, "cancelled by user", close=close)
         if attempt is not None:
             self._terminate(attempt)
+        self._bill(job)
         return job
 
     def reap(self) -> int:
@@ -502,6 +504,7 @@ class Engine:
         # Gang: one lost node ends the attempt; stop the rest. The reaper
         # covers a crash between the transition and this call.
         self._terminate(attempt)
+        self._bill(job)
 
     # -- limits -------------------------------------------------------------
 
@@ -642,6 +645,34 @@ class Engine:
         if attempt is None:
             raise StoreError(f"job {job.id} is {job.status} but has no open attempt")
         return attempt
+
+    def _bill(self, job: JobRecord) -> None:
+        """Rebuild the job's ledger now that one of its attempts ended.
+
+        Instances are priced from the provider's own meter where it keeps one
+        (the simulator), else from the launch and end times it reports.
+        """
+        try:
+            attempts = self.store.attempts(job.id)
+            usage: dict[str, NodeUsage] = {}
+            for a in attempts:
+                provider = self.providers.get(a.pool.provider)
+                if provider is None or not a.instance_ids:
+                    continue
+                if isinstance(provider, Metered):
+                    usage.update(provider.usage(a.instance_ids))
+                else:
+                    usage.update(usage_from_instances(provider.describe(a.instance_ids)))
+            pools = {a.pool for a in attempts}
+            on_demand = {
+                o.pool: o.on_demand_price
+                for o in self.market.offerings()
+                if o.on_demand_price is not None and o.pool in pools
+            }
+            record_ledger(self.store, job, self.clock.now(), on_demand_prices=on_demand,
+                          usage=usage)
+        except SpotdError as exc:
+            log.warning("ledger of %s not updated, the next attempt end retries: %s", job.id, exc)
 
     def _terminate(self, attempt: AttemptRecord) -> None:
         if not attempt.instance_ids:

@@ -532,7 +532,7 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
     store = open_store(store_url)
     try:
-        assert schema_revision(store.engine) == "0002"
+        assert schema_revision(store.engine) == "0003"
         names = set(inspect(store.engine).get_table_names())
         assert {"jobs", "events", "attempts", "alembic_version"} <= names
         with store.engine.connect() as conn:
@@ -544,7 +544,7 @@ def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
 
     again = open_store(store_url)
     try:
-        assert schema_revision(again.engine) == "0002"
+        assert schema_revision(again.engine) == "0003"
         assert again.get_job(job.id).id == job.id
 
         downgrade_schema(again.engine, "base")

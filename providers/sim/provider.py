@@ -27,8 +27,9 @@ from pathlib import Path
 
 from spotd.domain import Instance, InstanceState, LaunchRequest, Market, Offering
 from spotd.errors import CapacityError, ProviderError
+from spotd.ledger import NodeUsage
 
-from . import catalog
+from . import billing, catalog
 from .catalog import CatalogEntry
 from .clock import SimClock
 from .market import SimMarket
@@ -400,6 +401,28 @@ class SimProvider:
             return False
         return f"{spec.client_token} {spec.id}" in lines
 
+    # -- the provider's own meter ----------------------------------------------
+
+    def bill(self, instance_ids: Sequence[str]) -> float:
+        """What this provider charges for these instances, in USD rounded to cents.
+
+        From its own state files: each node from its sim launch to its sim
+        end (now, while running), at the price recorded at launch, rounded
+        up as the mirrored cloud bills (:mod:`spotd.providers.sim.billing`).
+        Ids that are not this provider's cost nothing.
+        """
+        return billing.bill(self.name, self._paths.root, self._own(instance_ids), self._clock.now())
+
+    def usage(self, instance_ids: Sequence[str]) -> dict[str, NodeUsage]:
+        """The meter's record of each of these instances (launch, end, price), by id.
+
+        What the ledger needs to price nodes exactly as :meth:`bill` does.
+        """
+        return billing.node_usage(self._paths.root, self._own(instance_ids))
+
+    def _own(self, instance_ids: Sequence[str]) -> list[str]:
+        return [i for i in instance_ids if i.startswith(f"{self.name}-") and "/" not in i]
+
 
 def _token_record(record: Mapping[str, object]) -> tuple[list[str], datetime]:
     ids = record["instance_ids"]
@@ -410,3 +433,4 @@ def _token_record(record: Mapping[str, object]) -> tuple[list[str], datetime]:
 
 def _ended(status: VmStatus | None) -> bool:
     return status is not None and status.ended
+

@@ -51,9 +51,10 @@ from spotd.domain import (
     PricePoint,
 )
 from spotd.errors import JobNotFound, LostTransition, StoreError
+from spotd.ledger import LedgerEntry
 from spotd.spec import JobSpec, spec_from_json, spec_to_json
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition
-from spotd.store import history
+from spotd.store import history, ledger_sql
 from spotd.store.tables import ATTEMPTS, EVENTS, JOBS
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -389,6 +390,32 @@ class SqlStore:
     def close(self) -> None:
         """Release connections."""
         self._engine.dispose()
+
+    # ledger and notifications
+
+    def replace_ledger(self, job_id: str, entries: Sequence[LedgerEntry]) -> None:
+        """Replace all ledger lines of ``job_id`` with ``entries``, in one transaction."""
+        with self._write() as conn:
+            try:
+                ledger_sql.replace_job(conn, job_id, entries)
+            except ValueError as exc:
+                raise StoreError(str(exc)) from exc
+
+    def ledger(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_id: str | None = None,
+    ) -> list[LedgerEntry]:
+        """Ledger lines starting in ``[since, until)``, of one job or all, oldest first."""
+        with self._read() as conn:
+            return ledger_sql.select_entries(conn, since=since, until=until, job_id=job_id)
+
+    def claim_notification(self, key: str, *, at: datetime) -> bool:
+        """Record that notification ``key`` goes out; True only for the first claimer."""
+        with self._write() as conn:
+            return ledger_sql.claim(conn, key, at)
 
 
 # -- statements used inside a transaction ------------------------------------

@@ -163,3 +163,44 @@ PRICES = _table("prices")
 """Core view of :class:`PriceRow`."""
 REPORTS = _table("instance_reports")
 """Core view of :class:`InstanceReportRow`."""
+
+
+class LedgerRow(SQLModel, table=True):
+    """One billed line of the cost ledger (see :mod:`spotd.ledger`); rebuilt per job."""
+
+    __tablename__ = "ledger"
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(index=True)
+    attempt: int
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    gpu: str
+    gpus: int
+    nodes: int
+    fabric: str
+    market: str
+    kind: str
+    start: datetime = Field(sa_type=UtcDateTime, index=True)
+    end: datetime = Field(sa_type=UtcDateTime)
+    billed_seconds: float
+    usd: float
+    on_demand_usd: float
+    job_status: str
+
+
+class NotificationRow(SQLModel, table=True):
+    """A notification already sent (or being sent), by its dedup key."""
+
+    __tablename__ = "notifications"
+
+    key: str = Field(primary_key=True, sa_type=Text)
+    at: datetime = Field(sa_type=UtcDateTime)
+
+
+LEDGER = _table("ledger")
+"""Core view of :class:`LedgerRow`."""
+NOTIFICATIONS = _table("notifications")
+"""Core view of :class:`NotificationRow`."""
