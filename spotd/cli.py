@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -15,7 +16,7 @@ from rich.table import Table
 
 from spotd import __version__
 from spotd.config import Settings, load_settings
-from spotd.errors import JobSpecError, SpotdError
+from spotd.errors import ConfigError, JobSpecError, SpotdError
 from spotd.spec import load_job_file
 from spotd.views import JobView, MarketView
 
@@ -314,6 +315,75 @@ def plan(
             x.excluded or "",
         )
     out.print(table)
+
+
+def _period(since: str | None, start: str | None, end: str | None) -> tuple[datetime, datetime]:
+    """The report's window: ``--since 7d`` (or 12h, 30m), or ``--from`` / ``--to`` dates."""
+    now = datetime.now(UTC)
+    if since is not None and (start is not None or end is not None):
+        raise ConfigError("give --since or --from/--to, not both")
+    if since is not None:
+        units = {"d": 86400, "h": 3600, "m": 60}
+        number, unit = since[:-1], since[-1:]
+        if unit not in units or not number.isdigit():
+            raise ConfigError(f"--since {since!r}: expected a number and d, h or m, e.g. 7d")
+        return now - timedelta(seconds=int(number) * units[unit]), now
+    try:
+        begin = _utc(start) if start else now - timedelta(days=7)
+        finish = _utc(end) if end else now
+    except ValueError as exc:
+        raise ConfigError(f"--from/--to: {exc} (expected a date such as 2026-11-01)") from exc
+    return begin, finish
+
+
+def _utc(text: str) -> datetime:
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@app.command()
+def report(
+    *,
+    since: Annotated[str | None, typer.Option(help="Window back from now: 7d, 24h.")] = None,
+    start: Annotated[str | None, typer.Option("--from", help="Start date (UTC).")] = None,
+    end: Annotated[str | None, typer.Option("--to", help="End date (UTC).")] = None,
+    job: Annotated[str | None, typer.Option(help="Only this job (id, prefix or name).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="text, html, json or csv.")] = "text",
+    out_file: Annotated[Path | None, typer.Option("--out", help="Write here, not stdout.")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Cost report from the ledger: spend, savings against on-demand, preemptions, time lost."""
+    from spotd import reports
+    from spotd.store import open_store
+
+    if fmt not in ("text", "html", "json", "csv"):
+        err.print(f"[red]error:[/red] --format {fmt!r}: expected text, html, json or csv")
+        raise typer.Exit(2)
+
+    def run() -> str:
+        settings = _settings(config)
+        begin, finish = _period(since, start, end)
+        store = open_store(settings.db_url)
+        try:
+            job_id = store.find_job(job).id if job else None
+            built = reports.build_report(store, since=begin, until=finish, job_id=job_id)
+        finally:
+            store.close()
+        if fmt == "json":
+            return reports.render_json(built)
+        if fmt == "csv":
+            return reports.render_csv(built)
+        if fmt == "html":
+            charts = reports.data_uri_sources(reports.render_charts(built))
+            return reports.render_html(built, charts)
+        return reports.render_text(built)
+
+    text = _guard(run)
+    if out_file is not None:
+        out_file.write_text(text, encoding="utf-8")
+        err.print(f"report written to {out_file}")
+    else:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
 
 @app.command(
