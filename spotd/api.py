@@ -26,6 +26,7 @@ from spotd.contracts import Store
 from spotd.domain import InstanceReport
 from spotd.engine import Engine
 from spotd.errors import IllegalTransition, JobNotFound, LostTransition, SpotdError, StoreError
+from spotd.metrics import Outboxlike, create_metrics_router
 from spotd.spec import JobSpec
 from spotd.states import TERMINAL
 from spotd.views import EventView, JobView, MarketView, event_view, job_view, market_view
@@ -76,7 +77,7 @@ def _base(report: AgentReport, **fields: Any) -> InstanceReport:
     )
 
 
-def create_app(engine: Engine, token: str) -> FastAPI:
+def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) -> FastAPI:
     """The API over ``engine``, guarded by ``token``; agents use their own tokens."""
     app = FastAPI(title="spotd", version=__version__)
 
@@ -104,6 +105,9 @@ def create_app(engine: Engine, token: str) -> FastAPI:
         return JSONResponse(status_code=409, content={"detail": str(exc)})
 
     auth = [Depends(authorized)]
+    # Spend figures are not for anyone on the host: Prometheus sends the
+    # token too (``authorization: credentials_file`` in its scrape config).
+    app.include_router(create_metrics_router(engine, outbox=outbox, dependencies=auth))
 
     def view(ref: str) -> JobView:
         job = engine.store.find_job(ref)

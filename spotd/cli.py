@@ -350,9 +350,13 @@ def report(
     job: Annotated[str | None, typer.Option(help="Only this job (id, prefix or name).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="text, html, json or csv.")] = "text",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write here, not stdout.")] = None,
+    email: Annotated[bool, typer.Option("--email", help="Email it to [email] to.")] = False,
     config: ConfigOpt = None,
 ) -> None:
     """Cost report from the ledger: spend, savings against on-demand, preemptions, time lost."""
+    if email:
+        _guard(lambda: _email_report(_settings(config), since, start, end, job))
+        return
     from spotd import reports
     from spotd.store import open_store
 
@@ -384,6 +388,41 @@ def report(
         err.print(f"report written to {out_file}")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+def _email_report(
+    settings: Settings, since: str | None, start: str | None, end: str | None, job: str | None
+) -> None:
+    """Send the report by email now, or leave it in the outbox for the daemon to retry."""
+    from functools import partial
+
+    from spotd import charts, reports
+    from spotd.clock import WallClock
+    from spotd.mail import ReportKit, build_mailer
+    from spotd.store import open_store
+
+    if not settings.email.enabled:
+        raise ConfigError("--email needs an SMTP host: set [email] host in spotd.toml")
+    begin, finish = _period(since, start, end)
+    store = open_store(settings.db_url)
+    try:
+        clock = WallClock()
+        kit = ReportKit(partial(reports.build_report, store), reports.render_text,
+                        reports.render_html, charts.render_charts)  # fmt: skip
+        mailer = build_mailer(
+            settings.email, settings.data_dir, store=store, clock=clock,
+            claim=lambda key: store.claim_notification(key, at=clock.now()), reports=kit,
+        )  # fmt: skip
+        job_id = store.find_job(job).id if job else None
+        if mailer.email_report(since=begin, until=finish, job_id=job_id):
+            err.print(f"report emailed to {', '.join(settings.email.to)}")
+        else:
+            err.print(
+                f"[yellow]could not send now[/yellow]; the report waits in "
+                f"{settings.data_dir / 'outbox'} and the daemon retries it"
+            )
+    finally:
+        store.close()
 
 
 @app.command(

@@ -25,6 +25,7 @@ from pydantic_settings import (
 )
 
 from spotd.errors import ConfigError
+from spotd.mail import EmailSettings
 from spotd.providers.aws.settings import AwsSettings
 from spotd.providers.azure.settings import AzureSettings
 from spotd.providers.gcp.settings import GcpSettings
@@ -146,6 +147,7 @@ class Settings(BaseSettings):
     scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
+    email: EmailSettings = Field(default_factory=EmailSettings)
 
     _toml_path: ClassVar[Path | None] = None
 

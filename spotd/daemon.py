@@ -25,8 +25,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from spotd.api import create_app
 from spotd.config import Settings
 from spotd.engine import Engine
+from spotd.mail import schedule_mail
 from spotd.tokens import ensure_token
-from spotd.wiring import build_engine
+from spotd.wiring import build_engine, build_mailer_for
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ class Daemon:
     def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
         self.settings = settings
         self.engine = engine or build_engine(settings)
+        self.mailer = build_mailer_for(settings, self.engine)
+        if self.mailer is not None:
+            self.engine.on_end = self.mailer.job_ended
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self._stopping = threading.Event()
         self._in_pass = threading.Lock()
@@ -59,8 +63,9 @@ class Daemon:
         """Start the API server and the scheduled work in background threads."""
         token = ensure_token(self.settings.token_file)
         sock = self._bind()
+        outbox = self.mailer.outbox if self.mailer is not None else None
         config = uvicorn.Config(
-            create_app(self.engine, token), log_level="warning", lifespan="off"
+            create_app(self.engine, token, outbox=outbox), log_level="warning", lifespan="off"
         )
         self._server = _ThreadServer(config)
         self._server_thread = threading.Thread(
@@ -69,6 +74,8 @@ class Daemon:
         self._server_thread.start()
         self._write_address()
         self._schedule()
+        if self.mailer is not None:
+            schedule_mail(self.scheduler, self.mailer)
         self.scheduler.start()
         log.info("spotd daemon listening on %s:%d", self.settings.daemon.host, self.port)
 

@@ -127,6 +127,8 @@ class Engine:
         self._missing: dict[str, int] = {}
         self._replanned_at: dict[str, float] = {}
         self._pass: _Pass | None = None
+        self.on_end: Callable[[JobRecord], None] | None = None
+        """Called with a job that just reached a terminal status (e.g. the mailer)."""
         self.stats = HistoryStats(
             store, now=clock.now(), window=timedelta(hours=settings.stats_window_hours)
         )
@@ -588,6 +590,8 @@ class Engine:
         )
         moved = transition(self.store, change, now=self.clock.now())
         self._forget(job.id)
+        if new.terminal and self.on_end is not None:
+            self.on_end(moved)
         log.info("job %s: %s -> %s (%s) %s", job.id, job.status, new, cause, detail)
         return moved
 

@@ -17,6 +17,7 @@ from spotd.tokens import ensure_token
 if TYPE_CHECKING:
     from spotd.bootstrap import BootKind
     from spotd.domain import LaunchRequest
+    from spotd.mail import Mailer
 
 
 def build_providers(settings: Settings) -> tuple[Clock, dict[str, Provider]]:
@@ -112,3 +113,28 @@ def build_engine(settings: Settings) -> Engine:
         price_history_seconds=settings.scheduling.price_history_seconds,
     )
     return Engine(store, providers, load_policy(settings.scheduling.policy), clock, engine_settings)
+
+
+def build_mailer_for(settings: Settings, engine: Engine) -> Mailer | None:
+    """The mailer of the ``[email]`` table (None when no SMTP host is set)."""
+    if not settings.email.enabled:
+        return None
+    from functools import partial
+
+    from spotd import charts, reports
+    from spotd.mail import ReportKit, build_mailer
+
+    kit = ReportKit(
+        partial(reports.build_report, engine.store),
+        reports.render_text,
+        reports.render_html,
+        charts.render_charts,
+    )
+    return build_mailer(
+        settings.email,
+        settings.data_dir,
+        store=engine.store,
+        clock=engine.clock,
+        claim=lambda key: engine.store.claim_notification(key, at=engine.clock.now()),
+        reports=kit,
+    )
