@@ -170,12 +170,14 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
         logs = client.logs(job.id)
         on_demand = _on_demand_cost(daemon, job, options)
         billed = _bills(daemon, job.id)
+        ledger = _ledger_by_provider(daemon, job.id)
     finally:
         daemon.stop()
         if options.keep is None:
             shutil.rmtree(root, ignore_errors=True)
     ref_out, _ = reference.communicate(timeout=60)
-    return _summary(job, logs, ref_out, on_demand, billed, time.monotonic() - started)
+    summary = _summary(job, logs, ref_out, on_demand, billed, time.monotonic() - started)
+    return summary.model_copy(update={"ledger_usd": ledger})
 
 
 def _follow(client: Client, job_id: str, options: DemoOptions, console: Console) -> JobView:
@@ -215,17 +217,32 @@ def _on_demand_cost(daemon: Daemon, job: JobView, options: DemoOptions) -> float
 
 
 def _bills(daemon: Daemon, job_id: str) -> tuple[dict[int, float], float]:
-    """(the ledger's cost per attempt, the providers' own bill for the job's instances)."""
+    """(the ledger's cost per attempt, the providers' own bills for the job).
+
+    A provider bills once for all of the job's instances with it, rounded to
+    the cent; the ledger is compared the same way, per provider, rounded.
+    """
     engine = daemon.engine
     per_attempt: dict[int, float] = {}
     for entry in engine.store.ledger(job_id=job_id):
         per_attempt[entry.attempt] = per_attempt.get(entry.attempt, 0.0) + entry.usd
-    bill = 0.0
+    instances: dict[str, list[str]] = {}
     for attempt in engine.store.attempts(job_id):
-        provider = engine.providers[attempt.pool.provider]
-        if isinstance(provider, SimProvider) and attempt.instance_ids:
-            bill += provider.bill(attempt.instance_ids)
+        instances.setdefault(attempt.pool.provider, []).extend(attempt.instance_ids)
+    bill = 0.0
+    for name, ids in instances.items():
+        provider = engine.providers[name]
+        if isinstance(provider, SimProvider) and ids:
+            bill += provider.bill(ids)
     return per_attempt, round(bill, 2)
+
+
+def _ledger_by_provider(daemon: Daemon, job_id: str) -> float:
+    """The ledger's total, rounded to the cent per provider as the bills are."""
+    totals: dict[str, float] = {}
+    for entry in daemon.engine.store.ledger(job_id=job_id):
+        totals[entry.provider] = totals.get(entry.provider, 0.0) + entry.usd
+    return round(sum(round(v, 2) for v in totals.values()), 2)
 
 
 def _summary(  # noqa: PLR0917 - one value per part of the summary
