@@ -78,6 +78,26 @@ class ApiError(SpotdError):
     """The daemon's HTTP API answered with an error, or could not be reached."""
 
 
+class MailError(SpotdError):
+    """An email could not be delivered. ``retryable``: the same send may pass later."""
+
+    retryable: bool = True
+
+
+class MailUnavailable(MailError):
+    """The SMTP server could not be reached or answered with a temporary (4xx) error."""
+
+
+class MailRefused(MailError):
+    """The SMTP server refused for good (5xx, no STARTTLS, bad certificate)."""
+
+    retryable = False
+
+
+class MailAuthError(MailRefused):
+    """The SMTP server refused the login."""
+
+
 class ProviderError(SpotdError):
     """A provider (cloud or simulator) refused or failed a request.
 

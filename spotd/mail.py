@@ -48,7 +48,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, m
 from spotd.attempts import job_cost
 from spotd.contracts import Clock
 from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord
-from spotd.errors import ConfigError, SpotdError
+from spotd.errors import ConfigError, MailAuthError, MailError, MailRefused, MailUnavailable
 from spotd.spec import Email
 from spotd.states import TERMINAL, FailureCause, JobStatus
 
@@ -62,26 +62,6 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # ---------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------
-
-
-class MailError(SpotdError):
-    """An email could not be delivered. ``retryable``: the same send may pass later."""
-
-    retryable: bool = True
-
-
-class MailUnavailable(MailError):
-    """The SMTP server could not be reached or answered with a temporary (4xx) error."""
-
-
-class MailRefused(MailError):
-    """The SMTP server refused for good (5xx, no STARTTLS, bad certificate)."""
-
-    retryable = False
-
-
-class MailAuthError(MailRefused):
-    """The SMTP server refused the login."""
 
 
 # ---------------------------------------------------------------------------

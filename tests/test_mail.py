@@ -465,7 +465,7 @@ def test_outbox_sends_oldest_first_and_survives_a_sender_bug(tmp_path: Path) -> 
 
 
 def test_refused_message_does_not_block_the_next(tmp_path: Path) -> None:
-    from spotd.mail import MailRefused
+    from spotd.errors import MailRefused
 
     outbox = Outbox(tmp_path)
     for name in ("bad", "good"):
