@@ -30,9 +30,7 @@ When spotd resumes a job it passes the URI of the latest complete checkpoint
 
 from __future__ import annotations
 
-import os
 import re
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +39,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from spotd.errors import CheckpointError
+from spotd.files import write_atomic
 
 __all__ = [
     "MARKER",
@@ -180,7 +179,7 @@ def write_bytes(file_uri: str, data: bytes) -> None:
     fs, path = _fs(file_uri)
     try:
         if isinstance(fs, LocalFileSystem):
-            _write_local_atomic(Path(path), data)
+            write_atomic(Path(path), data)
         else:
             parent = path.rsplit("/", 1)[0]
             if parent:
@@ -199,33 +198,3 @@ def read_bytes(file_uri: str) -> bytes:
         raise CheckpointError(f"{file_uri}: cannot read: {exc}") from exc
 
 
-def _write_local_atomic(target: Path, data: bytes) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # Unique per writer so two attempts racing on one folder never share a temp file.
-    tmp = target.with_name(f".{target.name}.tmp-{uuid.uuid4().hex}")
-    try:
-        with tmp.open("wb") as fh:
-            fh.write(data)
-            fh.flush()
-            # Without the fsync a host crash could leave a renamed but empty file,
-            # i.e. a marker in front of weights that never reached the disk.
-            os.fsync(fh.fileno())
-        tmp.replace(target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
-
-
-def _fsync_dir(folder: Path) -> None:
-    """Persist a rename; best effort, as some filesystems refuse fsync on folders."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -24,7 +24,6 @@ import fcntl
 import html as html_lib
 import json
 import logging
-import os
 import re
 import smtplib
 import ssl
@@ -49,6 +48,7 @@ from spotd.attempts import job_cost
 from spotd.contracts import Clock
 from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord
 from spotd.errors import ConfigError, MailAuthError, MailError, MailRefused, MailUnavailable
+from spotd.files import write_atomic
 from spotd.spec import Email
 from spotd.states import TERMINAL, FailureCause, JobStatus
 
@@ -468,7 +468,7 @@ class Outbox:
         self.folder.mkdir(parents=True, exist_ok=True)
         at = now or datetime.now(UTC)
         path = self.folder / f"{at.astimezone(UTC):%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex}.eml"
-        _write_atomically(path, bytes(message))
+        write_atomic(path, bytes(message))
         log.info("queued email %r to %s", message["Subject"], message["To"])
         return path
 
@@ -536,7 +536,7 @@ class Outbox:
         meta = {"attempts": attempts, "next_attempt_at": retry_at.isoformat(),
                 "last_error": f"{type(exc).__name__}: {exc}"}
         try:
-            _write_atomically(item.meta_path, json.dumps(meta).encode())
+            write_atomic(item.meta_path, json.dumps(meta).encode())
         except OSError as err:
             log.warning("could not record the retry state of %s: %s", item.path.name, err)
 
@@ -575,30 +575,6 @@ class Outbox:
                 yield True
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with tmp.open("wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.replace(path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_folder(path.parent)
-
-
-def _fsync_folder(folder: Path) -> None:
-    # The rename is durable only once the directory entry is on disk.
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # ---------------------------------------------------------------------------
