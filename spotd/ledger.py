@@ -33,7 +33,9 @@ Billing rule (the one the simulated provider's own meter uses too, see
   (:data:`spotd.facts.EGRESS_USD_PER_GB`) across providers, or
   :data:`spotd.facts.INTER_REGION_USD_PER_GB` within one.
 - On-demand equivalent: the same billed node-seconds at the on-demand price
-  of the same offering: the attempt's own price for an on-demand attempt;
+  of the same offering, except the changeovers after the job's first boot
+  (an on-demand run boots once; recoveries are spot's overhead, so their
+  on-demand equivalent is 0): the attempt's own price for an on-demand attempt;
   else the pool's on-demand price history, before its first point the
   caller's current on-demand price (``on_demand_prices``); with neither, the
   entry's own cost (no saving is claimed that cannot be shown). Egress has
@@ -177,11 +179,13 @@ def build_ledger(
     ctx = _Context(job, price_history, now, on_demand_prices or {}, usage or {})
     entries: list[LedgerEntry] = []
     last_ran: AttemptRecord | None = None
+    booted = False
     for attempt in sorted(attempts, key=lambda a: a.seq):
         windows = ctx.windows(attempt)
         if windows:
             entries.extend(ctx.egress(last_ran, attempt))
-            entries.extend(ctx.node_entries(attempt, windows))
+            entries.extend(ctx.node_entries(attempt, windows, first_boot=not booted))
+            booted = True
         if attempt.running_at is not None:
             last_ran = attempt
     return entries
@@ -315,8 +319,14 @@ class _Context:
             running = min(max(attempt.running_at, start), end)
         return _Window(start, running, billed_end, price)
 
-    def node_entries(self, attempt: AttemptRecord, windows: Sequence[_Window]) -> list[LedgerEntry]:
-        """The attempt's changeover and compute entries, one per kind and day."""
+    def node_entries(
+        self, attempt: AttemptRecord, windows: Sequence[_Window], *, first_boot: bool
+    ) -> list[LedgerEntry]:
+        """The attempt's changeover and compute entries, one per kind and day.
+
+        Only the job's first boot has an on-demand equivalent: an on-demand
+        run boots once, so the changeovers of recoveries are spot's overhead.
+        """
         sums: dict[tuple[EntryKind, datetime], _Sum] = {}
         od_curve = self._on_demand_curve(attempt)
         for w in windows:
@@ -329,6 +339,8 @@ class _Context:
                 for d0, d1 in split_days(a, b):
                     usd = paid.integrate(d0, d1)
                     od = od_curve.integrate(d0, d1) if od_curve is not None else usd
+                    if kind == "changeover" and not first_boot:
+                        od = 0.0
                     sums.setdefault((kind, _day(d0)), _Sum()).add(d0, d1, usd, od)
         ordered = sorted(sums.items(), key=lambda kv: (kv[1].start, kv[0][0]))
         return [self._entry(attempt, kind, s) for (kind, _), s in ordered]

@@ -262,6 +262,18 @@ def test_on_demand_equivalent_sources() -> None:
     assert spend == od == pytest.approx(7.0)
 
 
+def test_only_the_first_boot_has_an_on_demand_equivalent() -> None:
+    """An on-demand run boots once: the changeovers of recoveries are spot's own overhead."""
+    first = attempt(1, end=3600, reason=AttemptEnd.PREEMPTED)
+    second = attempt(2, start=3700, running=4000, end=7200)
+    entries = build_ledger(job(), [first, second], NO_HISTORY, s(9000),
+                           on_demand_prices={AWS_E1: 6.0})  # fmt: skip
+    changes = {e.attempt: e for e in of(entries, "changeover")}
+    assert changes[1].on_demand_usd == pytest.approx(6.0 * 300 / 3600)
+    assert changes[2].on_demand_usd == 0.0
+    assert changes[2].usd > 0, "the recovery's changeover is still paid"
+
+
 # -- store -------------------------------------------------------------------------------------
 
 
