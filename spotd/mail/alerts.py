@@ -1,0 +1,133 @@
+"""Budget alerts and job-end emails."""
+
+from __future__ import annotations
+
+import html as html_lib
+import logging
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import jinja2
+
+from spotd.attempts import job_cost
+from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord
+from spotd.mail.message import Composed
+from spotd.states import FailureCause
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetAlert:
+    """A job's spend crossed a fraction of its budget."""
+
+    job: JobRecord
+    threshold: float
+    spent_usd: float
+    budget_usd: float
+
+    @property
+    def key(self) -> str:
+        """The notification claim key of this (job, threshold)."""
+        return budget_key(self.job.id, self.threshold)
+
+
+def budget_key(job_id: str, threshold: float) -> str:
+    """Claim key that makes one (job, threshold) alert fire once."""
+    return f"budget:{job_id}:{threshold:g}"
+
+
+def budget_alerts(
+    jobs: Collection[JobRecord],
+    spend_of: Callable[[JobRecord], float],
+    thresholds: Sequence[float],
+    claim: Callable[[str], bool],
+) -> list[BudgetAlert]:
+    """The alerts due now: at most one per job, for the highest threshold newly crossed.
+
+    ``claim(key)`` is True only the first time a key is claimed (the store's
+    notification claims), so a threshold fires once however many ticks see
+    the spend above it. Lower thresholds crossed in the same jump are
+    claimed silently: a job going from 70 % to 105 % gets one email, not two.
+    """
+    alerts: list[BudgetAlert] = []
+    for job in jobs:
+        if job.spec.budget is None:
+            continue
+        alert = _job_alert(job, spend_of(job), job.spec.budget.max_usd, thresholds, claim)
+        if alert is not None:
+            alerts.append(alert)
+    return alerts
+
+
+def _job_alert(
+    job: JobRecord,
+    spent: float,
+    budget: float,
+    thresholds: Sequence[float],
+    claim: Callable[[str], bool],
+) -> BudgetAlert | None:
+    crossed = [t for t in sorted(thresholds) if spent >= t * budget]
+    newly = [t for t in crossed if claim(budget_key(job.id, t))]
+    if not newly:
+        return None
+    return BudgetAlert(job, max(newly), spent, budget)
+
+
+def budget_email(alert: BudgetAlert) -> Composed:
+    """The email of one budget alert."""
+    job = alert.job
+    share = alert.spent_usd / alert.budget_usd
+    subject = f"spotd: job {job.name} reached {alert.threshold:.0%} of its budget"
+    text = (
+        f"Job {job.name} ({job.id}) has spent {alert.spent_usd:,.2f} USD, "
+        f"{share:.0%} of its budget of {alert.budget_usd:,.2f} USD.\n"
+        f"Status: {job.status}.\n"
+    )
+    if alert.threshold >= 1.0:
+        text += "The daemon stops a job when its spend reaches the budget.\n"
+    html = f"<html><body><p>{html_lib.escape(text).replace(chr(10), '<br>')}</p></body></html>"
+    return Composed(subject, text, html)
+
+
+_templates = jinja2.Environment(
+    loader=jinja2.PackageLoader("spotd", "templates"),
+    autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",)),
+    undefined=jinja2.StrictUndefined,
+    keep_trailing_newline=True,
+)
+
+
+def job_end_email(
+    job: JobRecord,
+    attempts: Sequence[AttemptRecord],
+    *,
+    now: datetime,
+    last_event: EventRecord | None = None,
+) -> Composed:
+    """The summary email of a job that ended, from the job-end templates."""
+    ended = job.updated_at if job.status.terminal else now
+    context = {
+        "job": job,
+        "status": str(job.status),
+        "failure": str(job.failure) if job.failure else None,
+        "detail": last_event.detail if last_event else "",
+        "cost_usd": job_cost(attempts, now),
+        "attempts": len(attempts),
+        "preemptions": sum(a.end_reason is AttemptEnd.PREEMPTED for a in attempts),
+        "submitted_at": f"{job.submitted_at:%Y-%m-%d %H:%M} UTC",
+        "ended_at": f"{ended:%Y-%m-%d %H:%M} UTC",
+        "elapsed": _hours(ended - job.submitted_at),
+    }
+    subject = f"spotd: job {job.name} {job.status}"
+    if job.failure is FailureCause.OVER_BUDGET:
+        subject += " (over budget)"
+    text = _templates.get_template("job_end.txt.j2").render(context)
+    html = _templates.get_template("job_end.html.j2").render(context)
+    return Composed(subject, text, html)
+
+
+def _hours(delta: timedelta) -> str:
+    hours = max(0.0, delta.total_seconds() / 3600)
+    return f"{hours:.1f} h"

@@ -1,0 +1,289 @@
+"""The mailer: what the daemon, the engine and the CLI call."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from spotd.attempts import job_cost
+from spotd.contracts import Clock
+from spotd.domain import AttemptRecord, EventRecord, JobRecord
+from spotd.errors import MailError
+from spotd.mail.alerts import BudgetAlert, budget_alerts, budget_email, job_end_email
+from spotd.mail.common import ACTIVE
+from spotd.mail.compose import ReportComposer
+from spotd.mail.message import Composed
+from spotd.mail.outbox import Outbox
+from spotd.mail.settings import EmailSettings, cron_trigger
+from spotd.mail.smtp import MessageSender, SmtpNotifier
+from spotd.states import JobStatus
+
+log = logging.getLogger(__name__)
+
+
+class JobSource(Protocol):
+    """The part of :class:`~spotd.contracts.Store` the mailer reads."""
+
+    def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
+        """Jobs, oldest first, optionally only those in ``statuses``."""
+        ...
+
+    def attempts_for(self, job_ids: Collection[str]) -> dict[str, list[AttemptRecord]]:
+        """The attempts of many jobs at once, by job id."""
+        ...
+
+    def events(self, job_id: str) -> list[EventRecord]:
+        """All events of a job in order."""
+        ...
+
+
+class Mailer:
+    """Composes spotd's emails, keeps them in the outbox, and delivers them.
+
+    Its entry points never raise (they run in scheduler threads and in the
+    reconcile loop): failures are logged, and queued messages are retried.
+    ``claim(key)`` is ``store.claim_notification(key, at=now)``: True the
+    first time a key is claimed, across every daemon on the database.
+    """
+
+    def __init__(
+        self,
+        settings: EmailSettings,
+        outbox: Outbox,
+        transport: MessageSender,
+        *,
+        store: JobSource,
+        clock: Clock,
+        claim: Callable[[str], bool],
+        reports: ReportComposer | None = None,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.settings = settings
+        self.outbox = outbox
+        self.transport = transport
+        self._store = store
+        self._clock = clock
+        self._claim = claim
+        self._reports = reports
+        self._wall = wall_clock
+
+    # -- Notifier -----------------------------------------------------------
+
+    def send(
+        self,
+        to: Sequence[str],
+        subject: str,
+        text: str,
+        html: str | None = None,
+        images: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Queue a message for delivery (:class:`~spotd.contracts.Notifier`).
+
+        Raises :class:`MailError` only if it cannot even be queued.
+        """
+        if self.queue(Composed(subject, text, html, images or {}), to) is None:
+            raise MailError(f"email {subject!r} has no recipients")
+
+    # -- building blocks ----------------------------------------------------
+
+    def queue(self, composed: Composed, to: Sequence[str] | None = None) -> Path | None:
+        """Put the message in the outbox for ``to`` (default: the configured recipients).
+
+        Returns its file, or None when there is nobody to send it to.
+        """
+        recipients = list(dict.fromkeys(to if to is not None else self.settings.to))
+        if not recipients:
+            log.warning("email %r has no recipients; not sent", composed.subject)
+            return None
+        try:
+            return self.outbox.put(composed.message(self.settings.sender, recipients))
+        except OSError as exc:
+            raise MailError(f"could not queue email {composed.subject!r}: {exc}") from exc
+
+    def flush(self) -> int:
+        """Deliver what is due in the outbox; never raises."""
+        return self.outbox.flush(self.transport)
+
+    # -- reports --------------------------------------------------------------
+
+    def email_report(
+        self,
+        *,
+        since: datetime,
+        until: datetime,
+        job_id: str | None = None,
+        subject: str | None = None,
+        to: Sequence[str] | None = None,
+    ) -> bool:
+        """Build, queue and try to send a report now (``spotd report --email``).
+
+        True when it was delivered; False when it waits in the outbox (the
+        daemon's flushes retry it). Raises :class:`MailError` if it could not
+        be composed or queued.
+        """
+        if self._reports is None:
+            raise MailError("no report renderers are wired into the mailer")
+        title = subject or f"spotd report, {_span(since, until)}"
+        composed = self._reports.compose(since=since, until=until, subject=title, job_id=job_id)
+        path = self.queue(composed, to)
+        if path is None:
+            return False
+        self.flush()
+        return not path.exists()
+
+    def scheduled_report(self, schedule: str) -> None:
+        """The cron job of one ``[email.schedules]`` entry; never raises."""
+        fired = self._wall().astimezone(UTC)
+        # Several daemons on one database: the first to claim this firing sends it.
+        if not self._claimed(f"report:{schedule}:{fired:%Y-%m-%dT%H:%M}"):
+            return
+        until = self._clock.now()
+        since = until - self.settings.report_windows[schedule]
+        try:
+            self.email_report(
+                since=since,
+                until=until,
+                subject=f"spotd {schedule} report, {_span(since, until)}",
+            )
+        except Exception:
+            log.exception("the %s report could not be composed or queued", schedule)
+
+    # -- engine hooks -------------------------------------------------------
+
+    def job_ended(self, job: JobRecord) -> None:
+        """Engine hook for a job that reached a terminal status; never raises.
+
+        Sends the job-end email if its spec asks, and the budget alert an
+        over-budget end crossed (the job is no longer active for
+        :meth:`check_budgets` to see).
+        """
+        try:
+            self.check_budgets([job])
+            notify = job.spec.notify
+            if notify.on_end and notify.email and self._claimed(f"job-end:{job.id}"):
+                self.queue(self._job_end(job), notify.email)
+        except Exception:
+            log.exception("job %s: the job-end email could not be queued", job.id)
+
+    def check_budgets(self, jobs: Sequence[JobRecord] | None = None) -> int:
+        """Queue the budget alerts due for ``jobs`` (default: active jobs); never raises.
+
+        Returns the number of alerts queued.
+        """
+        try:
+            listed = self._store.list_jobs(ACTIVE) if jobs is None else list(jobs)
+            budgeted = [j for j in listed if j.spec.budget is not None]
+            if not budgeted:
+                return 0
+            attempts = self._store.attempts_for([j.id for j in budgeted])
+            now = self._clock.now()
+            alerts = budget_alerts(
+                budgeted,
+                lambda j: job_cost(attempts.get(j.id, []), now),
+                self.settings.budget_thresholds,
+                self._claim,
+            )
+            return sum(self._queue_alert(alert) for alert in alerts)
+        except Exception:
+            log.exception("budget check failed; the next check retries")
+            return 0
+
+    # -- helpers --------------------------------------------------------------
+
+    def _queue_alert(self, alert: BudgetAlert) -> bool:
+        to = [*alert.job.spec.notify.email, *self.settings.to]
+        log.info("job %s crossed %.0f%% of its budget", alert.job.id, alert.threshold * 100)
+        return self.queue(budget_email(alert), to) is not None
+
+    def _job_end(self, job: JobRecord) -> Composed:
+        now = self._clock.now()
+        if self._reports is not None:
+            subject = f"spotd: job {job.name} {job.status}"
+            try:
+                return self._reports.compose(
+                    since=job.submitted_at, until=now, subject=subject, job_id=job.id
+                )
+            except Exception:
+                # The claim is taken: send the summary rather than nothing.
+                log.exception("job %s: its report failed; sending the summary", job.id)
+        attempts = self._store.attempts_for([job.id]).get(job.id, [])
+        events = self._store.events(job.id)
+        return job_end_email(job, attempts, now=now, last_event=events[-1] if events else None)
+
+    def _claimed(self, key: str) -> bool:
+        try:
+            return self._claim(key)
+        except Exception:
+            log.exception("could not claim notification %s; not sending it", key)
+            return False
+
+
+def _span(since: datetime, until: datetime) -> str:
+    return f"{since.astimezone(UTC):%Y-%m-%d %H:%M} to {until.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+
+
+def schedule_mail(scheduler: Any, mailer: Mailer) -> list[str]:
+    """Add the mail jobs to an APScheduler 3 scheduler; return their ids.
+
+    ``mail-flush`` every ``flush_seconds``, ``mail-budgets`` every
+    ``budget_check_seconds``, and ``report-<name>`` per cron schedule.
+    """
+    s = mailer.settings
+    common: dict[str, Any] = {"max_instances": 1, "coalesce": True}
+    scheduler.add_job(
+        mailer.flush,
+        "interval",
+        seconds=s.flush_seconds,
+        id="mail-flush",
+        next_run_time=datetime.now(UTC),
+        **common,
+    )
+    scheduler.add_job(
+        mailer.check_budgets,
+        "interval",
+        seconds=s.budget_check_seconds,
+        id="mail-budgets",
+        **common,
+    )
+    ids = ["mail-flush", "mail-budgets"]
+    for name, expression in s.schedules.items():
+        # A daemon that was down at 08:00 still sends the morning report within the hour.
+        scheduler.add_job(
+            mailer.scheduled_report,
+            cron_trigger(expression),
+            args=[name],
+            id=f"report-{name}",
+            misfire_grace_time=3600,
+            **common,
+        )
+        ids.append(f"report-{name}")
+    return ids
+
+
+def build_mailer(
+    settings: EmailSettings,
+    data_dir: Path,
+    *,
+    store: JobSource,
+    clock: Clock,
+    claim: Callable[[str], bool],
+    reports: ReportComposer | None = None,
+) -> Mailer:
+    """A mailer with SMTP transport and the outbox under ``<data_dir>/outbox``."""
+    outbox = Outbox(
+        data_dir / "outbox",
+        base_delay_seconds=settings.retry_base_seconds,
+        max_delay_seconds=settings.retry_max_seconds,
+    )
+    return Mailer(
+        settings,
+        outbox,
+        SmtpNotifier(settings),
+        store=store,
+        clock=clock,
+        claim=claim,
+        reports=reports,
+    )
