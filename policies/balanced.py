@@ -29,9 +29,10 @@ from spotd.policies.base import LowerBound, Score, best_first, decide
 from spotd.policies.filters import Screen, markets_for
 
 from spotd import facts
+from spotd.checkpoints import checkpoint_interval
 from spotd.domain import Candidate, Decision, Market, Offering, PlacementContext, Pool
 from spotd.market import OfferingIndex
-from spotd.spec import JobSpec, MarketMode
+from spotd.spec import deadline_controlled
 
 HYSTERESIS = 0.05
 """A running job moves only for an expected saving above this share of staying."""
@@ -39,17 +40,6 @@ REPLAN_DRIFT = 0.3
 """Re-solve a deadline plan when a rate or price moved by more than this share."""
 PRIOR_AVAILABILITY = 0.5
 """Spot availability assumed for a pool with no history."""
-
-
-def deadline_controlled(spec: JobSpec) -> bool:
-    """Whether the job has a deadline the policy must steer to (market ``auto``)."""
-    d = spec.deadline
-    return (
-        spec.market.type is MarketMode.AUTO
-        and d is not None
-        and d.compute_hours is not None
-        and d.finish_by is not None
-    )
 
 
 @dataclass(frozen=True)
@@ -139,7 +129,7 @@ class BalancedPolicy:
             return old
         # One changeover of the time is kept back: the plan sees a running job
         # as making progress from this step, while it may still be booting.
-        lost = costmodel.checkpoint_interval(ctx.spec, model.run_preempt_rate) / 2
+        lost = checkpoint_interval(ctx.spec, model.run_preempt_rate) / 2
         horizon = max(0.0, left - ctx.changeover_hours)
         remaining = costmodel.remaining_hours(ctx)
         solved = _Solved(

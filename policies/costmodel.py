@@ -16,11 +16,10 @@ loses half an interval of work on average plus the changeover d.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from datetime import timedelta
 
 from spotd import facts
+from spotd.checkpoints import checkpoint_interval, checkpoint_write_hours
 from spotd.domain import Market, Offering, PlacementContext
 from spotd.spec import JobSpec
 
@@ -106,21 +105,6 @@ def preemption_rate(ctx: PlacementContext, off: Offering, market: Market) -> flo
     # No history: the prior, raised when the provider's capacity signal is low.
     capacity = 1.0 if off.capacity is None else max(0.05, off.capacity)
     return facts.DEFAULT_PREEMPTIONS_PER_HOUR / capacity
-
-
-def checkpoint_write_hours(spec: JobSpec) -> float:
-    """Time to write one checkpoint of the job's stated size."""
-    return spec.checkpoint.size_gb * 8 / facts.CHECKPOINT_WRITE_GBPS / 3600
-
-
-def checkpoint_interval(spec: JobSpec, rate: float) -> float:
-    """The job's interval in hours; Young's optimum sqrt(2 C MTBF) when it says ``auto``."""
-    interval = spec.checkpoint.interval
-    if isinstance(interval, timedelta):
-        return interval.total_seconds() / 3600
-    if rate <= 0:
-        return 1.0
-    return math.sqrt(2 * checkpoint_write_hours(spec) / rate)
 
 
 def stretched(work: float, rate: float, interval: float, write: float, restart: float) -> float:

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
+from spotd.checkpoints import checkpoint_interval
 from spotd.domain import AttemptEnd, AttemptRecord, Instance, InstanceReport, InstanceState, Pool
 from spotd.facts import DEFAULT_PREEMPTIONS_PER_HOUR as DEFAULT_RATE
-from spotd.policies import costmodel
 from spotd.spec import JobSpec
 
 # Attempt ends that say something about the pool, so it is avoided for a while.
@@ -40,7 +40,7 @@ def done_hours(spec: JobSpec, attempts: Sequence[AttemptRecord], now: datetime) 
         end = a.ended_at or now
         ran += max(0.0, (end - a.running_at).total_seconds() / 3600)
         if a.end_reason in POOL_TROUBLE:
-            ran -= costmodel.checkpoint_interval(spec, DEFAULT_RATE) / 2
+            ran -= checkpoint_interval(spec, DEFAULT_RATE) / 2
     total = spec.deadline.compute_hours if spec.deadline else None
     ran = max(0.0, ran)
     return min(ran, total) if total is not None else ran

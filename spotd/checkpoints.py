@@ -30,16 +30,20 @@ When spotd resumes a job it passes the URI of the latest complete checkpoint
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
+from spotd import facts
 from spotd.errors import CheckpointError
 from spotd.files import write_atomic
+from spotd.spec import JobSpec
 
 __all__ = [
     "MARKER",
@@ -198,3 +202,16 @@ def read_bytes(file_uri: str) -> bytes:
         raise CheckpointError(f"{file_uri}: cannot read: {exc}") from exc
 
 
+def checkpoint_write_hours(spec: JobSpec) -> float:
+    """Time to write one checkpoint of the job's stated size."""
+    return spec.checkpoint.size_gb * 8 / facts.CHECKPOINT_WRITE_GBPS / 3600
+
+
+def checkpoint_interval(spec: JobSpec, rate: float) -> float:
+    """The job's interval in hours; Young's optimum sqrt(2 C MTBF) when it says ``auto``."""
+    interval = spec.checkpoint.interval
+    if isinstance(interval, timedelta):
+        return interval.total_seconds() / 3600
+    if rate <= 0:
+        return 1.0
+    return math.sqrt(2 * checkpoint_write_hours(spec) / rate)

@@ -24,6 +24,7 @@ from spotd.attempts import (
     open_attempt,
     with_report,
 )
+from spotd.checkpoints import checkpoint_interval
 from spotd.contracts import Clock, Metered, Policy, Provider, Store
 from spotd.domain import (
     AttemptClose,
@@ -53,9 +54,7 @@ from spotd.errors import (
 from spotd.facts import DEFAULT_PREEMPTIONS_PER_HOUR as DEFAULT_RATE
 from spotd.ledger import NodeUsage, record_ledger, usage_from_instances
 from spotd.market import MarketCache
-from spotd.policies import costmodel
-from spotd.policies.balanced import deadline_controlled
-from spotd.spec import JobSpec
+from spotd.spec import JobSpec, deadline_controlled
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition, transition
 from spotd.stats import HistoryStats
 
@@ -335,7 +334,7 @@ class Engine:
         if attempt.market is Market.SPOT:
             observed = self.stats.at(self.clock.now()).preemptions_per_hour(attempt.pool)
             rate = observed if observed else DEFAULT_RATE
-        return costmodel.checkpoint_interval(job.spec, rate)
+        return checkpoint_interval(job.spec, rate)
 
     # -- watching -------------------------------------------------------------
 

@@ -919,3 +919,15 @@ def _decode_key(text: str) -> tuple[str, ...] | None:
 
 def _decode_header(line: str) -> tuple[str, ...] | None:
     return _single_path(_toml_or_none(line))
+
+
+def deadline_controlled(spec: JobSpec) -> bool:
+    """Whether the policy must steer the job to its deadline: market ``auto`` with both
+    ``deadline.compute_hours`` and ``deadline.finish_by``."""
+    d = spec.deadline
+    return (
+        spec.market.type is MarketMode.AUTO
+        and d is not None
+        and d.compute_hours is not None
+        and d.finish_by is not None
+    )

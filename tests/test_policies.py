@@ -332,7 +332,7 @@ def test_fast_screen_agrees_with_the_filters(
 def test_best_first_finds_the_cheapest_of_the_full_ranking(
     policy: type, market: list[Offering], spec: JobSpec
 ) -> None:
-    from spotd.policies.balanced import deadline_controlled
+    from spotd.spec import deadline_controlled
 
     decision = policy().place(ctx(spec), market)
     usable = [c for c in decision.candidates if c.excluded is None]
