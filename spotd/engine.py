@@ -81,6 +81,7 @@ class _Pass:
 MISSING_BEFORE_LOST = 3
 """Describes in a row an instance must be absent from before its node counts as lost."""
 
+
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
     """Knobs of the reconcile loop (see ``docs/config.md``)."""
