@@ -91,7 +91,7 @@ class DemoSummary(BaseModel):
     on_demand_cost_usd: float
     savings_pct: float
     ledger_usd: float
-    """``cost_usd`` to the cent: the job's cost in spotd's ledger (spotd.ledger)."""
+    """The job's cost in spotd's ledger, rounded to the cent per provider as bills are."""
     provider_bill_usd: float
     """What the simulated providers' own meters charge for the same instances."""
     digest: str | None
@@ -169,15 +169,13 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
         job = _follow(client, job.id, options, console)
         logs = client.logs(job.id)
         on_demand = _on_demand_cost(daemon, job, options)
-        billed = _bills(daemon, job.id)
-        ledger = _ledger_by_provider(daemon, job.id)
+        billed = _billing(daemon, job.id)
     finally:
         daemon.stop()
         if options.keep is None:
             shutil.rmtree(root, ignore_errors=True)
     ref_out, _ = reference.communicate(timeout=60)
-    summary = _summary(job, logs, ref_out, on_demand, billed, time.monotonic() - started)
-    return summary.model_copy(update={"ledger_usd": ledger})
+    return _summary(job, logs, ref_out, on_demand, billed, time.monotonic() - started)
 
 
 def _follow(client: Client, job_id: str, options: DemoOptions, console: Console) -> JobView:
@@ -216,16 +214,28 @@ def _on_demand_cost(daemon: Daemon, job: JobView, options: DemoOptions) -> float
     return decision.choice.price_per_hour * (boot + work) / 3600.0
 
 
-def _bills(daemon: Daemon, job_id: str) -> tuple[dict[int, float], float]:
-    """(the ledger's cost per attempt, the providers' own bills for the job).
+@dataclass(frozen=True)
+class _Billing:
+    """The job's cost as the ledger has it, and as the providers bill it."""
+
+    per_attempt: dict[int, float]
+    ledger_usd: float
+    """Rounded to the cent per provider, as each provider's bill is."""
+    bill_usd: float
+
+
+def _billing(daemon: Daemon, job_id: str) -> _Billing:
+    """Read the job's ledger once and ask each simulated provider for its bill.
 
     A provider bills once for all of the job's instances with it, rounded to
-    the cent; the ledger is compared the same way, per provider, rounded.
+    the cent; the ledger is totalled the same way, per provider, rounded.
     """
     engine = daemon.engine
     per_attempt: dict[int, float] = {}
+    per_provider: dict[str, float] = {}
     for entry in engine.store.ledger(job_id=job_id):
         per_attempt[entry.attempt] = per_attempt.get(entry.attempt, 0.0) + entry.usd
+        per_provider[entry.provider] = per_provider.get(entry.provider, 0.0) + entry.usd
     instances: dict[str, list[str]] = {}
     for attempt in engine.store.attempts(job_id):
         instances.setdefault(attempt.pool.provider, []).extend(attempt.instance_ids)
@@ -234,15 +244,8 @@ def _bills(daemon: Daemon, job_id: str) -> tuple[dict[int, float], float]:
         provider = engine.providers[name]
         if isinstance(provider, SimProvider) and ids:
             bill += provider.bill(ids)
-    return per_attempt, round(bill, 2)
-
-
-def _ledger_by_provider(daemon: Daemon, job_id: str) -> float:
-    """The ledger's total, rounded to the cent per provider as the bills are."""
-    totals: dict[str, float] = {}
-    for entry in daemon.engine.store.ledger(job_id=job_id):
-        totals[entry.provider] = totals.get(entry.provider, 0.0) + entry.usd
-    return round(sum(round(v, 2) for v in totals.values()), 2)
+    ledger = sum(round(v, 2) for v in per_provider.values())
+    return _Billing(per_attempt, round(ledger, 2), round(bill, 2))
 
 
 def _summary(  # noqa: PLR0917 - one value per part of the summary
@@ -250,7 +253,7 @@ def _summary(  # noqa: PLR0917 - one value per part of the summary
     logs: dict[str, str],
     reference: str,
     on_demand: float,
-    billed: tuple[dict[int, float], float],
+    billed: _Billing,
     wall: float,
 ) -> DemoSummary:
     digests = [m for text in logs.values() for m in DIGEST.findall(text)]
@@ -258,7 +261,7 @@ def _summary(  # noqa: PLR0917 - one value per part of the summary
     if not expected:
         raise SpotdError(f"the uninterrupted reference run printed no digest:\n{reference}")
     # The cost is the ledger's: what the job was billed, by each provider's rules.
-    cost = sum(billed[0].values())
+    cost = sum(billed.per_attempt.values())
     first = job.attempts[0].started_at if job.attempts else job.submitted_at
     last = max((a.ended_at for a in job.attempts if a.ended_at), default=first)
     return DemoSummary(
@@ -269,7 +272,7 @@ def _summary(  # noqa: PLR0917 - one value per part of the summary
                 provider=a.provider, region=a.region, zone=a.zone,
                 instance_type=a.instance_type, market=a.market, start=a.started_at,
                 end=a.ended_at, end_reason=a.end_reason,
-                cost_usd=round(billed[0].get(a.seq, 0.0), 4),
+                cost_usd=round(billed.per_attempt.get(a.seq, 0.0), 4),
             )
             for a in job.attempts
         ],
@@ -278,8 +281,8 @@ def _summary(  # noqa: PLR0917 - one value per part of the summary
         cost_usd=round(cost, 4),
         on_demand_cost_usd=round(on_demand, 4),
         savings_pct=round(100.0 * (1 - cost / on_demand), 1) if on_demand else 0.0,
-        ledger_usd=round(cost, 2),
-        provider_bill_usd=billed[1],
+        ledger_usd=billed.ledger_usd,
+        provider_bill_usd=billed.bill_usd,
         digest=digests[-1] if digests else None,
         uninterrupted_digest=expected[-1],
         digest_matches=bool(digests) and digests[-1] == expected[-1],

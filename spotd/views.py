@@ -162,6 +162,10 @@ def offering_view(o: Offering) -> OfferingView:
     )
 
 
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
+
+
 def market_view(snapshots: Mapping[str, Snapshot], now: float) -> MarketView:
     """The view of every provider's snapshot, as of wall time ``now``."""
     return MarketView(
@@ -169,7 +173,7 @@ def market_view(snapshots: Mapping[str, Snapshot], now: float) -> MarketView:
             ProviderMarketView(
                 provider=name,
                 offerings=len(s.offerings),
-                age_seconds=None if s.age(now) is None else round(s.age(now) or 0.0, 1),
+                age_seconds=_rounded(s.age(now)),
                 stale=s.stale,
                 error=s.error,
                 failures=s.failures,
