@@ -9,26 +9,29 @@ efficiency, GPU speed, preemption overhead, changeover, checkpoint egress).
   expected cost, but a running job moves only when the saving beats the cost
   of moving it (already in the score) by a hysteresis margin.
 - Jobs with a deadline and ``market.type = "auto"`` follow a plan solved
-  over the job's remaining work and time (:mod:`spotd.policies.deadline`):
-  ride spot, wait for it, or pay for on-demand, whichever costs least in
-  expectation while never missing a feasible deadline. A hard safety net
-  (Uniform Progress rule 4: off spot with less than work + 2 changeovers
-  left means on-demand to the end) guards against a wrong model.
+  over the job's remaining work and time (:mod:`spotd.policies.deadline`)
+  on a market model estimated from the pools' capacity history
+  (:mod:`spotd.policies.availability`): ride spot, wait for it, or pay for
+  on-demand, whichever costs least in expectation given how long the
+  present spell of capacity (or of its absence) has lasted, while never
+  missing a feasible deadline. Hard safety nets (Uniform Progress rule 4,
+  and its counterpart on spot with a whole checkpoint interval lost) guard
+  against a wrong model, and on-demand is only ever chosen where it can
+  still finish in time.
 """
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 
-from spotd.policies import costmodel, deadline
+from spotd.policies import availability, costmodel, deadline
 from spotd.policies.base import LowerBound, Score, best_first, decide
 from spotd.policies.filters import Screen, markets_for
 
-from spotd import facts
+from spotd.availability import CapacitySeries
 from spotd.checkpoints import checkpoint_interval
 from spotd.domain import Candidate, Decision, Market, Offering, PlacementContext, Pool
 from spotd.market import OfferingIndex
@@ -38,8 +41,10 @@ HYSTERESIS = 0.05
 """A running job moves only for an expected saving above this share of staying."""
 REPLAN_DRIFT = 0.3
 """Re-solve a deadline plan when a rate or price moved by more than this share."""
-PRIOR_AVAILABILITY = 0.5
-"""Spot availability assumed for a pool with no history."""
+LOST_SHARE = 0.5
+"""Share of a checkpoint interval a preemption throws away, on average, in the plan."""
+REMODEL = timedelta(minutes=30)
+"""How often a deadline plan's market model is re-estimated from history."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,8 @@ class _Solved:
     done_at_start: float
     scale: float
     """Hours on the planned offerings per hour of the spec's compute (>= 1 on slow fabric)."""
-    pace: float
-    """Compute hours per hour the straight line to the deadline needs."""
+    checked: datetime
+    """When the market model was last compared with the plan's."""
 
 
 class BalancedPolicy:
@@ -83,29 +88,37 @@ class BalancedPolicy:
         od = [c for c in usable if c.market is Market.ON_DEMAND]
         if not od:
             return spot[0] if spot else None
-        if not spot and not _spot_pools(ctx, offerings):
-            return od[0]
         assert ctx.spec.deadline is not None and ctx.spec.deadline.finish_by is not None
         left = (ctx.spec.deadline.finish_by - ctx.now).total_seconds() / 3600
+        od = _in_time(ctx, offerings, od, left)
+        pools = _spot_pools(ctx, offerings)
+        if not spot and not pools:
+            return _prefer_current(ctx, od)
         running = _running(ctx)
         work = max(c.breakdown["work_hours"] for c in (od[0], *spot[:1]))
         # Uniform Progress rule 4, as a net under the plan.
         if running is not deadline.Action.SPOT and left < work + 2 * ctx.changeover_hours:
             return _prefer_current(ctx, od)
-        solved = self._plan_for(ctx, offerings, spot=spot, od=od, left=left, work=work)
+        series = _series(ctx, pools)
+        solved = self._plan_for(ctx, offerings, series, spot=spot, od=od, left=left, work=work)
+        # The same net on spot: leave while a preemption that throws away a whole
+        # checkpoint interval would still leave time to finish on on-demand.
+        margin = _spot_margin(ctx, od, solved)
+        if running is deadline.Action.SPOT and left < margin:
+            return _prefer_current(ctx, od)
+        ride = _ride(ctx, spot, series)
         action = solved.plan.action(
             (ctx.now - solved.start).total_seconds() / 3600,
             max(0.0, ctx.done_hours - solved.done_at_start) * solved.scale,
             running,
-            bool(spot),
+            ride is not None,
+            age_hours=_age(ride, series),
+            others_up=ride is not None and _others_up(series, ride.offering.pool),
         )
-        if action is deadline.Action.SPOT and spot:
-            here = _current(ctx, spot)
-            if here is not None:
-                return here  # Uniform Progress rule 1: ride spot until it is taken away
-            if running is deadline.Action.ON_DEMAND and not _ahead(ctx, solved):
-                return _prefer_current(ctx, od)  # rule 3: leave on-demand only when ahead
-            return spot[0]
+        if action is deadline.Action.SPOT and ride is not None:
+            if running is not deadline.Action.SPOT and left < margin + ctx.changeover_hours:
+                return _prefer_current(ctx, od)  # the net above would take it off spot at once
+            return ride
         if action is deadline.Action.ON_DEMAND:
             return _prefer_current(ctx, od)
         return None
@@ -114,31 +127,42 @@ class BalancedPolicy:
         self,
         ctx: PlacementContext,
         offerings: OfferingIndex,
+        series: dict[Pool, CapacitySeries],
         *,
         spot: list[Candidate],
         od: list[Candidate],
         left: float,
         work: float,
     ) -> _Solved:
-        spot_price = spot[0].price_per_hour if spot else _median_spot_price(ctx, offerings)
-        pools = [_rates(ctx, pool) for pool in _spot_pools(ctx, offerings)]
-        model = deadline.aggregate(pools, spot_price, od[0].price_per_hour)
         old = self._plans.get(ctx.job_id)
-        if old is not None and not _drifted(old.model, model) and _covers(old, ctx):
+        if old is not None and _covers(old, ctx) and ctx.now - old.checked < REMODEL:
             self._plans.move_to_end(ctx.job_id)
             return old
-        # One changeover of the time is kept back: the plan sees a running job
-        # as making progress from this step, while it may still be booting.
-        lost = checkpoint_interval(ctx.spec, model.run_preempt_rate) / 2
-        horizon = max(0.0, left - ctx.changeover_hours)
+        spot_price = spot[0].price_per_hour if spot else _median_spot_price(ctx, offerings)
+        model = availability.spot_model(
+            list(series.values()), spot_price=spot_price, od_price=od[0].price_per_hour
+        )
+        if old is not None and not _drifted(old.model, model) and _covers(old, ctx):
+            self._plans[ctx.job_id] = kept = replace(old, checked=ctx.now)
+            self._plans.move_to_end(ctx.job_id)
+            return kept
+        lost = checkpoint_interval(ctx.spec, model.run_preempt_rate) * LOST_SHARE
+        # The whole time left: a booting node is looked up as running, and the
+        # steps it spends booting show up as lag (time without progress) once
+        # it runs, which the plan keeps the deadline with.
+        horizon = max(0.0, left)
         remaining = costmodel.remaining_hours(ctx)
+        now = ctx.now.astimezone(UTC)
         solved = _Solved(
-            deadline.plan(model, work, horizon, ctx.changeover_hours, lost),
+            deadline.plan(
+                model, work, horizon, ctx.changeover_hours, lost,
+                start_hour=now.hour + now.minute / 60,
+            ),
             model,
             ctx.now,
             ctx.done_hours,
             work / remaining if remaining > 0 else 1.0,
-            remaining / horizon if horizon > 0 else math.inf,
+            ctx.now,
         )
         self._plans[ctx.job_id] = solved
         while len(self._plans) > self._cache_size:
@@ -186,6 +210,49 @@ def _with_hysteresis(ctx: PlacementContext, usable: list[Candidate]) -> Candidat
     return best
 
 
+def _spot_margin(ctx: PlacementContext, od: list[Candidate], solved: _Solved) -> float:
+    """Hours a job on spot must have left: the fastest on-demand finish after a preemption
+    that lost a whole checkpoint interval, and its changeover."""
+    interval = checkpoint_interval(ctx.spec, solved.model.run_preempt_rate)
+    fastest = min(c.breakdown["work_hours"] for c in od)
+    return fastest + ctx.changeover_hours + interval
+
+
+def _in_time(
+    ctx: PlacementContext, offerings: OfferingIndex, od: list[Candidate], left: float
+) -> list[Candidate]:
+    """The on-demand options that can still finish in the ``left`` hours, cheapest first.
+
+    The cheapest may be on a slow fabric, and the best-first search keeps only
+    the cheapest: when none of those finishes in time, every usable on-demand
+    offering is scored. When none at all can, the fastest first. One
+    changeover is kept in hand for estimates that run short (speeds are
+    estimates, and a boot can take longer).
+    """
+
+    def hours(c: Candidate) -> float:
+        here = c.offering.pool == ctx.current and c.market is ctx.current_market
+        return c.breakdown["work_hours"] + (1.0 if here else 2.0) * ctx.changeover_hours
+
+    fits = [c for c in od if hours(c) <= left]
+    if fits:
+        return fits
+    everyone = _all_on_demand(ctx, offerings)
+    fits = sorted((c for c in everyone if hours(c) <= left), key=lambda c: c.expected_cost_usd)
+    return fits or sorted(everyone or od, key=hours)
+
+
+def _all_on_demand(ctx: PlacementContext, offerings: OfferingIndex) -> list[Candidate]:
+    checks = Screen(ctx)
+    score = expected_cost(ctx)
+    return [
+        score(off, Market.ON_DEMAND)
+        for gpu in ctx.spec.resources.gpus
+        for off in offerings.bucket(gpu, ctx.spec.resources.gpus_per_node, Market.ON_DEMAND)
+        if checks.reason(off, Market.ON_DEMAND) is None
+    ]
+
+
 def _current(ctx: PlacementContext, options: list[Candidate]) -> Candidate | None:
     return next(
         (c for c in options if c.offering.pool == ctx.current and c.market is ctx.current_market),
@@ -193,14 +260,39 @@ def _current(ctx: PlacementContext, options: list[Candidate]) -> Candidate | Non
     )
 
 
-def _ahead(ctx: PlacementContext, solved: _Solved) -> bool:
-    """Uniform Progress rule 3: progress is past the straight line two changeovers ahead.
+def _ride(
+    ctx: PlacementContext, spot: list[Candidate], series: dict[Pool, CapacitySeries]
+) -> Candidate | None:
+    """The spot to be on: the current one while it lasts (Uniform Progress rule 1), else
+    among those within the hysteresis of the cheapest, the one whose capacity is expected
+    to last longest, by its own history and how long its present spell has lasted."""
+    if not spot:
+        return None
+    here = _current(ctx, spot)
+    if here is not None:
+        return here
+    near = [c for c in spot if c.expected_cost_usd <= spot[0].expected_cost_usd * (1 + HYSTERESIS)]
+    return max(near, key=lambda c: _residual(series.get(c.offering.pool)))
 
-    The line runs from where the plan was solved to the deadline, so a job
-    leaves on-demand for spot only with time in hand for another changeover.
-    """
-    elapsed = (ctx.now - solved.start).total_seconds() / 3600 + 2 * ctx.changeover_hours
-    return ctx.done_hours >= solved.done_at_start + elapsed * solved.pace
+
+def _residual(series: CapacitySeries | None) -> float:
+    return 0.0 if series is None else availability.residual_up_hours(series)
+
+
+def _others_up(series: dict[Pool, CapacitySeries], pool: Pool) -> bool:
+    """Whether a pool other than ``pool`` has capacity now, by its history's last sample."""
+    return any(s.up[-1] for p, s in series.items() if p != pool)
+
+
+def _age(ride: Candidate | None, series: dict[Pool, CapacitySeries]) -> float:
+    """How long the present spell has lasted: the ride's capacity (0 when its history does
+    not show it up yet), or, with no spot to ride, no pool having any."""
+    if ride is None:
+        return availability.down_age_hours(list(series.values()))
+    own = series.get(ride.offering.pool)
+    if own is None or not own.up[-1]:
+        return 0.0
+    return own.age_hours()
 
 
 def _prefer_current(ctx: PlacementContext, options: list[Candidate]) -> Candidate:
@@ -242,14 +334,12 @@ def _spot_pools(ctx: PlacementContext, offerings: OfferingIndex) -> list[Pool]:
     return [o.pool for o in _spot_offerings(ctx, offerings)]
 
 
-def _rates(ctx: PlacementContext, pool: Pool) -> deadline.PoolRates:
-    stats = ctx.stats
-    avail = stats.availability(pool) if stats else None
-    rate = stats.preemptions_per_hour(pool) if stats else None
-    return deadline.PoolRates(
-        availability=PRIOR_AVAILABILITY if avail is None else avail,
-        preemptions_per_hour=facts.DEFAULT_PREEMPTIONS_PER_HOUR if rate is None else rate,
-    )
+def _series(ctx: PlacementContext, pools: list[Pool]) -> dict[Pool, CapacitySeries]:
+    """The capacity history of every pool that has one."""
+    if ctx.stats is None:
+        return {}
+    found = {pool: ctx.stats.capacity_series(pool) for pool in pools}
+    return {pool: s for pool, s in found.items() if s is not None and len(s) > 0}
 
 
 def _median_spot_price(ctx: PlacementContext, offerings: OfferingIndex) -> float:
@@ -260,14 +350,10 @@ def _median_spot_price(ctx: PlacementContext, offerings: OfferingIndex) -> float
 
 
 def _drifted(old: deadline.SpotModel, new: deadline.SpotModel) -> bool:
-    pairs = (
-        (old.spot_price, new.spot_price),
-        (old.od_price, new.od_price),
-        (old.run_preempt_rate, new.run_preempt_rate),
-        (old.up_to_down, new.up_to_down),
-        (old.down_to_up, new.down_to_up),
+    return any(
+        abs(a - b) > REPLAN_DRIFT * max(abs(a), abs(b), 1e-9)
+        for a, b in zip(old.summary(), new.summary(), strict=True)
     )
-    return any(abs(a - b) > REPLAN_DRIFT * max(abs(a), abs(b), 1e-9) for a, b in pairs)
 
 
 def _covers(solved: _Solved, ctx: PlacementContext) -> bool:

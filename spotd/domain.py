@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from spotd.availability import CapacitySeries
     from spotd.spec import JobSpec
     from spotd.states import FailureCause, JobStatus
 
@@ -260,6 +261,10 @@ class PoolStats(Protocol):
 
     def availability(self, pool: Pool) -> float | None:
         """Share of the observed time the pool had spot capacity, in [0, 1]."""
+        ...
+
+    def capacity_series(self, pool: Pool) -> CapacitySeries | None:
+        """The pool's spot capacity over the observed time, as a regular series."""
         ...
 
 

@@ -4,18 +4,31 @@ The history records each poll's spot capacity signal per pool; a pool is
 "up" in a sample when the signal is above zero. Availability is the share
 of samples up; the preemption rate is the number of up-to-down changes per
 hour spent up. A pool with too few samples says nothing (None), and the
-policy falls back on its prior.
+policy falls back on its prior. The same samples, held from one poll to the
+next on a grid of :data:`SERIES_STEP`, make the pool's capacity series.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from spotd.availability import CapacitySeries, resample
 from spotd.contracts import Store
 from spotd.domain import Market, Pool, PricePoint
 
 MIN_SAMPLES = 6
+SERIES_STEP = timedelta(minutes=5)
+"""Grid of the capacity series: about one price poll."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    at: float
+    availability: float | None
+    preemptions_per_hour: float | None
+    series: CapacitySeries | None
 
 
 class HistoryStats:
@@ -28,7 +41,7 @@ class HistoryStats:
         self._now = now
         self._window = window
         self._ttl = ttl_seconds
-        self._cache: dict[Pool, tuple[float, float | None, float | None]] = {}
+        self._cache: dict[Pool, _Seen] = {}
 
     def at(self, now: datetime) -> HistoryStats:
         """The same statistics, as of ``now`` (the cache is kept)."""
@@ -36,23 +49,31 @@ class HistoryStats:
         return self
 
     def availability(self, pool: Pool) -> float | None:
-        return self._get(pool)[0]
+        return self._get(pool).availability
 
     def preemptions_per_hour(self, pool: Pool) -> float | None:
-        return self._get(pool)[1]
+        return self._get(pool).preemptions_per_hour
 
-    def _get(self, pool: Pool) -> tuple[float | None, float | None]:
+    def capacity_series(self, pool: Pool) -> CapacitySeries | None:
+        return self._get(pool).series
+
+    def _get(self, pool: Pool) -> _Seen:
         hit = self._cache.get(pool)
-        if hit is not None and time.monotonic() - hit[0] < self._ttl:
-            return hit[1], hit[2]
+        if hit is not None and time.monotonic() - hit.at < self._ttl:
+            return hit
         points = [
             p
             for p in self._store.price_history(pool, since=self._now - self._window)
             if p.market is Market.SPOT and p.capacity is not None
         ]
         avail, rate = summarise(points)
-        self._cache[pool] = (time.monotonic(), avail, rate)
-        return avail, rate
+        series = None
+        if len(points) >= MIN_SAMPLES:
+            samples = [(p.at, (p.capacity or 0.0) > 0) for p in points]
+            series = resample(samples, SERIES_STEP, max(self._now, points[-1].at))
+        seen = _Seen(time.monotonic(), avail, rate, series)
+        self._cache[pool] = seen
+        return seen
 
 
 def summarise(points: list[PricePoint]) -> tuple[float | None, float | None]:

@@ -1,13 +1,20 @@
-"""The placement policies: hard filters, expected cost, deadline control, properties."""
+"""The placement policies: hard filters, expected cost, properties.
+
+Deadline control has its own tests: test_deadline.py.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import UTC, datetime
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
+from spotd.policies.balanced import BalancedPolicy
+from spotd.policies.cheapest import CheapestPolicy
+from spotd.policies.filters import first_exclusion, over_budget
+from spotd.policies.on_demand import OnDemandPolicy
+from spotd.providers.sim import build_sim_providers
 
 from spotd.domain import (
     Fabric,
@@ -17,12 +24,6 @@ from spotd.domain import (
     PlacementContext,
     Pool,
 )
-from spotd.policies import deadline
-from spotd.policies.balanced import BalancedPolicy
-from spotd.policies.cheapest import CheapestPolicy
-from spotd.policies.filters import first_exclusion, over_budget
-from spotd.policies.on_demand import OnDemandPolicy
-from spotd.providers.sim import build_sim_providers
 from spotd.spec import JobSpec
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -164,61 +165,6 @@ def test_running_job_stays_unless_the_saving_pays(sim_market: list[Offering]) ->
     assert stay.offering.pool == runner_up.offering.pool, (
         "moving a 500 GB checkpoint across providers for a 2-hour job does not pay"
     )
-
-
-# -- deadline control --------------------------------------------------------------
-
-
-def test_plan_waits_with_slack_and_pays_when_late() -> None:
-    model = deadline.aggregate([deadline.PoolRates(0.6, 0.2)], spot_price=1.0, od_price=3.33)
-    plan = deadline.plan(model, work_hours=10, time_hours=30, changeover_hours=0.3)
-    idle = deadline.Action.IDLE
-    assert plan.action(0, 0, idle, spot_up=True) is deadline.Action.SPOT
-    assert plan.action(0, 0, idle, spot_up=False) is deadline.Action.IDLE
-    assert plan.action(25, 2, idle, spot_up=False) is deadline.Action.ON_DEMAND
-    assert plan.action(29.9, 1, idle, spot_up=True) is deadline.Action.ON_DEMAND
-
-
-@given(
-    avail=st.floats(0.05, 0.95),
-    rate=st.floats(0.05, 2.0),
-    work=st.floats(1, 20),
-    slack=st.floats(1.1, 3.0),
-    seed=st.integers(0, 2**31),
-)
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_plan_never_misses_a_feasible_deadline(
-    avail: float, rate: float, work: float, slack: float, seed: int
-) -> None:
-    """Follow the plan on a random spot market: the work is always done in time."""
-    import random
-
-    d = 0.3
-    time_hours = work * slack + 2 * d
-    model = deadline.aggregate([deadline.PoolRates(avail, rate)], 1.0, 3.33)
-    plan = deadline.plan(model, work, time_hours, d)
-    rng = random.Random(seed)
-    step = plan.step_hours
-    up, t, done, mode, booting = rng.random() < avail, 0.0, 0.0, deadline.Action.IDLE, 0.0
-    recovery = rate * avail / (1 - avail)
-    while done < work - 1e-9:
-        assert t < time_hours + 1e-9, f"missed: {done:.2f}/{work:.2f} h at {t:.2f}"
-        want = plan.action(t, done, mode, up)
-        if want is not mode:
-            mode, booting = want, (d if want is not deadline.Action.IDLE else 0.0)
-        if mode is not deadline.Action.IDLE:
-            if booting > 0:
-                booting = max(0.0, booting - step)
-            else:
-                done += step
-        t += step
-        flip = rng.random()
-        if up and flip < 1 - pow(2.718281828, -rate * step):
-            up = False
-            if mode is deadline.Action.SPOT:
-                mode = deadline.Action.IDLE
-        elif not up and flip < 1 - pow(2.718281828, -recovery * step):
-            up = True
 
 
 # -- properties ----------------------------------------------------------------------

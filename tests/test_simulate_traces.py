@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from spotd.simulate.omniscient import OMNISCIENT
 from spotd.simulate.runner import ScenarioReport, run_scenario
 from spotd.simulate.scenario import load_scenario
 from spotd.simulate.timeline import TRACES_ENV, build_timeline
-from spotd.simulate.world import prepare
+from spotd.simulate.world import EPOCH, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
@@ -155,6 +156,11 @@ def test_adapter_never_shows_the_future(reports: list[ScenarioReport]) -> None:
         assert ctx_a.stats.availability(off.pool) == ctx_b.stats.availability(off.pool)
         assert ctx_a.stats.preemptions_per_hour(off.pool) == ctx_b.stats.preemptions_per_hour(
             off.pool)
+        seen_a = ctx_a.stats.capacity_series(off.pool)
+        seen_b = ctx_b.stats.capacity_series(off.pool)
+        assert seen_a is not None and seen_b is not None
+        assert seen_a.up.tolist() == seen_b.up.tolist() and seen_a.start == seen_b.start
+        assert len(seen_a) == now + 1
 
 
 def test_trace_stats_count_the_past_only() -> None:
@@ -167,6 +173,13 @@ def test_trace_stats_count_the_past_only() -> None:
     assert stats.preemptions_per_hour(pool) == pytest.approx(2 / 1.5)
     assert TraceStats(history, {pool: 0}, tick=0).availability(pool) is None  # 0.5 h seen
     assert stats.availability(Pool("gcp", "r", "z", "t")) is None
+    series = stats.capacity_series(pool)
+    assert series is not None and series.up.tolist() == [True, True, False, True, False]
+    assert series.age_hours() == 0.0  # went down at this very tick
+    windowed = TraceStats(TraceHistory(avail, 0.5, window=3), {pool: 0}, tick=6)
+    recent = windowed.capacity_series(pool)
+    assert recent is not None and recent.up.tolist() == [False, False, True]
+    assert recent.start == EPOCH + timedelta(hours=2)
 
 
 def test_shipped_scenarios_load_and_find_their_traces() -> None:

@@ -19,6 +19,7 @@ from datetime import timedelta
 import numpy as np
 import numpy.typing as npt
 
+from spotd.availability import CapacitySeries
 from spotd.contracts import Policy
 from spotd.domain import Market, Offering, PlacementContext, Pool
 from spotd.errors import PolicyError
@@ -41,13 +42,18 @@ class TraceHistory:
     depends on the past and the present alone, never on the future.
     """
 
-    def __init__(self, avail: npt.NDArray[np.bool_], tick_hours: float) -> None:
+    def __init__(
+        self, avail: npt.NDArray[np.bool_], tick_hours: float, window: int | None = None
+    ) -> None:
+        self.avail = avail
         up = avail.astype(np.int64)
         drops = np.zeros_like(up)
         drops[:, 1:] = (avail[:, :-1] & ~avail[:, 1:]).astype(np.int64)
         self.up: IntArray = np.cumsum(up, axis=1)
         self.drops: IntArray = np.cumsum(drops, axis=1)
         self.tick_hours = tick_hours
+        self.window = window
+        """Ticks of capacity series shown (None: everything so far)."""
 
 
 class TraceStats:
@@ -77,6 +83,16 @@ class TraceStats:
         if up_hours < MIN_HISTORY_HOURS:
             return None
         return float(self._history.drops[z, self._tick]) / up_hours
+
+    def capacity_series(self, pool: Pool) -> CapacitySeries | None:
+        """The trace of the pool up to this tick, over the last ``window`` ticks at most."""
+        z = self._index.get(pool)
+        if z is None:
+            return None
+        history = self._history
+        first = 0 if history.window is None else max(0, self._tick + 1 - history.window)
+        start = EPOCH + timedelta(hours=first * history.tick_hours)
+        return CapacitySeries(start, history.tick_hours, history.avail[z, first : self._tick + 1])
 
 
 class PolicyAdapter:
@@ -113,7 +129,7 @@ class PolicyAdapter:
             current = offerings[w.offering(state.mode)].pool
             market = Market.SPOT if state.on_spot else Market.ON_DEMAND
         ctx = PlacementContext(
-            job_id=f"sim-{self._start}",
+            job_id=f"sim-{self._prepared.job.name}-{self._start}",
             spec=self._spec,
             now=EPOCH + self._tick * tick,
             spent_usd=state.cost,
