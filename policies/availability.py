@@ -28,6 +28,8 @@ __all__ = ["down_age_hours", "residual_up_hours", "spot_model"]
 
 PRIOR_AVAILABILITY = 0.5
 """Share of time spot is assumed up in a pool with no history."""
+PRIOR_SPELLS = 2.0
+"""Weight of the prior, in pseudo-spells, against the spells observed."""
 DIURNAL_SHRINK_HOURS = 5.0
 """Pseudo-hours at the overall rate added to every hour of day's estimate."""
 DIURNAL_KERNEL = np.array([1.0, 2.0, 3.0, 2.0, 1.0])
@@ -48,17 +50,20 @@ def spot_model(
     ups = [s.spells() for s in series]
     up = SpellLaw(
         up_prior,
+        PRIOR_SPELLS,
         hours=np.concatenate([sp.hours[sp.up] for sp in ups]),
         ended=np.concatenate([sp.ended[sp.up] for sp in ups]),
     )
     aligned = align(series)
-    down = SpellLaw(down_prior)
+    down = SpellLaw(down_prior, PRIOR_SPELLS)
     others = _Others()
     diurnal = None
     if aligned is not None:
         start, step, matrix = aligned
         anyone = spells_of(_any_up(matrix), step)
-        down = SpellLaw(down_prior, hours=anyone.hours[~anyone.up], ended=anyone.ended[~anyone.up])
+        down = SpellLaw(
+            down_prior, PRIOR_SPELLS, hours=anyone.hours[~anyone.up], ended=anyone.ended[~anyone.up]
+        )
         others = _others(matrix, step)
         if matrix.shape[1] * step >= DIURNAL_MIN_HOURS:
             first_hour = start.hour + start.minute / 60

@@ -28,7 +28,6 @@ class _Seen:
     at: float
     availability: float | None
     preemptions_per_hour: float | None
-    series: CapacitySeries | None
 
 
 class HistoryStats:
@@ -42,6 +41,8 @@ class HistoryStats:
         self._window = window
         self._ttl = ttl_seconds
         self._cache: dict[Pool, _Seen] = {}
+        # Only deadline plans read series: they are built on demand, apart.
+        self._series: dict[Pool, tuple[float, CapacitySeries | None]] = {}
 
     def at(self, now: datetime) -> HistoryStats:
         """The same statistics, as of ``now`` (the cache is kept)."""
@@ -55,25 +56,31 @@ class HistoryStats:
         return self._get(pool).preemptions_per_hour
 
     def capacity_series(self, pool: Pool) -> CapacitySeries | None:
-        return self._get(pool).series
+        hit = self._series.get(pool)
+        if hit is not None and time.monotonic() - hit[0] < self._ttl:
+            return hit[1]
+        points = self._points(pool)
+        series = None
+        if len(points) >= MIN_SAMPLES:
+            samples = [(p.at, (p.capacity or 0.0) > 0) for p in points]
+            series = resample(samples, SERIES_STEP, max(self._now, points[-1].at))
+        self._series[pool] = (time.monotonic(), series)
+        return series
 
     def _get(self, pool: Pool) -> _Seen:
         hit = self._cache.get(pool)
         if hit is not None and time.monotonic() - hit.at < self._ttl:
             return hit
-        points = [
+        seen = _Seen(time.monotonic(), *summarise(self._points(pool)))
+        self._cache[pool] = seen
+        return seen
+
+    def _points(self, pool: Pool) -> list[PricePoint]:
+        return [
             p
             for p in self._store.price_history(pool, since=self._now - self._window)
             if p.market is Market.SPOT and p.capacity is not None
         ]
-        avail, rate = summarise(points)
-        series = None
-        if len(points) >= MIN_SAMPLES:
-            samples = [(p.at, (p.capacity or 0.0) > 0) for p in points]
-            series = resample(samples, SERIES_STEP, max(self._now, points[-1].at))
-        seen = _Seen(time.monotonic(), avail, rate, series)
-        self._cache[pool] = seen
-        return seen
 
 
 def summarise(points: list[PricePoint]) -> tuple[float | None, float | None]:
