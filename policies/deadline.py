@@ -7,8 +7,9 @@ needs ``work`` hours within ``time`` hours. Every step it may idle (free),
 run on-demand (price ``od``) or run on spot (price ``spot``) when spot is
 there; each new start pays a changeover of ``d`` hours without progress; a
 spot node is lost when its spell of capacity ends, and with it the work
-since the last checkpoint. Missing the deadline costs infinity, so the plan
-always keeps on-demand in reach: the safety net is part of the optimum.
+since the last checkpoint. Missing the deadline costs more than anything
+else (10^30), so the plan always keeps on-demand in reach: the safety net is
+part of the optimum.
 
 Spot availability is semi-Markov (:class:`SpotModel`): the chance that a
 spell of capacity, or of its absence, ends in the next step depends on how
@@ -16,8 +17,10 @@ long it has lasted so far. Measured spells are heavy-tailed, so a spell that
 has just begun is the likeliest to end soon and one that has lasted hours
 is likely to last hours more; the hazards may also follow the time of day.
 With several pools, "down" is the spell in which no pool has spot, "up" the
-spell of the pool the job would run on, and a pool that ends leaves another
-one up with probability ``up_after_loss``.
+spell of the pool the job runs on or would start on, told apart by whether
+another pool has spot too; when that pool's spell ends, the market moves to
+another pool or to down with the probabilities estimated from history
+(:mod:`spotd.policies.availability`).
 
 The table is indexed by *lag*, the steps so far without progress (time
 minus progress): rows outside ``0 .. time - work`` can never finish, so only
