@@ -5,7 +5,10 @@ From each allowed pool's :class:`~spotd.availability.CapacitySeries`:
 - *up* spells: every pool's spells of capacity, pooled (the job rides one
   pool at a time, so what matters is how long one pool's spell lasts);
 - *down* spells: the spells in which no allowed pool had capacity;
-- the chance that another pool has capacity at the moment one loses it;
+- what the other pools do meanwhile: how often another one gets capacity
+  while the job's pool is alone, how often they all lose it, whether one
+  still has it at the moment the job's pool loses its own, and how long its
+  spell has lasted by then;
 - how the hazards follow the hour of day (capacity is scarcer in business
   hours), shrunk toward flat where the history is thin.
 
@@ -83,6 +86,7 @@ def spot_model(
 
 
 RESIDUAL_STEP_HOURS = 0.1
+"""Age resolution when comparing pools by their expected remaining capacity."""
 RESIDUAL_AGE_HOURS = 12.0
 """Spell ages told apart when comparing pools; older ones share the tail's hazard."""
 

@@ -272,6 +272,8 @@ def _ride(
     if here is not None:
         return here
     near = [c for c in spot if c.expected_cost_usd <= spot[0].expected_cost_usd * (1 + HYSTERESIS)]
+    if len(near) == 1:
+        return near[0]
     return max(near, key=lambda c: _residual(series.get(c.offering.pool)))
 
 

@@ -39,8 +39,6 @@ class Spells:
     up: BoolArray
     hours: FloatArray
     ended: BoolArray
-    end_hour: FloatArray
-    """UTC hour of day at which each spell ended (or the series ends)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +55,6 @@ class CapacitySeries:
     def __len__(self) -> int:
         return int(self.up.shape[0])
 
-    @property
-    def hours(self) -> float:
-        """How much time the series covers."""
-        return len(self) * self.step_hours
-
     def age_hours(self) -> float:
         """How long ago the present spell (up or down) began, as far as the series sees.
 
@@ -71,7 +64,7 @@ class CapacitySeries:
 
     def spells(self) -> Spells:
         """The spells of the series, oldest first."""
-        return spells_of(self.up, self.step_hours, _hour_of_day(self.start))
+        return spells_of(self.up, self.step_hours)
 
 
 def trailing_run(values: BoolArray) -> int:
@@ -83,20 +76,18 @@ def trailing_run(values: BoolArray) -> int:
     return n - 1 - int(changes[-1]) if changes.size else n
 
 
-def spells_of(up: BoolArray, step_hours: float, start_hour: float = 0.0) -> Spells:
+def spells_of(up: BoolArray, step_hours: float) -> Spells:
     """Spells of a sampled series (see :class:`Spells`)."""
     n = int(up.shape[0])
     if n == 0:
-        empty = np.zeros(0)
-        return Spells(np.zeros(0, dtype=np.bool_), empty, np.zeros(0, dtype=np.bool_), empty)
+        return Spells(np.zeros(0, dtype=np.bool_), np.zeros(0), np.zeros(0, dtype=np.bool_))
     bounds = np.concatenate(([0], np.flatnonzero(up[1:] != up[:-1]) + 1, [n]))
     lengths = np.diff(bounds).astype(np.float64) * step_hours
     state = up[bounds[:-1]]
     ended = np.ones(lengths.shape[0], dtype=np.bool_)
     ended[-1] = False
-    end_hour = (start_hour + bounds[1:] * step_hours) % 24.0
     keep = slice(1, None) if lengths.shape[0] > 1 else slice(None)
-    return Spells(state[keep], lengths[keep], ended[keep], end_hour[keep])
+    return Spells(state[keep], lengths[keep], ended[keep])
 
 
 def align(series: Sequence[CapacitySeries]) -> tuple[datetime, float, BoolArray] | None:
@@ -147,7 +138,3 @@ def resample(
 
 def _grid_floor(moment: datetime, step: timedelta) -> datetime:
     return _GRID_ORIGIN + step * ((moment - _GRID_ORIGIN) // step)
-
-
-def _hour_of_day(moment: datetime) -> float:
-    return moment.hour + moment.minute / 60 + moment.second / 3600

@@ -21,11 +21,10 @@ POOL = Pool("aws", "us-east-1", "us-east-1a", "p5.48xlarge")
 
 def test_spells_leave_out_the_unknown_start_and_keep_the_present_open() -> None:
     up = np.array([1, 1, 0, 0, 0, 1, 1, 1, 0, 1], dtype=bool)
-    s = spells_of(up, step_hours=0.5, start_hour=22.0)
+    s = spells_of(up, step_hours=0.5)
     assert s.up.tolist() == [False, True, False, True]
     assert s.hours.tolist() == [1.5, 1.5, 0.5, 0.5]
     assert s.ended.tolist() == [True, True, True, False]
-    assert s.end_hour.tolist() == [0.5, 2.0, 2.5, 3.0]  # past midnight: hours wrap
 
 
 @given(st.lists(st.booleans(), min_size=1, max_size=60))
