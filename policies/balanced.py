@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from spotd.policies import availability, costmodel, deadline
-from spotd.policies.base import LowerBound, Score, best_first, decide
+from spotd.policies.base import LowerBound, Score, best_first, decide, every_usable
 from spotd.policies.filters import Screen, markets_for
 
 from spotd.availability import CapacitySeries
@@ -237,20 +237,9 @@ def _in_time(
     fits = [c for c in od if hours(c) <= left]
     if fits:
         return fits
-    everyone = _all_on_demand(ctx, offerings)
-    fits = sorted((c for c in everyone if hours(c) <= left), key=lambda c: c.expected_cost_usd)
+    everyone = every_usable(ctx, offerings, Market.ON_DEMAND, expected_cost(ctx))
+    fits = [c for c in everyone if hours(c) <= left]
     return fits or sorted(everyone or od, key=hours)
-
-
-def _all_on_demand(ctx: PlacementContext, offerings: OfferingIndex) -> list[Candidate]:
-    checks = Screen(ctx)
-    score = expected_cost(ctx)
-    return [
-        score(off, Market.ON_DEMAND)
-        for gpu in ctx.spec.resources.gpus
-        for off in offerings.bucket(gpu, ctx.spec.resources.gpus_per_node, Market.ON_DEMAND)
-        if checks.reason(off, Market.ON_DEMAND) is None
-    ]
 
 
 def _current(ctx: PlacementContext, options: list[Candidate]) -> Candidate | None:

@@ -54,6 +54,26 @@ def best_first(
     return found
 
 
+def every_usable(
+    ctx: PlacementContext, index: OfferingIndex, market: Market, score: Score
+) -> list[Candidate]:
+    """Every usable candidate of one market, unpruned, cheapest expected cost first.
+
+    For when the cheapest is not enough (a deadline policy looking for one
+    fast enough); the same filters and budget as :func:`best_first`.
+    """
+    checks = Screen(ctx)
+    per_node = ctx.spec.resources.gpus_per_node
+    found = [
+        candidate
+        for gpu in ctx.spec.resources.gpus
+        for off in index.bucket(gpu, per_node, market)
+        if (candidate := _usable(ctx, checks, score, off, market)) is not None
+    ]
+    found.sort(key=_rank_key)
+    return found
+
+
 def decide(
     ctx: PlacementContext,
     index: OfferingIndex,

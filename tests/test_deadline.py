@@ -14,7 +14,7 @@ from spotd.availability import CapacitySeries
 from spotd.domain import Fabric, Interconnect, Market, Offering, PlacementContext, Pool
 from spotd.policies import availability, deadline
 from spotd.policies.balanced import BalancedPolicy
-from spotd.spec import JobSpec
+from spotd.spec import BudgetSpec, JobSpec
 
 IDLE, OD, SPOT = deadline.Action.IDLE, deadline.Action.ON_DEMAND, deadline.Action.SPOT
 START = datetime(2026, 1, 5, tzinfo=UTC)
@@ -251,6 +251,10 @@ def test_on_demand_that_cannot_finish_in_time_is_passed_over() -> None:
     choice = ranked.choice
     assert choice is not None and choice.offering.gpu == "H100"
     assert choice.market is Market.ON_DEMAND
+    # The search for a fast enough one keeps the hard filters: the budget too.
+    tight = spec.model_copy(update={"budget": BudgetSpec(max_usd=70.0)})
+    within = BalancedPolicy().place(PlacementContext("j1b", tight, START), market).choice
+    assert within is not None and within.offering.gpu == "A100"
 
 
 def test_of_two_pools_up_the_one_likely_to_last_is_taken() -> None:
