@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from spotd.policies.deadline import SpellLaw, SpotModel
 
 from spotd import facts
-from spotd.availability import CapacitySeries, align, spells_of, trailing_run
+from spotd.availability import CapacitySeries, Spells, align, spells_of, trailing_run
 
 __all__ = ["down_age_hours", "residual_up_hours", "spot_model"]
 
@@ -46,17 +46,8 @@ def spot_model(
     series: Sequence[CapacitySeries], *, spot_price: float, od_price: float
 ) -> SpotModel:
     """The model the planner solves over, from the allowed spot pools' series."""
-    up_prior = 1 / facts.DEFAULT_PREEMPTIONS_PER_HOUR
-    down_prior = up_prior * (1 - PRIOR_AVAILABILITY) / PRIOR_AVAILABILITY
-    if not series:
-        return SpotModel(spot_price, od_price, SpellLaw(down_prior), SpellLaw(up_prior))
-    ups = [s.spells() for s in series]
-    up = SpellLaw(
-        up_prior,
-        PRIOR_SPELLS,
-        hours=np.concatenate([sp.hours[sp.up] for sp in ups]),
-        ended=np.concatenate([sp.ended[sp.up] for sp in ups]),
-    )
+    up = _up_law([s.spells() for s in series])
+    down_prior = up.prior_hours * (1 - PRIOR_AVAILABILITY) / PRIOR_AVAILABILITY
     aligned = align(series)
     down = SpellLaw(down_prior, PRIOR_SPELLS)
     others = _Others()
@@ -96,12 +87,21 @@ def residual_up_hours(series: CapacitySeries) -> float:
     lasted (0 when it has none now). Each pool is judged by its own spells: pools differ."""
     if len(series) == 0 or not series.up[-1]:
         return 0.0
-    spells = series.spells()
-    law = SpellLaw(
-        1 / facts.DEFAULT_PREEMPTIONS_PER_HOUR, hours=spells.hours[spells.up],
-        ended=spells.ended[spells.up],
-    )
+    law = _up_law([series.spells()])
     return float(_residuals(law)[_age_index(series.age_hours())])
+
+
+def _up_law(spells: Sequence[Spells]) -> SpellLaw:
+    """The law of the up spells of ``spells`` (of one pool or several, pooled), with the
+    prior of a pool without history."""
+    hours = [sp.hours[sp.up] for sp in spells]
+    ended = [sp.ended[sp.up] for sp in spells]
+    return SpellLaw(
+        1 / facts.DEFAULT_PREEMPTIONS_PER_HOUR,
+        PRIOR_SPELLS,
+        hours=np.concatenate(hours) if hours else np.zeros(0),
+        ended=np.concatenate(ended) if ended else np.zeros(0, dtype=np.bool_),
+    )
 
 
 def _age_index(age_hours: float) -> int:
