@@ -227,8 +227,7 @@ def plan(
     ages = max(2, math.ceil(AGE_HOURS / step))
     grid = _Grid(steps, work, math.ceil(changeover_hours / step - 1e-9), ages)
     market = _Market.of(model, step, ages, steps, start_hour)
-    lost = math.ceil(lost_hours / step - 1e-9)
-    return Plan(step, work, ages, _solve(grid, model, market, lost))
+    return Plan(step, work, ages, _solve(grid, model, market, lost_hours / step))
 
 
 def _step(work_hours: float, time_hours: float, changeover_hours: float) -> float:
@@ -359,7 +358,7 @@ _ORDER = (Action.SPOT, Action.ON_DEMAND, Action.IDLE)
 """Ties go to the first: with slack to burn, the plan makes progress rather than idle."""
 
 
-def _solve(grid: _Grid, model: SpotModel, market: _Market, lost: int) -> NDArray[np.int8]:
+def _solve(grid: _Grid, model: SpotModel, market: _Market, lost: float) -> NDArray[np.int8]:
     """Backward induction; the result is laid out (steps, settled modes, rows, states)."""
     rows, modes, states = grid.rows, grid.modes, market.states
     if rows <= 0:
@@ -386,7 +385,7 @@ def _solve(grid: _Grid, model: SpotModel, market: _Market, lost: int) -> NDArray
     for t in range(grid.steps - 1, -1, -1):
         h = market.hazard[t]
         stalled = _shift(value, 1)
-        setback = _shift(value, lost) if lost else value
+        setback = _setback(value, lost)
         for i, (a, nxt, progress) in enumerate(outcomes):
             ahead = value if progress else stalled
             if a is Action.SPOT:
@@ -410,6 +409,19 @@ def _solve(grid: _Grid, model: SpotModel, market: _Market, lost: int) -> NDArray
         # Rows whose progress already covers the work are done: nothing more to pay.
         value[:, (t - done_from) >= grid.work] = 0.0
     return actions
+
+
+def _setback(value: NDArray[np.float32], lost: float) -> NDArray[np.float32]:
+    """The table after a preemption that loses ``lost`` steps of progress on average: the
+    two whole numbers of steps around it, mixed so the mean is exact (rounding a small
+    loss up to a whole step would charge every preemption far more than it loses)."""
+    whole = math.floor(lost)
+    part = np.float32(lost - whole)
+    low = _shift(value, whole) if whole else value
+    if part <= 0:
+        return low
+    out: NDArray[np.float32] = low + part * (_shift(value, whole + 1) - low)
+    return out
 
 
 def _shift(value: NDArray[np.float32], by: int) -> NDArray[np.float32]:

@@ -66,6 +66,20 @@ def test_a_long_down_spell_sends_the_job_to_on_demand_sooner() -> None:
     )
 
 
+def test_a_preemption_loses_its_expected_steps_not_a_rounded_up_step() -> None:
+    """A loss of 2.25 steps on average is 2 steps three times in four and 3 once: the
+    table after a preemption mixes the two, so a loss of a few seconds (the reference
+    model's checkpoints) is not charged as a whole step of slack each time."""
+    value = np.arange(24, dtype=np.float32).reshape(2, 6, 2)
+    mixed = deadline._setback(value, 2.25)
+    two, three = deadline._shift(value, 2), deadline._shift(value, 3)
+    assert mixed[:, :3] == pytest.approx(0.75 * two[:, :3] + 0.25 * three[:, :3])
+    assert (mixed[:, 4:] >= deadline._LOST / 2).all(), "past the slack stays lost"
+    assert deadline._setback(value, 0.0) is value
+    tiny = deadline._setback(value, 1e-3)
+    assert tiny[:, :5] == pytest.approx(value[:, :5], abs=0.01)
+
+
 def test_the_plan_is_bounded_in_memory() -> None:
     model = deadline.memoryless(1.0, 3.0, 4.0, 2.0)
     plan = deadline.plan(model, work_hours=24 * 7, time_hours=24 * 21, changeover_hours=0.2)
