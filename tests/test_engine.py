@@ -51,7 +51,9 @@ def _terminal(job: object) -> bool:
 
 
 def test_job_runs_to_success(engine: Engine) -> None:
-    job = engine.submit(spec("print('hello from the node')"))
+    # The node stays up a second: a command that exits between two passes goes from
+    # provisioning straight to succeeded (allowed), and this test checks every step.
+    job = engine.submit(spec("import time; print('hello from the node'); time.sleep(1)"))
     job = run_until(engine, job.id, _terminal)
     assert job.status is JobStatus.SUCCEEDED
     events = [(e.from_status, e.to_status) for e in engine.store.events(job.id)]
