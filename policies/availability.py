@@ -43,9 +43,16 @@ DIURNAL_MIN_HOURS = 48.0
 
 
 def spot_model(
-    series: Sequence[CapacitySeries], *, spot_price: float, od_price: float
+    series: Sequence[CapacitySeries],
+    *,
+    spot_price: float,
+    od_price: float,
+    spot_speed: float = 1.0,
 ) -> SpotModel:
-    """The model the planner solves over, from the allowed spot pools' series."""
+    """The model the planner solves over, from the allowed spot pools' series.
+
+    Prices are per hour; ``spot_speed`` is the progress of an hour on spot per
+    hour on on-demand (see :class:`~spotd.policies.deadline.SpotModel`)."""
     up = _up_law([s.spells() for s in series])
     down_prior = up.prior_hours * (1 - PRIOR_AVAILABILITY) / PRIOR_AVAILABILITY
     aligned = align(series)
@@ -72,6 +79,7 @@ def spot_model(
         up_after_loss_alone=others.after_loss_alone,
         others_rise_per_hour=others.rise_per_hour,
         others_fall_per_hour=others.fall_per_hour,
+        spot_speed=spot_speed,
         diurnal=diurnal,
     )
 

@@ -23,12 +23,19 @@ efficiency, GPU speed, preemption overhead, changeover, checkpoint egress).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from spotd.policies import availability, costmodel, deadline
-from spotd.policies.base import LowerBound, Score, best_first, decide, every_usable
+from spotd.policies.base import (
+    LowerBound,
+    Score,
+    best_first,
+    decide,
+    every_usable,
+    fastest_usable,
+)
 from spotd.policies.filters import Screen, markets_for
 
 from spotd.availability import CapacitySeries
@@ -95,15 +102,16 @@ class BalancedPolicy:
         if not spot and not pools:
             return _prefer_current(ctx, od)
         running = _running(ctx)
-        work = max(c.breakdown["work_hours"] for c in (od[0], *spot[:1]))
+        series = _series(ctx, pools)
+        solved = self._plan_for(ctx, offerings, series, spot=spot, od=od, left=left)
+        # Work in hours of the fastest on-demand: the fallback the nets lean on.
+        work = costmodel.remaining_hours(ctx) * solved.scale
         # Uniform Progress rule 4, as a net under the plan.
         if running is not deadline.Action.SPOT and left < work + 2 * ctx.changeover_hours:
             return _prefer_current(ctx, od)
-        series = _series(ctx, pools)
-        solved = self._plan_for(ctx, offerings, series, spot=spot, od=od, left=left, work=work)
         # The same net on spot: leave while a preemption that throws away a whole
         # checkpoint interval would still leave time to finish on on-demand.
-        margin = _spot_margin(ctx, od, solved)
+        margin = work + ctx.changeover_hours + _interval(ctx, solved)
         if running is deadline.Action.SPOT and left < margin:
             return _prefer_current(ctx, od)
         ride = _ride(ctx, spot, series)
@@ -132,15 +140,25 @@ class BalancedPolicy:
         spot: list[Candidate],
         od: list[Candidate],
         left: float,
-        work: float,
     ) -> _Solved:
         old = self._plans.get(ctx.job_id)
         if old is not None and _covers(old, ctx) and ctx.now - old.checked < REMODEL:
             self._plans.move_to_end(ctx.job_id)
             return old
-        spot_price = spot[0].price_per_hour if spot else _median_spot_price(ctx, offerings)
+        # The plan counts work in hours of the fastest on-demand, the fallback that
+        # keeps the most slack, at the least price per unit of work one gives (the
+        # best-first search holds the cheapest).
+        fastest = fastest_usable(
+            ctx, offerings, Market.ON_DEMAND, expected_cost(ctx), speed=_speed(ctx), start=od
+        )
+        work = (fastest or od[0]).breakdown["work_hours"]
+        spot_price, spot_hours = _spot_terms(ctx, offerings, spot)
         model = availability.spot_model(
-            list(series.values()), spot_price=spot_price, od_price=od[0].price_per_hour
+            list(series.values()),
+            spot_price=spot_price,
+            od_price=min(c.price_per_hour * c.breakdown["work_hours"] for c in od) / work,
+            # Spot faster than any on-demand counts at on-demand's speed: it errs safe.
+            spot_speed=min(1.0, work / spot_hours) if spot_hours > 0 else 1.0,
         )
         if old is not None and not _drifted(old.model, model) and _covers(old, ctx):
             self._plans[ctx.job_id] = kept = replace(old, checked=ctx.now)
@@ -210,12 +228,14 @@ def _with_hysteresis(ctx: PlacementContext, usable: list[Candidate]) -> Candidat
     return best
 
 
-def _spot_margin(ctx: PlacementContext, od: list[Candidate], solved: _Solved) -> float:
-    """Hours a job on spot must have left: the fastest on-demand finish after a preemption
-    that lost a whole checkpoint interval, and its changeover."""
-    interval = checkpoint_interval(ctx.spec, solved.model.run_preempt_rate)
-    fastest = min(c.breakdown["work_hours"] for c in od)
-    return fastest + ctx.changeover_hours + interval
+def _speed(ctx: PlacementContext) -> Callable[[Offering], float]:
+    """Work an hour on an offering does, relative to the reference (fabric and GPU)."""
+    return lambda off: costmodel.efficiency(ctx.spec, off) * costmodel.speed(ctx.spec, off)
+
+
+def _interval(ctx: PlacementContext, solved: _Solved) -> float:
+    """The checkpoint interval: the most progress a preemption can throw away."""
+    return checkpoint_interval(ctx.spec, solved.model.run_preempt_rate)
 
 
 def _in_time(
@@ -333,11 +353,21 @@ def _series(ctx: PlacementContext, pools: list[Pool]) -> dict[Pool, CapacitySeri
     return {pool: s for pool, s in found.items() if s is not None and len(s) > 0}
 
 
-def _median_spot_price(ctx: PlacementContext, offerings: OfferingIndex) -> float:
-    prices = sorted(
-        (o.spot_price or 0.0) * ctx.spec.resources.nodes for o in _spot_offerings(ctx, offerings)
+def _spot_terms(
+    ctx: PlacementContext, offerings: OfferingIndex, spot: list[Candidate]
+) -> tuple[float, float]:
+    """(price per hour, work hours) of the spot the plan assumes: the best one up now,
+    else the one of median price among those the job could use."""
+    if spot:
+        return spot[0].price_per_hour, spot[0].breakdown["work_hours"]
+    found = sorted(
+        (costmodel.estimate(ctx, o, Market.SPOT) for o in _spot_offerings(ctx, offerings)),
+        key=lambda e: e.price_per_hour,
     )
-    return prices[len(prices) // 2] if prices else 0.0
+    if not found:
+        return 0.0, 0.0
+    middle = found[len(found) // 2]
+    return middle.price_per_hour, middle.work_hours
 
 
 def _drifted(old: deadline.SpotModel, new: deadline.SpotModel) -> bool:

@@ -74,6 +74,35 @@ def every_usable(
     return found
 
 
+def fastest_usable(
+    ctx: PlacementContext,
+    index: OfferingIndex,
+    market: Market,
+    score: Score,
+    *,
+    speed: Callable[[Offering], float],
+    start: Sequence[Candidate] = (),
+) -> Candidate | None:
+    """The usable candidate of one market whose offering has the highest ``speed``, or the
+    fastest of ``start`` (candidates already known usable) when none is faster.
+
+    Only an offering faster than the best found so far is screened and scored,
+    so a large catalog costs one pass of speed lookups.
+    """
+    best = max(start, key=lambda c: speed(c.offering), default=None)
+    fastest = -math.inf if best is None else speed(best.offering)
+    checks = Screen(ctx)
+    per_node = ctx.spec.resources.gpus_per_node
+    for gpu in ctx.spec.resources.gpus:
+        for off in index.bucket(gpu, per_node, market):
+            if speed(off) <= fastest:
+                continue
+            candidate = _usable(ctx, checks, score, off, market)
+            if candidate is not None:
+                best, fastest = candidate, speed(off)
+    return best
+
+
 def decide(
     ctx: PlacementContext,
     index: OfferingIndex,

@@ -126,6 +126,8 @@ class SpotModel:
     """Rate at which another pool gets spot while the job's pool is the only one up."""
     others_fall_per_hour: float = 0.0
     """Rate at which the other pools all lose spot while the job's pool keeps it."""
+    spot_speed: float = 1.0
+    """Progress an hour on spot makes, per hour on on-demand (< 1 on a slower fabric)."""
 
     @property
     def pools(self) -> int:
@@ -147,6 +149,7 @@ class SpotModel:
             self.up.mean_hours,
             self.down.mean_hours,
             self.up_after_loss,
+            self.spot_speed,
         )
 
 
@@ -382,13 +385,17 @@ def _solve(grid: _Grid, model: SpotModel, market: _Market, lost: float) -> NDArr
     done_from = np.arange(rows)
     costs = np.empty((len(outcomes), rows, states), dtype=np.float32)
     barred = np.where(market.up, np.float32(0), _LOST)
+    slower = np.float32(1 - min(1.0, max(0.0, model.spot_speed)))
     for t in range(grid.steps - 1, -1, -1):
         h = market.hazard[t]
         stalled = _shift(value, 1)
         setback = _setback(value, lost)
+        # A step on slower spot makes part of a step's progress: the rest is lag.
+        on_spot = value + slower * (stalled - value) if slower > 0 else value
         for i, (a, nxt, progress) in enumerate(outcomes):
             ahead = value if progress else stalled
             if a is Action.SPOT:
+                ahead = on_spot if progress else stalled
                 # Losing the pool loses the node (and the work since the checkpoint).
                 back = setback if progress else stalled
                 go_on = market.expect(ahead[nxt], h, back[0])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from datetime import UTC, datetime, timedelta
 
@@ -78,6 +79,39 @@ def test_a_preemption_loses_its_expected_steps_not_a_rounded_up_step() -> None:
     assert deadline._setback(value, 0.0) is value
     tiny = deadline._setback(value, 1e-3)
     assert tiny[:, :5] == pytest.approx(value[:, :5], abs=0.01)
+
+
+def test_spot_cheaper_by_the_hour_but_dearer_by_the_work_is_not_ridden() -> None:
+    """Spot at half the on-demand price per hour, but at 40 % of its speed (a slower
+    fabric): 2.5 per hour of work against 2.0. At full speed the plan rides spot."""
+    fast = deadline.memoryless(1.0, 2.0, up_hours=50.0, down_hours=1.0)
+    slow = dataclasses.replace(fast, spot_speed=0.4)
+    assert deadline.plan(fast, 10, 40, 0.3).action(0, 0, IDLE, spot_up=True) is SPOT
+    assert deadline.plan(slow, 10, 40, 0.3).action(0, 0, IDLE, spot_up=True) is not SPOT
+    assert slow.summary() != fast.summary(), "a new speed re-solves a cached plan"
+
+
+def test_slower_spot_spends_slack_and_the_deadline_holds() -> None:
+    """Reliable spot at 0.8 of on-demand's speed, 2 hours of slack on a 10-hour job: each
+    hour on spot spends 0.2 h of slack, so the plan rides it for about 10 hours, then pays
+    for on-demand and finishes in time. At full speed it rides spot to the end."""
+    fast = deadline.memoryless(1.0, 3.0, up_hours=1e4, down_hours=1.0)
+    slow = dataclasses.replace(fast, spot_speed=0.8)
+    hours = {}
+    for model in (fast, slow):
+        plan = deadline.plan(model, work_hours=10, time_hours=12, changeover_hours=0.0)
+        t = done = 0.0
+        on = {SPOT: 0.0, OD: 0.0}
+        while done < 10 - 1e-9:
+            assert t < 12 - 1e-9, "missed the deadline"
+            action = plan.action(t, done, SPOT if on[OD] == 0 else OD, spot_up=True)
+            assert action is not IDLE
+            on[action] += plan.step_hours
+            done += plan.step_hours * (model.spot_speed if action is SPOT else 1.0)
+            t += plan.step_hours
+        hours[model.spot_speed] = on
+    assert hours[1.0][OD] == 0
+    assert 8.5 <= hours[0.8][SPOT] <= 10.0 and hours[0.8][OD] > 1.5
 
 
 def test_the_plan_is_bounded_in_memory() -> None:
@@ -269,6 +303,19 @@ def test_on_demand_that_cannot_finish_in_time_is_passed_over() -> None:
     tight = spec.model_copy(update={"budget": BudgetSpec(max_usd=70.0)})
     within = BalancedPolicy().place(PlacementContext("j1b", tight, START), market).choice
     assert within is not None and within.offering.gpu == "A100"
+
+
+def test_a_slow_cheap_on_demand_is_weighed_by_the_work_it_does() -> None:
+    """On-demand A100 costs 2.0 an hour, H100 spot 3.0, but the A100 needs three times the
+    hours: 62 for the job against about 30. The plan counts work and prices in hours of
+    the fastest on-demand, so it rides the H100 spot rather than paying the A100 by the hour."""
+    market = [_offering("a", "A100", spot=None, od=2.0), _offering("b", "H100", spot=3.0, od=8.0)]
+    for left in (33, 60):
+        spec = _deadline_job(["H100", "A100"], compute=10, hours_left=left)
+        ctx = PlacementContext(f"j-{left}", spec, START, changeover_hours=0.2)
+        choice = BalancedPolicy().place(ctx, market).choice
+        assert choice is not None and choice.market is Market.SPOT
+        assert choice.offering.gpu == "H100"
 
 
 def test_of_two_pools_up_the_one_likely_to_last_is_taken() -> None:

@@ -10,13 +10,16 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spotd.policies.balanced import BalancedPolicy
+from spotd.policies import costmodel
+from spotd.policies.balanced import BalancedPolicy, expected_cost
+from spotd.policies.base import every_usable, fastest_usable
 from spotd.policies.cheapest import CheapestPolicy
 from spotd.policies.filters import first_exclusion, over_budget
 from spotd.policies.on_demand import OnDemandPolicy
 from spotd.providers.sim import build_sim_providers
 
 from spotd.domain import (
+    Candidate,
     Fabric,
     Interconnect,
     Market,
@@ -24,6 +27,7 @@ from spotd.domain import (
     PlacementContext,
     Pool,
 )
+from spotd.market import OfferingIndex
 from spotd.spec import JobSpec
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
@@ -328,3 +332,37 @@ def test_cloud_fakes_one_node_cheapest_whatever_fabric(cloud_market: list[Offeri
             and (o.capacity is None or o.capacity > 0)]
     assert decision.choice.offering.spot_price == min(spot)
     assert {c.offering.pool.provider for c in decision.candidates} >= {"aws", "gcp", "azure"}
+
+
+# -- the search for the fastest usable offering (policies/base.py) ----------------
+
+
+def test_fastest_usable_scores_only_what_is_faster(sim_market: list[Offering]) -> None:
+    """The fastest on-demand offering a 2-node H100/A100 job may use (InfiniBand H100 of
+    the simulated market), found while scoring only offerings faster than the best so far."""
+    spec = job(resources={"gpus": ["H100", "A100"], "nodes": 2, "model_size_b": 13})
+    here = ctx(spec)
+    index = OfferingIndex.of(sim_market)
+
+    def speed(off: Offering) -> float:
+        return costmodel.efficiency(spec, off) * costmodel.speed(spec, off)
+
+    scored: list[Offering] = []
+    score = expected_cost(here)
+
+    def counting(off: Offering, market: Market) -> Candidate:
+        scored.append(off)
+        return score(off, market)
+
+    found = fastest_usable(here, index, Market.ON_DEMAND, counting, speed=speed)
+    everyone = every_usable(here, index, Market.ON_DEMAND, score)
+    assert found is not None and everyone
+    assert speed(found.offering) == max(speed(c.offering) for c in everyone)
+    assert len(scored) < len(everyone), "slower offerings are not scored"
+    # Known candidates as the start: the fastest of them unless the market holds a faster one.
+    slowest = min(everyone, key=lambda c: speed(c.offering))
+    assert speed(slowest.offering) < speed(found.offering)
+    again = fastest_usable(here, index, Market.ON_DEMAND, score, speed=speed, start=[slowest])
+    assert again is not None and speed(again.offering) == speed(found.offering)
+    assert fastest_usable(here, index, Market.ON_DEMAND, score, speed=speed,
+                          start=[found]) is found
