@@ -35,6 +35,9 @@ def test_wheel_layout(wheel: Path) -> None:
         "spotd/examples/train_tiny.py",
         "spotd/examples/job.toml",
         "spotd/store/migrations/env.py",
+        "spotd/store/alembic.ini",
+        "spotd/templates/report.html.j2",
+        "spotd/templates/bootstrap.sh.j2",
     ):
         assert expected in names, f"{expected} missing from the wheel"
     assert not any(n.startswith(("providers/", "policies/", "tests/")) for n in names)
@@ -52,7 +55,10 @@ def test_wheel_imports(wheel: Path, tmp_path: Path) -> None:
     (site / "deps.pth").write_text("\n".join(deps) + "\n")
     code = (
         "import spotd, spotd.providers.sim, spotd.policies.cheapest, spotd.examples, spotd.cli;"
-        "print(spotd.__file__); print(spotd.providers.sim.__file__)"
+        "import jinja2;"
+        "t = jinja2.Environment(loader=jinja2.PackageLoader('spotd', 'templates'));"
+        "print(spotd.__file__); print(spotd.providers.sim.__file__);"
+        "print(t.loader.get_source(t, 'report.txt.j2')[1])"
     )
     result = subprocess.run(
         [str(env_dir / "bin" / "python"), "-c", code],
