@@ -61,7 +61,8 @@ class _Solved:
     start: datetime
     done_at_start: float
     scale: float
-    """Hours on the planned offerings per hour of the spec's compute (>= 1 on slow fabric)."""
+    """Hours on the fastest on-demand per hour of the spec's compute: the plan's unit of work
+    (above 1 on a fabric slower than the reference, below 1 on a faster GPU)."""
     checked: datetime
     """When the market model was last compared with the plan's."""
 
