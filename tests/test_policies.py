@@ -358,6 +358,7 @@ def test_fastest_usable_scores_only_what_is_faster(sim_market: list[Offering]) -
     everyone = every_usable(here, index, Market.ON_DEMAND, score)
     assert found is not None and everyone
     assert speed(found.offering) == max(speed(c.offering) for c in everyone)
+    assert found.offering.gpu == "H100" and found.offering.interconnect.fabric is Fabric.INFINIBAND
     assert len(scored) < len(everyone), "slower offerings are not scored"
     # Known candidates as the start: the fastest of them unless the market holds a faster one.
     slowest = min(everyone, key=lambda c: speed(c.offering))
