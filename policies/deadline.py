@@ -128,13 +128,13 @@ class SpotModel:
     """Rate at which the other pools all lose spot while the job's pool keeps it."""
     spot_speed: float = 1.0
     """Progress an hour on spot makes, per hour on on-demand (< 1 on a slower fabric)."""
+    diurnal: NDArray[np.float64] | None = None
+    """Hazard multipliers by UTC hour, shape (2, 24): row 0 down spells, row 1 up spells."""
 
     @property
     def pools(self) -> int:
         """Kinds of "up" the plan tells apart: alone, or with another pool up too."""
         return 2 if self.others_rise_per_hour > 0 or self.others_fall_per_hour > 0 else 1
-    diurnal: NDArray[np.float64] | None = None
-    """Hazard multipliers by UTC hour, shape (2, 24): row 0 down spells, row 1 up spells."""
 
     @property
     def run_preempt_rate(self) -> float:
@@ -195,8 +195,8 @@ class Plan:
         t = int(elapsed_hours / self.step_hours + 1e-9)
         if t >= self.steps:
             return Action.ON_DEMAND
-        # Floor progress and treat a running job as already past its changeover:
-        # the caller keeps one changeover of the time back for that.
+        # Floor progress (erring early) and treat a running job as past its changeover:
+        # steps a booting node still spends show up as lag once it runs.
         p = min(self.work_steps, int(done_hours / self.step_hours + 1e-9))
         lag = max(0, t - p)
         if lag >= self.actions.shape[2]:
@@ -390,12 +390,12 @@ def _solve(grid: _Grid, model: SpotModel, market: _Market, lost: float) -> NDArr
         h = market.hazard[t]
         stalled = _shift(value, 1)
         setback = _setback(value, lost)
-        # A step on slower spot makes part of a step's progress: the rest is lag.
+        # A step on slower spot makes part of a step's progress: the rest is lag,
+        # mixed from the rows one apart as _setback mixes a preemption's loss.
         on_spot = value + slower * (stalled - value) if slower > 0 else value
         for i, (a, nxt, progress) in enumerate(outcomes):
-            ahead = value if progress else stalled
+            ahead = (on_spot if a is Action.SPOT else value) if progress else stalled
             if a is Action.SPOT:
-                ahead = on_spot if progress else stalled
                 # Losing the pool loses the node (and the work since the checkpoint).
                 back = setback if progress else stalled
                 go_on = market.expect(ahead[nxt], h, back[0])
