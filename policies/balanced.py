@@ -39,7 +39,7 @@ from spotd.policies.base import (
 from spotd.policies.filters import Screen, markets_for
 
 from spotd.availability import CapacitySeries
-from spotd.checkpoints import checkpoint_interval
+from spotd.checkpoints import checkpoint_interval, saves_on_notice
 from spotd.domain import Candidate, Decision, Market, Offering, PlacementContext, Pool
 from spotd.market import OfferingIndex
 from spotd.spec import deadline_controlled
@@ -49,7 +49,8 @@ HYSTERESIS = 0.05
 REPLAN_DRIFT = 0.3
 """Re-solve a deadline plan when a rate or price moved by more than this share."""
 LOST_SHARE = 0.5
-"""Share of a checkpoint interval a preemption throws away, on average, in the plan."""
+"""Share of a checkpoint interval a preemption throws away, on average, in the plan
+(none where the job's checkpoint on the notice fits in it)."""
 REMODEL = timedelta(minutes=30)
 """How often a deadline plan's market model is re-estimated from history."""
 
@@ -65,6 +66,8 @@ class _Solved:
     (above 1 on a fabric slower than the reference, below 1 on a faster GPU)."""
     checked: datetime
     """When the market model was last compared with the plan's."""
+    saved: bool
+    """Whether the plan counts preemptions as losing no work (the notice's checkpoint)."""
 
 
 class BalancedPolicy:
@@ -111,7 +114,9 @@ class BalancedPolicy:
         if running is not deadline.Action.SPOT and left < work + 2 * ctx.changeover_hours:
             return _prefer_current(ctx, od)
         # The same net on spot: leave while a preemption that throws away a whole
-        # checkpoint interval would still leave time to finish on on-demand.
+        # checkpoint interval would still leave time to finish on on-demand. The
+        # checkpoint on the notice is not counted on here: a net must hold when
+        # that write fails too.
         margin = work + ctx.changeover_hours + _interval(ctx, solved)
         if running is deadline.Action.SPOT and left < margin:
             return _prefer_current(ctx, od)
@@ -153,7 +158,7 @@ class BalancedPolicy:
             ctx, offerings, Market.ON_DEMAND, expected_cost(ctx), speed=_speed(ctx), start=od
         )
         work = (fastest or od[0]).breakdown["work_hours"]
-        spot_price, spot_hours = _spot_terms(ctx, offerings, spot)
+        spot_price, spot_hours, notice = _spot_terms(ctx, offerings, spot)
         model = availability.spot_model(
             list(series.values()),
             spot_price=spot_price,
@@ -161,11 +166,17 @@ class BalancedPolicy:
             # Spot faster than any on-demand counts at on-demand's speed: it errs safe.
             spot_speed=min(1.0, work / spot_hours) if spot_hours > 0 else 1.0,
         )
-        if old is not None and not _drifted(old.model, model) and _covers(old, ctx):
+        saved = saves_on_notice(ctx.spec, notice)
+        if (
+            old is not None
+            and not _drifted(old.model, model)
+            and old.saved == saved
+            and _covers(old, ctx)
+        ):
             self._plans[ctx.job_id] = kept = replace(old, checked=ctx.now)
             self._plans.move_to_end(ctx.job_id)
             return kept
-        lost = checkpoint_interval(ctx.spec, model.run_preempt_rate) * LOST_SHARE
+        lost = 0.0 if saved else checkpoint_interval(ctx.spec, model.run_preempt_rate) * LOST_SHARE
         # The whole time left: a booting node is looked up as running, and the
         # steps it spends booting show up as lag (time without progress) once
         # it runs, which the plan keeps the deadline with.
@@ -182,6 +193,7 @@ class BalancedPolicy:
             ctx.done_hours,
             work / remaining if remaining > 0 else 1.0,
             ctx.now,
+            saved,
         )
         self._plans[ctx.job_id] = solved
         while len(self._plans) > self._cache_size:
@@ -356,19 +368,20 @@ def _series(ctx: PlacementContext, pools: list[Pool]) -> dict[Pool, CapacitySeri
 
 def _spot_terms(
     ctx: PlacementContext, offerings: OfferingIndex, spot: list[Candidate]
-) -> tuple[float, float]:
-    """(price per hour, work hours) of the spot the plan assumes: the best one up now,
-    else the one of median price among those the job could use."""
+) -> tuple[float, float, float]:
+    """(price per hour, work hours, notice seconds) of the spot the plan assumes: the best
+    one up now, else the one of median price among those the job could use."""
     if spot:
-        return spot[0].price_per_hour, spot[0].breakdown["work_hours"]
+        best = spot[0]
+        return best.price_per_hour, best.breakdown["work_hours"], best.offering.notice_seconds
     found = sorted(
-        (costmodel.estimate(ctx, o, Market.SPOT) for o in _spot_offerings(ctx, offerings)),
-        key=lambda e: e.price_per_hour,
+        ((costmodel.estimate(ctx, o, Market.SPOT), o) for o in _spot_offerings(ctx, offerings)),
+        key=lambda e: e[0].price_per_hour,
     )
     if not found:
-        return 0.0, 0.0
-    middle = found[len(found) // 2]
-    return middle.price_per_hour, middle.work_hours
+        return 0.0, 0.0, 0.0
+    middle, off = found[len(found) // 2]
+    return middle.price_per_hour, middle.work_hours, off.notice_seconds
 
 
 def _drifted(old: deadline.SpotModel, new: deadline.SpotModel) -> bool:

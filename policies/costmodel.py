@@ -10,8 +10,10 @@ live in :mod:`spotd.facts` with their sources.
 
 Preemption overhead (Young 1974, CACM 17(9)): with checkpoint write time C,
 interval tau and preemption rate lambda, a run needing W hours takes in
-expectation T = W (1 + C/tau) / (1 - lambda (tau/2 + d)): each preemption
-loses half an interval of work on average plus the changeover d.
+expectation T = W (1 + C/tau) / (1 - lambda (L + d)): each preemption loses
+L = tau/2 of work on average plus the changeover d. L is 0 where the job
+checkpoints on the preemption notice and the write fits in the offering's
+notice (:func:`spotd.checkpoints.saves_on_notice`): only the changeover is lost.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spotd import facts
-from spotd.checkpoints import checkpoint_interval, checkpoint_write_hours
+from spotd.checkpoints import checkpoint_interval, checkpoint_write_hours, saves_on_notice
 from spotd.domain import Market, Offering, PlacementContext
 from spotd.spec import JobSpec
 
@@ -36,6 +38,8 @@ class Estimate:
     speed: float
     preemptions_per_hour: float
     checkpoint_interval_hours: float
+    lost_per_preemption_hours: float
+    """Work a preemption throws away on average (0 where the notice's checkpoint saves it)."""
     preemption_overhead_hours: float
     changeover_hours: float
     migration_hours: float
@@ -66,6 +70,7 @@ class Estimate:
             "work_hours": self.work_hours,
             "preemptions_per_hour": self.preemptions_per_hour,
             "checkpoint_interval_hours": self.checkpoint_interval_hours,
+            "lost_per_preemption_hours": self.lost_per_preemption_hours,
             "preemption_overhead_hours": self.preemption_overhead_hours,
             "changeover_hours": self.changeover_hours,
             "migration_hours": self.migration_hours,
@@ -107,11 +112,14 @@ def preemption_rate(ctx: PlacementContext, off: Offering, market: Market) -> flo
     return facts.DEFAULT_PREEMPTIONS_PER_HOUR / capacity
 
 
-def stretched(work: float, rate: float, interval: float, write: float, restart: float) -> float:
-    """Expected wall hours for ``work`` hours under preemptions (Young's model)."""
+def stretched(
+    work: float, rate: float, *, interval: float, write: float, restart: float, lost: float
+) -> float:
+    """Expected wall hours for ``work`` hours under preemptions (Young's model), each
+    losing ``lost`` hours of work and the ``restart``."""
     if rate <= 0:
         return work
-    loss = rate * (interval / 2 + restart)
+    loss = rate * (lost + restart)
     if loss >= 1 - 1 / HOPELESS_FACTOR:
         return work * HOPELESS_FACTOR
     return work * (1 + write / interval) / (1 - loss)
@@ -140,9 +148,13 @@ def estimate(ctx: PlacementContext, off: Offering, market: Market) -> Estimate:
     work = remaining_hours(ctx) / (eff * gpu)
     rate = preemption_rate(ctx, off, market)
     interval = checkpoint_interval(spec, rate)
+    lost = 0.0 if saves_on_notice(spec, off.notice_seconds) else interval / 2
     staying = ctx.current == off.pool and ctx.current_market is market
     changeover = 0.0 if staying else ctx.changeover_hours
-    wall = stretched(work, rate, interval, checkpoint_write_hours(spec), ctx.changeover_hours)
+    wall = stretched(
+        work, rate, interval=interval, write=checkpoint_write_hours(spec),
+        restart=ctx.changeover_hours, lost=lost,
+    )
     usd, hours = migration(ctx, off)
     return Estimate(
         work_hours=work,
@@ -150,6 +162,7 @@ def estimate(ctx: PlacementContext, off: Offering, market: Market) -> Estimate:
         speed=gpu,
         preemptions_per_hour=rate,
         checkpoint_interval_hours=interval,
+        lost_per_preemption_hours=lost,
         preemption_overhead_hours=wall - work,
         changeover_hours=changeover,
         migration_hours=hours,

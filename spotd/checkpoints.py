@@ -207,6 +207,13 @@ def checkpoint_write_hours(spec: JobSpec) -> float:
     return spec.checkpoint.size_gb * 8 / facts.CHECKPOINT_WRITE_GBPS / 3600
 
 
+def saves_on_notice(spec: JobSpec, notice_seconds: float) -> bool:
+    """Whether a preemption loses no work: the job checkpoints when the agent signals the
+    notice, and the write fits in the notice with the reaction time to spare."""
+    write = checkpoint_write_hours(spec) * 3600
+    return spec.checkpoint.on_notice and facts.NOTICE_REACTION_SECONDS + write <= notice_seconds
+
+
 def checkpoint_interval(spec: JobSpec, rate: float) -> float:
     """The job's interval in hours; Young's optimum sqrt(2 C MTBF) when it says ``auto``."""
     interval = spec.checkpoint.interval

@@ -68,6 +68,19 @@ TRANSFER_GBPS = 5.0
 CHECKPOINT_WRITE_GBPS = 8.0
 """Assumed write throughput of a checkpoint to its store (1 GB/s), for Young's formula."""
 
+NOTICE_SECONDS: Mapping[str, int] = {
+    # AWS: the spot instance-action notice, two minutes ahead; GCP: preemption
+    # ~30 s ahead; Azure Scheduled Events: at least 30 s (shared/guides/domain.md).
+    "aws": 120,
+    "gcp": 30,
+    "azure": 30,
+}
+"""Seconds between a provider's preemption notice and the hard stop, by provider kind."""
+
+NOTICE_REACTION_SECONDS = 10.0
+"""Time from the notice to the job starting its checkpoint: the agent's poll (AWS 5 s)
+plus the job reaching a step boundary."""
+
 DEFAULT_PREEMPTIONS_PER_HOUR = 0.2
 """Prior rate when a pool has no history: GPU spot is reclaimed every 4-6 h in busy pools."""
 

@@ -275,6 +275,11 @@ class CheckpointSpec(_Spec):
     """How often to checkpoint; ``"auto"`` lets the policy choose from the preemption rate."""
     size_gb: PositiveFloat = 1.0
     """Expected size of one checkpoint in GB; prices the time to write and read it."""
+    on_notice: bool = Field(default=True, strict=True)
+    """The job writes a checkpoint when the agent signals a preemption notice (the
+    contract of ``docs/agent.md``). Where the write fits in the provider's notice, a
+    preemption then loses no work, which makes spot cheaper in the policy's estimates;
+    false for a job that only checkpoints on its own schedule."""
 
     @field_validator("uri")
     @classmethod

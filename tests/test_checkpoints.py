@@ -13,6 +13,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from spotd import checkpoints as ck
 from spotd.errors import CheckpointError, SpotdError
+from spotd.spec import JobSpec
 
 
 def _make(root: Path, step: int, *, complete: bool) -> Path:
@@ -190,3 +191,23 @@ def test_unreadable_root_raises_for_real(tmp_path: Path) -> None:
             ck.list_complete(str(root))
     finally:
         root.chmod(0o755)
+
+
+@pytest.mark.parametrize(
+    ("size_gb", "on_notice", "notice", "saved"),
+    [
+        (80, True, 120, True),  # 80 s to write + 10 s to react <= 120 s (AWS)
+        (110, True, 120, True),  # exactly 120 s
+        (111, True, 120, False),
+        (80, True, 30, False),  # GCP and Azure give about 30 s
+        (20, True, 30, True),
+        (1, False, 120, False),  # a job that ignores the signal saves nothing
+    ],
+)
+def test_saves_on_notice(size_gb: float, on_notice: bool, notice: int, saved: bool) -> None:
+    spec = JobSpec.model_validate({
+        "name": "j", "command": ["true"],
+        "resources": {"gpus": ["H100"], "gpus_per_node": 8},
+        "checkpoint": {"size_gb": size_gb, "on_notice": on_notice},
+    })
+    assert ck.saves_on_notice(spec, notice) is saved

@@ -367,3 +367,32 @@ def test_fastest_usable_scores_only_what_is_faster(sim_market: list[Offering]) -
     assert again is not None and speed(again.offering) == speed(found.offering)
     assert fastest_usable(here, index, Market.ON_DEMAND, score, speed=speed,
                           start=[found]) is found
+
+
+# -- the cost model's preemption loss (policies/costmodel.py) ----------------------------
+
+
+def test_a_checkpoint_on_the_notice_takes_the_lost_work_out_of_the_estimate() -> None:
+    """An 80 GB checkpoint (80 s at 1 GB/s, 10 s to react) fits in AWS's 120 s notice, not
+    in GCP's 30 s: on the first a preemption costs only the changeover; a job that does not
+    checkpoint on the notice loses half an interval on both."""
+    def spot(provider: str, notice: int) -> Offering:
+        return Offering(
+            pool=Pool(provider, "r", "z", "h100-8x"), gpu="H100", gpus_per_node=8,
+            gpu_memory_gb=80, interconnect=Interconnect(Fabric.INFINIBAND, 400),
+            spot_price=20.0, on_demand_price=60.0, capacity=0.5, notice_seconds=notice,
+        )
+
+    aws, gcp = spot("aws", 120), spot("gcp", 30)
+    for on_notice in (True, False):
+        spec = job(checkpoint={"size_gb": 80, "interval": 1800, "on_notice": on_notice},
+                   deadline={"compute_hours": 10})
+        here = ctx(spec, changeover_hours=0.2)
+        on_aws = costmodel.estimate(here, aws, Market.SPOT)
+        on_gcp = costmodel.estimate(here, gcp, Market.SPOT)
+        assert on_gcp.lost_per_preemption_hours == pytest.approx(0.25)
+        assert on_aws.lost_per_preemption_hours == (0.0 if on_notice else pytest.approx(0.25))
+        assert (on_aws.preemption_overhead_hours < on_gcp.preemption_overhead_hours) is on_notice
+        assert on_aws.breakdown()["lost_per_preemption_hours"] == on_aws.lost_per_preemption_hours
+    # On-demand is never preempted: nothing to lose either way.
+    assert costmodel.estimate(here, aws, Market.ON_DEMAND).preemption_overhead_hours == 0.0

@@ -25,6 +25,7 @@ def tiny_world(
     provider: tuple[int, ...] | None = None,
     egress: tuple[float, ...] = (0.0,),
     ckpt_every: int | None = None,
+    notice_saves: tuple[bool, ...] | None = None,
 ) -> World:
     """A world whose offering z has spot in tick i where rows[z][i] is 1."""
     avail = np.array(rows, dtype=bool)
@@ -42,6 +43,7 @@ def tiny_world(
         window=window,
         changeover=changeover,
         ckpt_every=ckpt_every,
+        notice_saves=notice_saves or (False,) * n,
         home=0,
         eligible=tuple(range(n)),
         compute_hours=float(need),
@@ -159,6 +161,17 @@ def test_checkpoint_loss_in_the_full_model() -> None:
     assert out.finish_tick == 8
     # paid: 4 ticks, then 3 after the idle one; productive 5, of which 1 was lost
     assert out.goodput == pytest.approx((5 - 1) / 7)
+
+
+def test_a_checkpoint_on_the_notice_loses_nothing() -> None:
+    """The same preemption as above where the offering's notice holds the job's checkpoint:
+    no progress is lost, only the restart's changeover."""
+    w = tiny_world([[1, 1, 1, 1, 0, 1, 1, 1, 1]], need=4, window=9, changeover=1, ckpt_every=2,
+                   notice_saves=(True,))
+    out = run_policy(Script((0,) * 9), w, 0, record=True)
+    assert out.progress[:5] == (0, 1, 2, 3, 3)
+    assert out.finish_tick == 7
+    assert (out.preemptions, out.goodput) == (1, pytest.approx(4 / 6))
 
 
 def test_egress_is_paid_when_the_checkpoint_changes_provider() -> None:

@@ -70,6 +70,7 @@ def test_scenario_loads_with_defaults(tiny: Path) -> None:
         (scenario_text(extra_job="colour = 1"), "jobs[0].colour: unknown field"),
         (scenario_text(extra_job="deadline_hours = 9"), "exactly one of deadline_hours"),
         (scenario_text(extra_job="nodes = 0"), "jobs[0].nodes"),
+        (scenario_text(extra_job='checkpoint_on_notice = "yes"'), "jobs[0].checkpoint_on_notice"),
         (scenario_text(extra_top='cost_model = "cheap"'), "cost_model"),
         (scenario_text(extra_top='cost_model = "full"'), "needs spot_price and on_demand_price"),
         (scenario_text(extra_top='home = "nowhere"'), "home: 'nowhere' is none of"),
@@ -174,6 +175,68 @@ def test_prepare_rounds_to_ticks_and_draws_seeded_starts(tiny: Path) -> None:
     again = prepare(s, tl, s.jobs[0], str(tiny))
     assert again.starts == p.starts
     assert prepare(s, tl, s.jobs[0], str(tiny), starts=7, seed=5).starts != p.starts
+
+
+FULL_OFFERINGS = """
+name = "notice"
+cost_model = "full"
+
+[[offerings]]
+trace = "t/a.json"
+provider = "aws"
+region = "us-east-1"
+zone = "us-east-1a"
+instance_type = "p5.48xlarge"
+spot_price = 25.0
+on_demand_price = 63.0
+
+[[offerings]]
+trace = "t/a.json"
+provider = "gcp"
+region = "us-central1"
+zone = "us-central1-a"
+instance_type = "a3-megagpu-8g"
+spot_price = 20.0
+on_demand_price = 58.0
+{notice}
+[[jobs]]
+name = "j"
+compute_hours = 3
+deadline_fraction = 0.5
+checkpoint_gb = {size}
+{job}
+"""
+
+
+@pytest.mark.parametrize(
+    ("size", "notice", "job", "saves"),
+    [
+        # 80 GB at 1 GB/s plus 10 s to react fits in AWS's 120 s, not in GCP's 30 s.
+        (80, "", "", (True, False)),
+        (320, "", "", (False, False)),
+        (80, "notice_seconds = 90", "", (True, True)),
+        (80, "", "checkpoint_on_notice = false", (False, False)),
+    ],
+)
+def test_full_model_keeps_work_where_the_notice_holds_the_checkpoint(
+    tmp_path: Path, size: int, notice: str, job: str, saves: tuple[bool, bool]
+) -> None:
+    write_trace(tmp_path / "t" / "a.json", [2] * 12)
+    path = tmp_path / "s.toml"
+    path.write_text(FULL_OFFERINGS.format(size=size, notice=notice, job=job))
+    s = load_scenario(path)
+    p = prepare(s, build_timeline(path, s, None), s.jobs[0], str(path))
+    assert p.world.notice_saves == saves
+    # Policies are shown the same notices and the same promise of the job.
+    assert [o.notice_seconds for o in p.offerings] == [120, 90 if notice else 30]
+    assert p.spec.checkpoint.on_notice is (job == "")
+
+
+def test_reference_model_has_no_notice(tiny: Path) -> None:
+    s = load_scenario(tiny)
+    p = prepare(s, build_timeline(tiny, s, None), s.jobs[0], str(tiny))
+    assert p.world.notice_saves == (False,)
+    assert p.spec.checkpoint.on_notice is False
 
 
 def test_prepare_refuses_a_deadline_longer_than_the_traces(tmp_path: Path) -> None:

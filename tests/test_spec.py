@@ -89,6 +89,7 @@ def test_defaults() -> None:
     assert spec.checkpoint.uri is None
     assert spec.checkpoint.interval == "auto"
     assert spec.checkpoint.size_gb == 1.0
+    assert spec.checkpoint.on_notice is True
     assert spec.deadline is None
     assert spec.budget is None
     assert spec.notify.email == ()
@@ -271,6 +272,8 @@ BAD_CASES: list[tuple[str, str, str, str, int | None, str]] = [
     ("unknown-protocol", "[checkpoint]", '[checkpoint]\nuri = "s4://b/k"', "checkpoint.uri", 10,
      "unknown storage protocol 's4'"),
     ("on-end-not-bool", "[notify]", "[notify]\non_end = 1", "notify.on_end", 16,
+     "expected true or false"),
+    ("on-notice-not-bool", 'interval = "auto"', 'on_notice = "yes"', "checkpoint.on_notice", 10,
      "expected true or false"),
     ("empty-table", 'gpus = ["H100"]\ngpus_per_node = 8\nnodes = 1\n', "",
      "resources.gpus_per_node", None, "field required (table [resources] at line 4)"),
@@ -488,7 +491,7 @@ TABLES: dict[str, list[str]] = {
     "env": ["PATH", "HF_HOME", "1BAD", "a b"],
     "resources": ["gpus", "gpus_per_node", "nodes", "model_size_b", "min_gbps_per_gpu"],
     "market": ["type", "providers", "regions", "max_price_per_gpu_hour"],
-    "checkpoint": ["uri", "interval", "size_gb"],
+    "checkpoint": ["uri", "interval", "size_gb", "on_notice"],
     "deadline": ["compute_hours", "finish_by"],
     "budget": ["max_usd"],
     "notify": ["email", "on_end"],
@@ -633,6 +636,7 @@ def valid_docs(draw: st.DrawFn) -> dict[str, Any]:
     put(checkpoint, "uri", paths | st.sampled_from(["s3://b/k", "file:///x", "memory://m"]))
     put(checkpoint, "interval", durations)
     put(checkpoint, "size_gb", positive)
+    put(checkpoint, "on_notice", st.booleans())
     deadline: dict[str, Any] = {}
     put(deadline, "compute_hours", positive)
     put(deadline, "finish_by", aware)

@@ -18,6 +18,7 @@ from typing import Any
 
 from spotd.domain import Instance, LaunchRequest, Offering, Pool
 from spotd.errors import NotFoundError, ProviderError
+from spotd.facts import NOTICE_SECONDS as NOTICE_SECONDS_BY_KIND
 from spotd.interconnect import CATALOG, interconnect
 
 from .cache import TtlCache
@@ -31,7 +32,7 @@ from .settings import AwsSettings
 
 log = logging.getLogger(__name__)
 
-NOTICE_SECONDS = 120
+NOTICE_SECONDS = NOTICE_SECONDS_BY_KIND["aws"]
 """EC2 warns a spot instance two minutes before taking it back."""
 STATIC_TTL_SECONDS = 6 * 3600.0
 """How long zone offerings, GPU facts, zone ids and on-demand prices are kept."""

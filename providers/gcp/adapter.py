@@ -20,6 +20,7 @@ from google.cloud import compute_v1
 from spotd import interconnect
 from spotd.domain import Instance, LaunchRequest, Market, Offering, Pool
 from spotd.errors import NotFoundError, ProviderError, ProviderUnavailable
+from spotd.facts import NOTICE_SECONDS as NOTICE_SECONDS_BY_KIND
 
 from . import naming, resources
 from .clients import GcpClients, build_clients
@@ -30,7 +31,7 @@ from .settings import GcpSettings, region_of
 
 log = logging.getLogger(__name__)
 
-NOTICE_SECONDS = 30
+NOTICE_SECONDS = NOTICE_SECONDS_BY_KIND["gcp"]
 """Spot VMs get about 30 s between the preemption notice and the hard stop."""
 PREEMPTED_OPERATION = "compute.instances.preempted"
 WAIT_CALL_SECONDS = 150.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from spotd import interconnect
+from spotd import facts, interconnect
 from spotd.domain import Interconnect, Pool
 
 SIM_AWS = "sim-aws"
@@ -19,7 +19,7 @@ SIM_GCP = "sim-gcp"
 SIM_AZURE = "sim-azure"
 PROVIDERS = (SIM_AWS, SIM_GCP, SIM_AZURE)
 
-NOTICE_SECONDS = {SIM_AWS: 120, SIM_GCP: 30, SIM_AZURE: 30}
+NOTICE_SECONDS = {p: facts.NOTICE_SECONDS[facts.provider_kind(p)] for p in PROVIDERS}
 """Preemption notice per provider: AWS two minutes, GCP and Azure about 30 s."""
 
 _SPOT_SHARE_RANGE = (0.30, 0.45)

@@ -58,9 +58,11 @@ class _DeadlineAware:
         """Fix the offerings for this job and the safety margins in ticks."""
         self._zones = world.eligible if self.any_zone else (world.home,)
         self._od = world.best_on_demand(self._zones)
-        # A preemption may throw away up to one checkpoint interval of work; and an idle
-        # tick costs a whole tick of slack, so with d = 0 the margin is still one tick.
-        loss = (world.ckpt_every or 1) - 1
+        # A preemption may throw away up to one checkpoint interval of work (none where
+        # every zone's notice holds the job's checkpoint); and an idle tick costs a whole
+        # tick of slack, so with d = 0 the margin is still one tick.
+        saved = all(world.notice_saves[z] for z in self._zones)
+        loss = 0 if saved else (world.ckpt_every or 1) - 1
         self._margin = max(2 * world.changeover, world.changeover + 1) + loss
         self._spot_margin = world.changeover + loss
         self._locked = False

@@ -11,7 +11,8 @@ units, so the engine, the baselines and the exact DP of
   tick adds ``rate[z]`` progress units;
 - spot on ``z`` runs in a tick only where the trace has at least the job's
   nodes; when it drops, the instance is preempted and (full model) the
-  progress since the last checkpoint is lost;
+  progress since the last checkpoint is lost, unless the job's checkpoint on
+  the preemption notice fits in that offering's notice (``notice_saves``);
 - moving the checkpoint to another provider pays that provider's egress.
 """
 
@@ -40,6 +41,8 @@ class World:
     Costs are per tick for all nodes. ``ckpt_every`` is the number of
     productive ticks between checkpoints (None: nothing is ever lost, the
     reference model, where the changeover stands for lost progress too).
+    ``notice_saves[z]``: a preemption on offering ``z`` loses nothing, the job
+    checkpoints in the notice (full model; see :func:`spotd.checkpoints.saves_on_notice`).
     """
 
     avail: BoolArray
@@ -54,6 +57,7 @@ class World:
     window: int
     changeover: int
     ckpt_every: int | None
+    notice_saves: tuple[bool, ...]
     home: int
     eligible: tuple[int, ...]
     compute_hours: float
@@ -152,10 +156,12 @@ class RunState:
         return self.world.window - self.t - math.ceil((self.world.need - self.progress) / rate)
 
     def preempt(self) -> None:
-        """The spot instance is gone: lose what was not checkpointed."""
+        """The spot instance is gone: lose what was not checkpointed (nothing where the
+        checkpoint written on the notice fits in it)."""
         self.preemptions += 1
-        self.progress -= self.since_units
-        self.lost += self.since_ticks
+        if not self.world.notice_saves[self.world.offering(self.mode)]:
+            self.progress -= self.since_units
+            self.lost += self.since_ticks
         self._leave()
 
     def _leave(self) -> None:

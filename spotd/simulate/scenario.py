@@ -86,6 +86,8 @@ class OfferingEntry(_Model):
     on_demand_price: Positive | None = None
     efficiency: Annotated[float, Gt(0), Le(1)] | None = None
     """Share of peak throughput a multi-node job gets here; defaults from the fabric."""
+    notice_seconds: Annotated[int, Ge(0)] | None = None
+    """Seconds of preemption notice; defaults to the provider's (AWS 120, GCP and Azure 30)."""
 
     @property
     def label(self) -> str:
@@ -111,6 +113,9 @@ class JobEntry(_Model):
     checkpoint_gb: NonNegative = 0.0
     checkpoint_interval_hours: Positive = 1.0
     """Full model: progress since the last checkpoint is lost on a preemption."""
+    checkpoint_on_notice: bool = Field(default=True, strict=True)
+    """Full model: the job checkpoints on the preemption notice, so where that write fits
+    in the offering's notice a preemption loses nothing."""
     starts: Annotated[int, Ge(1)] = 100
     seed: int = 0
 

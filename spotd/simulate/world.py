@@ -14,8 +14,14 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
+from spotd.checkpoints import saves_on_notice
 from spotd.domain import Interconnect, Offering, Pool
-from spotd.facts import FABRIC_EFFICIENCY, REFERENCE_FABRIC_EFFICIENCY
+from spotd.facts import (
+    FABRIC_EFFICIENCY,
+    NOTICE_SECONDS,
+    REFERENCE_FABRIC_EFFICIENCY,
+    provider_kind,
+)
 from spotd.interconnect import facts, interconnect
 from spotd.policies.filters import min_gbps_per_gpu
 from spotd.simulate.model import World
@@ -58,7 +64,14 @@ def _offering(entry: OfferingEntry, spot: float, od: float) -> Offering:
         ),
         spot_price=spot,
         on_demand_price=od,
+        notice_seconds=_notice(entry),
     )
+
+
+def _notice(entry: OfferingEntry) -> int:
+    if entry.notice_seconds is not None:
+        return entry.notice_seconds
+    return NOTICE_SECONDS.get(provider_kind(entry.provider), 0)
 
 
 def _spec(job: JobEntry, offerings: list[Offering], gpus_per_node: int) -> JobSpec:
@@ -74,7 +87,9 @@ def _spec(job: JobEntry, offerings: list[Offering], gpus_per_node: int) -> JobSp
             min_gbps_per_gpu=job.min_gbps_per_gpu,
         ),
         market=MarketSpec(type=MarketMode.AUTO),
-        checkpoint=CheckpointSpec(size_gb=max(job.checkpoint_gb, 0.001)),
+        checkpoint=CheckpointSpec(
+            size_gb=max(job.checkpoint_gb, 0.001), on_notice=job.checkpoint_on_notice
+        ),
         deadline=DeadlineSpec(compute_hours=job.compute_hours),
     )
 
@@ -143,6 +158,7 @@ def prepare(scenario: Scenario, timeline: Timeline, job: JobEntry, source: str, 
         window=window,
         changeover=changeover,
         ckpt_every=max(1, round(job.checkpoint_interval_hours / g)) if full else None,
+        notice_saves=tuple(full and saves_on_notice(spec, o.notice_seconds) for o in offerings),
         home=home,
         eligible=eligible,
         compute_hours=job.compute_hours,
@@ -173,12 +189,15 @@ def _policy_view(spec: JobSpec, job: JobEntry, full: bool) -> JobSpec:
 
     In the reference model a gang is priced and timed as one unit at every
     fabric (the paper's setting), so policies see a one-node job: they would
-    otherwise slow it down for a fabric the world does not charge for. In
-    the full model they see the checkpoint interval the world uses.
+    otherwise slow it down for a fabric the world does not charge for; and
+    preemptions come without notice (the changeover stands for all they
+    cost), so the job does not checkpoint on one. In the full model they see
+    the checkpoint interval the world uses.
     """
     if not full:
         resources = spec.resources.model_copy(update={"nodes": 1, "min_gbps_per_gpu": None})
-        return spec.model_copy(update={"resources": resources})
+        checkpoint = spec.checkpoint.model_copy(update={"on_notice": False})
+        return spec.model_copy(update={"resources": resources, "checkpoint": checkpoint})
     interval = timedelta(hours=job.checkpoint_interval_hours)
     checkpoint = spec.checkpoint.model_copy(update={"interval": interval})
     return spec.model_copy(update={"checkpoint": checkpoint})
