@@ -11,6 +11,7 @@ next on a grid of :data:`SERIES_STEP`, make the pool's capacity series.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -21,6 +22,9 @@ from spotd.domain import Market, Pool, PricePoint
 MIN_SAMPLES = 6
 SERIES_STEP = timedelta(minutes=5)
 """Grid of the capacity series: about one price poll."""
+RECENT_POOLS = 64
+"""Pools whose last read samples are kept, so a deadline job's capacity series, asked for
+right after its rates, does not read the history again (a bound, not every pool's)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +47,8 @@ class HistoryStats:
         self._cache: dict[Pool, _Seen] = {}
         # Only deadline plans read series: they are built on demand, apart.
         self._series: dict[Pool, tuple[float, CapacitySeries | None]] = {}
+        # One read of a pool's history serves both its rates and its series.
+        self._recent: OrderedDict[Pool, tuple[float, list[PricePoint]]] = OrderedDict()
 
     def at(self, now: datetime) -> HistoryStats:
         """The same statistics, as of ``now`` (the cache is kept)."""
@@ -57,7 +63,7 @@ class HistoryStats:
 
     def capacity_series(self, pool: Pool) -> CapacitySeries | None:
         hit = self._series.get(pool)
-        if hit is not None and time.monotonic() - hit[0] < self._ttl:
+        if hit is not None and not self._stale(hit[0]):
             return hit[1]
         points = self._points(pool)
         series = None
@@ -69,18 +75,29 @@ class HistoryStats:
 
     def _get(self, pool: Pool) -> _Seen:
         hit = self._cache.get(pool)
-        if hit is not None and time.monotonic() - hit.at < self._ttl:
+        if hit is not None and not self._stale(hit.at):
             return hit
         seen = _Seen(time.monotonic(), *summarise(self._points(pool)))
         self._cache[pool] = seen
         return seen
 
+    def _stale(self, at: float) -> bool:
+        return time.monotonic() - at >= self._ttl
+
     def _points(self, pool: Pool) -> list[PricePoint]:
-        return [
+        hit = self._recent.get(pool)
+        if hit is not None and not self._stale(hit[0]):
+            return hit[1]
+        points = [
             p
             for p in self._store.price_history(pool, since=self._now - self._window)
             if p.market is Market.SPOT and p.capacity is not None
         ]
+        self._recent[pool] = (time.monotonic(), points)
+        self._recent.move_to_end(pool)
+        while len(self._recent) > RECENT_POOLS:
+            self._recent.popitem(last=False)
+        return points
 
 
 def summarise(points: list[PricePoint]) -> tuple[float | None, float | None]:

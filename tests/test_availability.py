@@ -90,3 +90,29 @@ def test_history_stats_give_the_capacity_series(store: SqlStore) -> None:
     assert stats.availability(POOL) == pytest.approx(15 / 19)
     other = Pool("aws", "us-east-1", "us-east-1b", "p5.48xlarge")
     assert stats.capacity_series(other) is None
+
+
+def test_history_stats_read_a_pool_once_for_its_rates_and_its_series(store: SqlStore) -> None:
+    """A deadline job asks for a pool's rates, then its capacity series: one read."""
+    for i, capacity in enumerate([1.0] * 8 + [0.0] * 2):
+        store.record_prices([offering(capacity)], at=T0 + SERIES_STEP * i)
+    reads: list[Pool] = []
+    real = store.price_history
+
+    def counted(pool: Pool, **kw: object) -> object:
+        reads.append(pool)
+        return real(pool, **kw)  # type: ignore[arg-type]
+
+    store.price_history = counted  # type: ignore[method-assign]
+    stats = HistoryStats(store, now=T0 + SERIES_STEP * 9, window=timedelta(days=7))
+    assert stats.availability(POOL) == pytest.approx(0.8)
+    series = stats.capacity_series(POOL)
+    assert series is not None and series.up.sum() == 8
+    assert stats.preemptions_per_hour(POOL) is not None
+    assert reads == [POOL]
+    # Past the cache period, the pool is read again.
+    expired = HistoryStats(store, now=T0 + SERIES_STEP * 9, window=timedelta(days=7),
+                           ttl_seconds=0.0)
+    expired.availability(POOL)
+    expired.capacity_series(POOL)
+    assert reads == [POOL] * 3
