@@ -14,8 +14,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from spotd.simulate.cli import COLUMNS, job_title, table_rows
-from spotd.simulate.runner import run_scenario
+from spotd.simulate.omniscient import OMNISCIENT
+from spotd.simulate.runner import JobReport, run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,7 +32,25 @@ def tables(path: Path, policies: list[str], traces: Path | None) -> str:
         out.append("| " + " | ".join(COLUMNS) + " |")
         out.append("|" + "---|" * len(COLUMNS))
         out.extend("| " + " | ".join(row) + " |" for row in table_rows(job))
+        out.append(f"\n{_goal(job)}")
     return "\n".join(out)
+
+
+def _goal(job: JobReport) -> str:
+    """Issue 5's goal for a product policy on this job, and what choosing, for every start
+    point with hindsight, the cheapest of the online policies that ran would reach."""
+    od = job.runs[0].costs
+    norm = {run.name: run.costs / od for run in job.runs}
+    optimum = float(norm.pop(OMNISCIENT).mean())
+    baselines = {n: float(c.mean()) for n, c in norm.items() if n.startswith(("greedy", "up-"))}
+    best = min(baselines, key=baselines.__getitem__)
+    target = optimum + (baselines[best] - optimum) / 2
+    hindsight = float(np.min(np.stack(list(norm.values())), axis=0).mean())
+    return (
+        f"Goal: mean <= {target:.3f} (half of {best}'s gap to the optimum {optimum:.3f}). "
+        f"The cheapest of the {len(norm)} online policies above, picked per start point "
+        f"with hindsight: {hindsight:.3f}."
+    )
 
 
 def main() -> None:
