@@ -373,3 +373,16 @@ def test_spot_that_only_pays_when_the_notice_saves_the_work(
     ctx = PlacementContext("j6", spec, START, stats=stats, changeover_hours=0.1)
     choice = BalancedPolicy().place(ctx, offers).choice
     assert choice is not None and choice.market is market
+
+
+def test_a_step_is_kept_in_hand_where_a_preemption_loses_no_work() -> None:
+    """4 h of work in 5 h, changeovers of 0.3 h, spot that loses nothing to a preemption
+    (the notice's checkpoint): with exactly a changeover of slack left a preemption would
+    still leave time to restart, but only to the step, so the plan leaves spot there;
+    with a step more it rides on."""
+    model = deadline.memoryless(1.0, 3.0, up_hours=5.0, down_hours=1.0)
+    plan = deadline.plan(model, 4.0, 5.0, 0.3, lost_hours=0.0)
+    assert plan.step_hours == pytest.approx(0.1)
+    # One hour in: lag 0.7 h leaves 0.3 h of slack, lag 0.6 h leaves 0.4 h.
+    assert plan.action(1.0, 0.3, SPOT, True, age_hours=0.5) is OD
+    assert plan.action(1.0, 0.4, SPOT, True, age_hours=0.5) is SPOT
