@@ -1,6 +1,7 @@
 """Run every shipped scenario and print Markdown result tables (for docs/benchmarks.md).
 
 Usage: python benchmarks/simulate_scenarios.py [--policy NAME ...] [--traces DIR] [--workers N]
+       [--hindsight-stats]
 
 Scenarios run in parallel processes (one per core by default); every scenario
 is deterministic, so the tables do not depend on how many run at once.
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spotd.simulate.adapter import HINDSIGHT
 from spotd.simulate.cli import COLUMNS, job_title, table_rows
 from spotd.simulate.omniscient import OMNISCIENT
 from spotd.simulate.runner import JobReport, run_scenario
@@ -23,9 +25,9 @@ from spotd.simulate.runner import JobReport, run_scenario
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def tables(path: Path, policies: list[str], traces: Path | None) -> str:
+def tables(path: Path, policies: list[str], traces: Path | None, hindsight: bool) -> str:
     """One scenario's Markdown tables, one per job."""
-    report = run_scenario(path, policies, traces=traces)
+    report = run_scenario(path, policies, traces=traces, hindsight=hindsight)
     out = []
     for job in report.jobs:
         out.append(f"\n{job_title(report, job)} ({job.seconds:.1f} s)\n")
@@ -44,11 +46,15 @@ def _goal(job: JobReport) -> str:
     best = min((n for n in means if n.startswith(("greedy", "up-"))), key=means.__getitem__)
     target = optimum + (means[best] - optimum) / 2
     od = job.runs[0].costs  # every cost is normalised by on-demand only, which runs first
-    online = [run.costs / od for run in job.runs if run.name != OMNISCIENT]
+    online = [
+        run.costs / od for run in job.runs
+        if run.name != OMNISCIENT and not run.name.endswith(HINDSIGHT)
+    ]
     hindsight = float(np.min(np.stack(online), axis=0).mean())
     return (
         f"Goal: mean <= {target:.3f} (half of {best}'s gap to the optimum {optimum:.3f}). "
-        f"The cheapest of the {len(online)} online policies above, picked per start point "
+        f"The cheapest of the {len(online)} online policies above that see only the past, "
+        f"picked per start point "
         f"with hindsight: {hindsight:.3f}."
     )
 
@@ -59,6 +65,8 @@ def main() -> None:
     parser.add_argument("--policy", action="append", default=[])
     parser.add_argument("--traces", type=Path, default=None)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--hindsight-stats", action="store_true",
+                        help="also replay each policy on the whole trace's statistics")
     args = parser.parse_args()
     began = time.perf_counter()
     paths = sorted((ROOT / "scenarios").glob("*.toml"))
@@ -66,7 +74,7 @@ def main() -> None:
     # small ones fill in behind them.
     order = sorted(paths, key=lambda p: -p.stat().st_size)
     with ProcessPoolExecutor(max_workers=max(1, min(args.workers, len(paths)))) as pool:
-        futures = {p: pool.submit(tables, p, args.policy, args.traces) for p in order}
+        futures = {p: pool.submit(tables, p, args.policy, args.traces, args.hindsight_stats) for p in order}
         for path in paths:
             print(futures[path].result())
     print(f"\ntotal {time.perf_counter() - began:.1f} s")

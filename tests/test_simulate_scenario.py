@@ -279,6 +279,19 @@ def test_cli_json_and_plots(tiny: Path, tmp_path: Path) -> None:
     assert sorted(p.name for p in plots.iterdir()) == ["tiny-j-costs.png", "tiny-j-timeline.png"]
 
 
+def test_cli_replays_policies_on_hindsight_statistics_too(tiny: Path) -> None:
+    result = CliRunner().invoke(app, [
+        "--scenario", str(tiny), "--json", "--starts", "3", "--policy", "balanced",
+        "--hindsight-stats",
+    ])
+    assert result.exit_code == 0, result.output
+    policies = json.loads(result.stdout)["jobs"][0]["policies"]
+    assert {"policy:balanced", "policy:balanced (hindsight stats)"} <= set(policies)
+    for name in ("policy:balanced", "policy:balanced (hindsight stats)"):
+        assert len(policies[name]["results"]) == 3
+        assert policies[name]["metrics"]["misses"] == 0
+
+
 @pytest.mark.parametrize("args", [["--policy", "no-such-policy"], []])
 def test_cli_errors_exit_1_without_traceback(tiny: Path, args: list[str]) -> None:
     if not args:

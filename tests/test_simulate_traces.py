@@ -182,6 +182,33 @@ def test_trace_stats_count_the_past_only() -> None:
     assert recent.start == EPOCH + timedelta(hours=2)
 
 
+def test_trace_stats_with_hindsight_see_the_whole_trace_and_keep_the_present() -> None:
+    rng = np.random.default_rng(7)
+    avail = rng.random((1, 52)) < 0.6  # 52 hourly ticks: 2 whole days and 4 hours
+    pool = Pool("aws", "r", "z", "t")
+    history = TraceHistory(avail, tick_hours=1.0, hindsight=True)
+    assert history.whole_days == 48
+    stats = TraceStats(history, {pool: 0}, tick=10)
+    series = stats.capacity_series(pool)
+    assert series is not None
+    # The future up to the last whole day, moved back two days, then the past to now.
+    assert series.up.tolist() == avail[0, 11:48].tolist() + avail[0, :11].tolist()
+    assert series.start == EPOCH - timedelta(hours=37)
+    assert series.up[-1] == avail[0, 10]  # the present is still the present
+    for i in range(37):  # every moved sample keeps its hour of day
+        moved = series.start + timedelta(hours=i)
+        assert moved.hour == (EPOCH + timedelta(hours=11 + i)).hour
+    ups = int(avail.sum())
+    drops = int((avail[0, :-1] & ~avail[0, 1:]).sum())
+    assert stats.availability(pool) == pytest.approx(ups / 52)
+    assert stats.preemptions_per_hour(pool) == pytest.approx(drops / ups)
+    late = TraceStats(history, {pool: 0}, tick=50).capacity_series(pool)
+    assert late is not None and late.start == EPOCH
+    assert late.up.tolist() == avail[0, :51].tolist()
+    plain = TraceStats(TraceHistory(avail, tick_hours=1.0), {pool: 0}, tick=10)
+    assert plain.availability(pool) == pytest.approx(int(avail[0, :11].sum()) / 11)
+
+
 def test_shipped_scenarios_load_and_find_their_traces() -> None:
     files = sorted(SCENARIOS.glob("*.toml"))
     assert len(files) >= 4

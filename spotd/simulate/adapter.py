@@ -7,12 +7,19 @@ for the job's nodes, and a :class:`~spotd.domain.PlacementContext` whose
 like the engine applies a move: the place it runs now keeps running, another
 place is a new start (changeover paid), no choice is idle.
 
+With ``hindsight`` the stats cover the whole trace instead, its future too
+(the present still the present): the policy plans on the market's true
+statistics, though not on what happens next. Against the plain run it shows
+what better estimates of the market could buy, as the omniscient optimum
+shows what knowing the future would.
+
 Offerings are built once per job (two variants each, with and without
 capacity) so a tick only picks from them.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from datetime import timedelta
 
@@ -27,10 +34,12 @@ from spotd.simulate.model import IDLE, RunState, World
 from spotd.simulate.world import EPOCH, Prepared
 from spotd.spec import DeadlineSpec, JobSpec
 
-__all__ = ["MIN_HISTORY_HOURS", "PolicyAdapter", "TraceHistory", "TraceStats"]
+__all__ = ["HINDSIGHT", "MIN_HISTORY_HOURS", "PolicyAdapter", "TraceHistory", "TraceStats"]
 
 MIN_HISTORY_HOURS = 1.0
 """Below this much observed time (or time up, for preemption rates) stats say None."""
+HINDSIGHT = " (hindsight stats)"
+"""Suffix of the name of a policy replayed with the whole trace's statistics."""
 
 IntArray = npt.NDArray[np.int64]
 
@@ -39,11 +48,17 @@ class TraceHistory:
     """Prefix counts of a timeline: ticks up and drops (up -> down) per offering.
 
     Entry ``[z, i]`` counts ticks ``0..i`` only, so anything read at tick ``i``
-    depends on the past and the present alone, never on the future.
+    depends on the past and the present alone, never on the future, unless
+    ``hindsight`` asks for the whole trace's statistics.
     """
 
     def __init__(
-        self, avail: npt.NDArray[np.bool_], tick_hours: float, window: int | None = None
+        self,
+        avail: npt.NDArray[np.bool_],
+        tick_hours: float,
+        window: int | None = None,
+        *,
+        hindsight: bool = False,
     ) -> None:
         self.avail = avail
         up = avail.astype(np.int64)
@@ -54,6 +69,11 @@ class TraceHistory:
         self.tick_hours = tick_hours
         self.window = window
         """Ticks of capacity series shown (None: everything so far)."""
+        self.hindsight = hindsight
+        """Stats of the whole trace, future included (see :meth:`TraceStats.capacity_series`)."""
+        days = math.floor(avail.shape[1] * tick_hours / 24 + 1e-9)
+        self.whole_days = round(days * 24 / tick_hours)
+        """Ticks in the trace's whole days: the future is moved back by this many."""
 
 
 class TraceStats:
@@ -66,30 +86,46 @@ class TraceStats:
         self._index = index
         self._tick = tick
 
+    @property
+    def _counted(self) -> int:
+        """The last tick the counts cover: this one, or with hindsight the trace's last."""
+        return self._history.up.shape[1] - 1 if self._history.hindsight else self._tick
+
     def availability(self, pool: Pool) -> float | None:
         """Share of the ticks so far in which the pool could hold the job."""
         z = self._index.get(pool)
-        seen = self._tick + 1
+        seen = self._counted + 1
         if z is None or seen * self._history.tick_hours < MIN_HISTORY_HOURS:
             return None
-        return float(self._history.up[z, self._tick]) / seen
+        return float(self._history.up[z, self._counted]) / seen
 
     def preemptions_per_hour(self, pool: Pool) -> float | None:
         """Drops of capacity per hour that capacity was up, so far."""
         z = self._index.get(pool)
         if z is None:
             return None
-        up_hours = float(self._history.up[z, self._tick]) * self._history.tick_hours
+        up_hours = float(self._history.up[z, self._counted]) * self._history.tick_hours
         if up_hours < MIN_HISTORY_HOURS:
             return None
-        return float(self._history.drops[z, self._tick]) / up_hours
+        return float(self._history.drops[z, self._counted]) / up_hours
 
     def capacity_series(self, pool: Pool) -> CapacitySeries | None:
-        """The trace of the pool up to this tick, over the last ``window`` ticks at most."""
+        """The trace of the pool up to this tick, over the last ``window`` ticks at most.
+
+        With hindsight, the trace's future within its whole days comes first,
+        moved back by those days so each sample keeps its hour of day, then the
+        past up to this tick: every spell the trace holds, ending in the present.
+        """
         z = self._index.get(pool)
         if z is None:
             return None
         history = self._history
+        if history.hindsight:
+            now = self._tick + 1
+            ahead = history.avail[z, now : history.whole_days]
+            start = EPOCH - timedelta(hours=ahead.shape[0] * history.tick_hours)
+            return CapacitySeries(start, history.tick_hours, np.concatenate(
+                (ahead, history.avail[z, :now])))
         first = 0 if history.window is None else max(0, self._tick + 1 - history.window)
         start = EPOCH + timedelta(hours=first * history.tick_hours)
         return CapacitySeries(start, history.tick_hours, history.avail[z, first : self._tick + 1])
@@ -98,15 +134,17 @@ class TraceStats:
 class PolicyAdapter:
     """Runs any :class:`~spotd.contracts.Policy` as a simulator policy."""
 
-    def __init__(self, policy: Policy, prepared: Prepared) -> None:
+    def __init__(self, policy: Policy, prepared: Prepared, *, hindsight: bool = False) -> None:
         self.policy = policy
-        self.name = f"policy:{policy.name}"
+        self.name = f"policy:{policy.name}{HINDSIGHT if hindsight else ''}"
         self._prepared = prepared
         world = prepared.world
         self._up = [replace(o, capacity=1.0) for o in prepared.offerings]
         self._down = [replace(o, capacity=0.0) for o in prepared.offerings]
         self._index = {o.pool: z for z, o in enumerate(prepared.offerings)}
-        self._history = TraceHistory(world.avail, world.tick_hours)
+        self._history = TraceHistory(world.avail, world.tick_hours, hindsight=hindsight)
+        # Its own job ids: a policy object replayed both ways keeps two sets of plans.
+        self._job = f"sim-{prepared.job.name}{'-hindsight' if hindsight else ''}"
         self._tick = timedelta(hours=world.tick_hours)
         self._spec: JobSpec = prepared.spec
         self._start = 0
@@ -129,7 +167,7 @@ class PolicyAdapter:
             current = offerings[w.offering(state.mode)].pool
             market = Market.SPOT if state.on_spot else Market.ON_DEMAND
         ctx = PlacementContext(
-            job_id=f"sim-{self._prepared.job.name}-{self._start}",
+            job_id=f"{self._job}-{self._start}",
             spec=self._spec,
             now=EPOCH + self._tick * tick,
             spent_usd=state.cost,

@@ -50,6 +50,11 @@ StartsOpt = Annotated[
     int | None, typer.Option("--starts", min=1, help="Start points per job (overrides "
                              "the scenario).", show_default=False)
 ]
+HindsightOpt = Annotated[
+    bool, typer.Option("--hindsight-stats", help="Also replay each --policy shown the whole "
+                       "trace's statistics, future included: what a better market model "
+                       "could buy.")
+]
 SeedOpt = Annotated[
     int | None, typer.Option("--seed", help="Seed of the start points (overrides the "
                              "scenario).", show_default=False)
@@ -102,11 +107,15 @@ def simulate(
     plot: PlotOpt = None,
     starts: StartsOpt = None,
     seed: SeedOpt = None,
+    hindsight_stats: HindsightOpt = False,
 ) -> None:
     """Replay spot availability traces under baselines and policies; report costs."""
     err = Console(stderr=True)
     try:
-        report = run_scenario(scenario, policy or [], traces=traces, starts=starts, seed=seed)
+        report = run_scenario(
+            scenario, policy or [], traces=traces, starts=starts, seed=seed,
+            hindsight=hindsight_stats,
+        )
         if plot is not None:
             from spotd.simulate.plots import plot_report
 

@@ -56,12 +56,17 @@ def _simulate(policy: SimPolicy, prepared: Prepared) -> PolicyRun:
     return PolicyRun(policy.name, np.array([o.cost for o in outs]), outs)
 
 
-def run_job(prepared: Prepared, policies: Sequence[Policy] = ()) -> JobReport:
-    """Replay one prepared job under the baselines, ``policies`` and the omniscient DP."""
+def run_job(
+    prepared: Prepared, policies: Sequence[Policy] = (), *, hindsight: bool = False
+) -> JobReport:
+    """Replay one prepared job under the baselines, ``policies`` and the omniscient DP;
+    with ``hindsight``, ``policies`` again shown the whole trace's statistics."""
     began = time.perf_counter()
     world, starts = prepared.world, prepared.starts
     sims: list[SimPolicy] = [*baselines_for(world)]
     sims += [PolicyAdapter(p, prepared) for p in policies]
+    if hindsight:
+        sims += [PolicyAdapter(p, prepared, hindsight=True) for p in policies]
     runs = [_simulate(p, prepared) for p in sims]
     opt = np.concatenate([
         omniscient_costs(world, starts[i : i + _DP_CHUNK])
@@ -80,18 +85,25 @@ def run_scenario(
     traces: Path | None = None,
     starts: int | None = None,
     seed: int | None = None,
+    hindsight: bool = False,
 ) -> ScenarioReport:
     """Load ``path`` and its traces, then run every job.
 
     ``policies`` are product policies, by entry-point name or as objects;
-    ``starts`` and ``seed`` override every job's own.
+    ``starts`` and ``seed`` override every job's own; ``hindsight`` replays the
+    policies a second time on the whole trace's statistics (see
+    :class:`~spotd.simulate.adapter.PolicyAdapter`).
     """
     began = time.perf_counter()
     scenario = load_scenario(path)
     loaded = [load_policy(p) if isinstance(p, str) else p for p in policies]
     timeline = build_timeline(path, scenario, traces)
     jobs = tuple(
-        run_job(prepare(scenario, timeline, job, str(path), starts=starts, seed=seed), loaded)
+        run_job(
+            prepare(scenario, timeline, job, str(path), starts=starts, seed=seed),
+            loaded,
+            hindsight=hindsight,
+        )
         for job in scenario.jobs
     )
     return ScenarioReport(path, scenario, jobs, time.perf_counter() - began)
