@@ -10,12 +10,10 @@ next on a grid of :data:`SERIES_STEP`, make the pool's capacity series.
 
 from __future__ import annotations
 
-import time
-from collections import OrderedDict
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from spotd.availability import CapacitySeries, resample
+from spotd.cache import TtlCache
 from spotd.contracts import Store
 from spotd.domain import Market, Pool, PricePoint
 
@@ -27,13 +25,6 @@ RECENT_POOLS = 64
 right after its rates, does not read the history again (a bound, not every pool's)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Seen:
-    at: float
-    availability: float | None
-    preemptions_per_hour: float | None
-
-
 class HistoryStats:
     """:class:`~spotd.domain.PoolStats` over the last ``window`` of price history."""
 
@@ -43,12 +34,13 @@ class HistoryStats:
         self._store = store
         self._now = now
         self._window = window
-        self._ttl = ttl_seconds
-        self._cache: dict[Pool, _Seen] = {}
+        self._rates: TtlCache[Pool, tuple[float | None, float | None]] = TtlCache(ttl_seconds)
         # Only deadline plans read series: they are built on demand, apart.
-        self._series: dict[Pool, tuple[float, CapacitySeries | None]] = {}
+        self._series: TtlCache[Pool, CapacitySeries | None] = TtlCache(ttl_seconds)
         # One read of a pool's history serves both its rates and its series.
-        self._recent: OrderedDict[Pool, tuple[float, list[PricePoint]]] = OrderedDict()
+        self._recent: TtlCache[Pool, list[PricePoint]] = TtlCache(
+            ttl_seconds, max_items=RECENT_POOLS
+        )
 
     def at(self, now: datetime) -> HistoryStats:
         """The same statistics, as of ``now`` (the cache is kept)."""
@@ -56,48 +48,30 @@ class HistoryStats:
         return self
 
     def availability(self, pool: Pool) -> float | None:
-        return self._get(pool).availability
+        return self._rates.get_or_load(pool, lambda: summarise(self._points(pool)))[0]
 
     def preemptions_per_hour(self, pool: Pool) -> float | None:
-        return self._get(pool).preemptions_per_hour
+        return self._rates.get_or_load(pool, lambda: summarise(self._points(pool)))[1]
 
     def capacity_series(self, pool: Pool) -> CapacitySeries | None:
-        hit = self._series.get(pool)
-        if hit is not None and not self._stale(hit[0]):
-            return hit[1]
+        return self._series.get_or_load(pool, lambda: self._build_series(pool))
+
+    def _build_series(self, pool: Pool) -> CapacitySeries | None:
         points = self._points(pool)
-        series = None
-        if len(points) >= MIN_SAMPLES:
-            samples = [(p.at, (p.capacity or 0.0) > 0) for p in points]
-            series = resample(samples, SERIES_STEP, max(self._now, points[-1].at))
-        self._series[pool] = (time.monotonic(), series)
-        return series
-
-    def _get(self, pool: Pool) -> _Seen:
-        hit = self._cache.get(pool)
-        if hit is not None and not self._stale(hit.at):
-            return hit
-        seen = _Seen(time.monotonic(), *summarise(self._points(pool)))
-        self._cache[pool] = seen
-        return seen
-
-    def _stale(self, at: float) -> bool:
-        return time.monotonic() - at >= self._ttl
+        if len(points) < MIN_SAMPLES:
+            return None
+        samples = [(p.at, (p.capacity or 0.0) > 0) for p in points]
+        return resample(samples, SERIES_STEP, max(self._now, points[-1].at))
 
     def _points(self, pool: Pool) -> list[PricePoint]:
-        hit = self._recent.get(pool)
-        if hit is not None and not self._stale(hit[0]):
-            return hit[1]
-        points = [
+        return self._recent.get_or_load(pool, lambda: self._read(pool))
+
+    def _read(self, pool: Pool) -> list[PricePoint]:
+        return [
             p
             for p in self._store.price_history(pool, since=self._now - self._window)
             if p.market is Market.SPOT and p.capacity is not None
         ]
-        self._recent[pool] = (time.monotonic(), points)
-        self._recent.move_to_end(pool)
-        while len(self._recent) > RECENT_POOLS:
-            self._recent.popitem(last=False)
-        return points
 
 
 def summarise(points: list[PricePoint]) -> tuple[float | None, float | None]:

@@ -16,12 +16,12 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from spotd.cache import TtlCache
 from spotd.domain import Instance, LaunchRequest, Offering, Pool
 from spotd.errors import NotFoundError, ProviderError
 from spotd.facts import NOTICE_SECONDS as NOTICE_SECONDS_BY_KIND
 from spotd.interconnect import CATALOG, interconnect
 
-from .cache import TtlCache
 from .capacity import placement_scores
 from .catalog import GpuType, gpu_types, zone_ids, zones_offering
 from .clients import AwsClients

@@ -14,7 +14,6 @@ price is used and a warning logged.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from spotd.cache import TtlCache
 from spotd.errors import ProviderError, ProviderUnavailable
 
 from .errors import PROVIDER, map_azure_errors
@@ -116,28 +116,21 @@ class RetailPrices:
     ) -> None:
         self._base = base_url.rstrip("/")
         self._http = http or httpx.Client(timeout=TIMEOUT_SECONDS)
-        self._cache_seconds = cache_seconds
-        self._clock = clock
-        self._cache: dict[tuple[str, str], tuple[float, PricePair]] = {}
-        self._lock = threading.Lock()
+        self._cache: TtlCache[tuple[str, str], PricePair] = TtlCache(cache_seconds, clock)
 
     def prices(self, region: str, size: str) -> PricePair:
         """Prices of ``size`` in ``region``, from the cache when under an hour old."""
         key = (region.lower(), size.lower())
-        with self._lock:
-            cached = self._cache.get(key)
-        if cached is not None and self._clock() - cached[0] < self._cache_seconds:
-            return cached[1]
         try:
-            fresh = pick_prices(self._rows(region, size), region, size)
+            return self._cache.get_or_load(
+                key, lambda: pick_prices(self._rows(region, size), region, size)
+            )
         except ProviderError as exc:
-            if cached is None:
+            last = self._cache.last(key)
+            if last is None:
                 raise
             log.warning("azure prices of %s in %s: %s; using the last known", size, region, exc)
-            return cached[1]
-        with self._lock:
-            self._cache[key] = (self._clock(), fresh)
-        return fresh
+            return last
 
     def close(self) -> None:
         """Close the HTTP connections."""

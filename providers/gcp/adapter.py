@@ -18,6 +18,7 @@ from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from spotd import interconnect
+from spotd.cache import TtlCache
 from spotd.domain import Instance, LaunchRequest, Market, Offering, Pool
 from spotd.errors import NotFoundError, ProviderError, ProviderUnavailable
 from spotd.facts import NOTICE_SECONDS as NOTICE_SECONDS_BY_KIND
@@ -39,21 +40,6 @@ WAIT_CALL_SECONDS = 150.0
 SEEN_LIMIT = 4096
 
 StartupScript = Callable[[LaunchRequest], str]
-
-
-class _Cached:
-    """A value and when it was fetched (monotonic seconds)."""
-
-    def __init__(self, ttl_seconds: float) -> None:
-        self.ttl = ttl_seconds
-        self.value: Any = None
-        self.at = float("-inf")
-
-    def fresh(self, now: float) -> bool:
-        return self.value is not None and now - self.at < self.ttl
-
-    def put(self, value: Any, now: float) -> None:
-        self.value, self.at = value, now
 
 
 class GcpProvider:
@@ -81,8 +67,13 @@ class GcpProvider:
         self._built = clients
         self._lock = threading.Lock()
         self._monotonic = monotonic
-        self._catalog = _Cached(settings.catalog_ttl_hours * 3600)
-        self._machines = _Cached(settings.machine_types_ttl_hours * 3600)
+        # One key each: the catalog and the zones' machine types are read whole.
+        self._catalog: TtlCache[str, PriceBook] = TtlCache(
+            settings.catalog_ttl_hours * 3600, monotonic
+        )
+        self._machines: TtlCache[str, dict[str, list[MachineShape]]] = TtlCache(
+            settings.machine_types_ttl_hours * 3600, monotonic
+        )
         self._seen: dict[str, Instance] = {}
         self._timeout = settings.request_timeout_seconds
 
@@ -214,10 +205,9 @@ class GcpProvider:
         )
 
     def _zone_shapes(self) -> dict[str, list[MachineShape]]:
-        now = self._monotonic()
-        if self._machines.fresh(now):
-            cached: dict[str, list[MachineShape]] = self._machines.value
-            return cached
+        return self._machines.get_or_load(PROVIDER, self._read_zone_shapes)
+
+    def _read_zone_shapes(self) -> dict[str, list[MachineShape]]:
         clients = self._clients()
         wanted = wanted_types(self._settings.machine_types)
         shapes: dict[str, list[MachineShape]] = {}
@@ -226,7 +216,6 @@ class GcpProvider:
                 shapes[zone] = self._shapes_in(clients, zone, wanted)
             except NotFoundError:
                 log.warning("gcp: zone %s not found in project: skipped", zone)
-        self._machines.put(shapes, now)
         return shapes
 
     def _shapes_in(
@@ -240,28 +229,24 @@ class GcpProvider:
         return sorted((s for s in shapes if s is not None), key=lambda s: s.name)
 
     def _price_book(self) -> PriceBook:
-        now = self._monotonic()
-        if self._catalog.fresh(now):
-            cached: PriceBook = self._catalog.value
-            return cached
         try:
-            with map_gcp_errors("reading the Cloud Billing catalog"):
-                pages = self._clients().catalog.list_skus(
-                    request=list_skus_request(), retry=None, timeout=self._timeout
-                )
-                book = PriceBook(pages)
+            return self._catalog.get_or_load(PROVIDER, self._read_price_book)
         except ProviderError as exc:
-            if self._catalog.value is None:
+            stale = self._catalog.last(PROVIDER)
+            if stale is None:
                 raise
             # A stale catalog beats none: prices change rarely, offerings stay usable.
             log.warning("gcp: catalog refresh failed (%s); keeping the old prices", exc.code)
-            stale: PriceBook = self._catalog.value
             return stale
-        self._catalog.put(book, now)
+
+    def _read_price_book(self) -> PriceBook:
+        with map_gcp_errors("reading the Cloud Billing catalog"):
+            pages = self._clients().catalog.list_skus(
+                request=list_skus_request(), retry=None, timeout=self._timeout
+            )
+            book = PriceBook(pages)
         log.info("gcp: catalog read, %d prices", len(book))
         return book
-
-    # -- launch ----------------------------------------------------------------
 
     def _check(self, request: LaunchRequest) -> None:
         pool = request.offering.pool
