@@ -74,7 +74,10 @@ def main() -> None:
     # small ones fill in behind them.
     order = sorted(paths, key=lambda p: -p.stat().st_size)
     with ProcessPoolExecutor(max_workers=max(1, min(args.workers, len(paths)))) as pool:
-        futures = {p: pool.submit(tables, p, args.policy, args.traces, args.hindsight_stats) for p in order}
+        futures = {
+            p: pool.submit(tables, p, args.policy, args.traces, args.hindsight_stats)
+            for p in order
+        }
         for path in paths:
             print(futures[path].result())
     print(f"\ntotal {time.perf_counter() - began:.1f} s")

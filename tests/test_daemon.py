@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 import spotd.examples
+
 from spotd.config import load_settings
 from spotd.domain import JobRecord
 from spotd.states import JobStatus
@@ -73,7 +73,7 @@ class Setup:
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [sys.executable, "-m", "spotd", *args, "--config", str(self.config)],
-            capture_output=True, text=True, timeout=60,
+            capture_output=True, text=True, timeout=60, check=False,
             env={**os.environ, "COLUMNS": "200"},
         )
         if check:
@@ -162,7 +162,8 @@ def assert_clean_finish(setup: Setup, store: SqlStore, job_id: str) -> None:
     job = store.get_job(job_id)
     assert job.status is JobStatus.SUCCEEDED, store.events(job_id)
     attempts = store.attempts(job_id)
-    tokens = [line.split()[0] for line in (setup.root / "sim" / "launches.log").read_text().splitlines()]
+    launches = (setup.root / "sim" / "launches.log").read_text().splitlines()
+    tokens = [line.split()[0] for line in launches]
     for attempt in attempts:
         assert tokens.count(attempt.client_token) <= attempt.nodes, "launched twice"
     owned = {i for a in attempts for i in a.instance_ids}
@@ -204,7 +205,9 @@ def test_cli_against_a_running_daemon(tmp_path: Path) -> None:
     daemon = Daemon(setup)
     try:
         bad = setup.root / "bad.toml"
-        bad.write_text('name = "x"\ncommand = ["true"]\n[resources]\ngpus = ["A100"]\ngpus_per_node = -2\n')
+        bad.write_text(
+            'name = "x"\ncommand = ["true"]\n[resources]\ngpus = ["A100"]\ngpus_per_node = -2\n'
+        )
         result = setup.cli("submit", str(bad), check=False)
         assert result.returncode == 2
         assert "bad.toml" in result.stderr and "resources.gpus_per_node" in result.stderr

@@ -1,4 +1,4 @@
-"""Deadline control: the planner (policies/deadline.py) and its market model (policies/availability.py)."""
+"""Deadline control: the planner (policies/deadline.py), its market (policies/availability.py)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from spotd.policies import availability, deadline
+from spotd.policies.balanced import BalancedPolicy
 
 from spotd.availability import CapacitySeries
 from spotd.domain import Fabric, Interconnect, Market, Offering, PlacementContext, Pool
-from spotd.policies import availability, deadline
-from spotd.policies.balanced import BalancedPolicy
 from spotd.spec import BudgetSpec, JobSpec
 
 IDLE, OD, SPOT = deadline.Action.IDLE, deadline.Action.ON_DEMAND, deadline.Action.SPOT
@@ -140,7 +140,7 @@ def _heavy_tailed_law(rng: random.Random, mean: float, n: int) -> deadline.Spell
     seed=st.integers(0, 2**31),
 )
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_plan_never_misses_a_feasible_deadline(  # noqa: PLR0917 - hypothesis draws
+def test_plan_never_misses_a_feasible_deadline(
     up_mean: float, down_mean: float, work: float, slack: float, heavy: bool, seed: int
 ) -> None:
     """Follow the plan on a random market drawn from its own model: always done in time.

@@ -221,7 +221,9 @@ def specs(draw: st.DrawFn) -> JobSpec:
 @pytest.mark.parametrize("policy", POLICIES)
 @given(market=offerings(), spec=specs())
 @settings(max_examples=150, deadline=None)
-def test_choice_passes_every_hard_filter(policy: type, market: list[Offering], spec: JobSpec) -> None:
+def test_choice_passes_every_hard_filter(
+    policy: type, market: list[Offering], spec: JobSpec
+) -> None:
     c = ctx(spec)
     decision = policy().place(c, market)
     if decision.choice is not None:
@@ -315,7 +317,10 @@ def cloud_market(tmp_path_factory: pytest.TempPathFactory) -> list[Offering]:
 def test_cloud_fakes_70b_never_below_800(cloud_market: list[Offering]) -> None:
     spec = job(resources={"gpus": ["H100", "H200", "B200"], "nodes": 4, "model_size_b": 70})
     decision = BalancedPolicy().place(ctx(spec), cloud_market)
-    h100 = [c for c in decision.candidates if c.offering.gpu == "H100" and c.offering.gpus_per_node == 8]
+    h100 = [
+        c for c in decision.candidates
+        if c.offering.gpu == "H100" and c.offering.gpus_per_node == 8
+    ]
     assert h100, "the fakes offer 8x H100 nodes"
     assert decision.choice is None or decision.choice.offering.interconnect.gbps_per_gpu >= 800
     for c in h100:

@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harnesses import ErrorKind
-
-from spotd.domain import Market, Offering
 from spotd.providers.sim import SimProvider, build_sim_providers
+
+from harnesses import ErrorKind
+from spotd.domain import Market, Offering
 
 
 class SimHarness:
