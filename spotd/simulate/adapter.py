@@ -112,9 +112,10 @@ class TraceStats:
     def capacity_series(self, pool: Pool) -> CapacitySeries | None:
         """The trace of the pool up to this tick, over the last ``window`` ticks at most.
 
-        With hindsight, the trace's future within its whole days comes first,
-        moved back by those days so each sample keeps its hour of day, then the
-        past up to this tick: every spell the trace holds, ending in the present.
+        With hindsight (``window`` not applied), the trace's future within its
+        whole days comes first, moved back by those days so each sample keeps its
+        hour of day, then the past up to this tick: every spell the trace holds,
+        ending in the present.
         """
         z = self._index.get(pool)
         if z is None:
