@@ -108,8 +108,14 @@ def main() -> None:
     args.add_argument("--offerings", type=int, default=20_000)
     args.add_argument("--ticks", type=int, default=20)
     opts = args.parse_args()
+    # The database and checkpoint folders (tens of MB) go when the run ends.
+    with tempfile.TemporaryDirectory(prefix="spotd-scale-") as tmp:
+        run(opts, Path(tmp))
+
+
+def run(opts: argparse.Namespace, folder: Path) -> None:
+    """Submit the jobs, place them all, then time the steady passes."""
     rng = random.Random(7)  # noqa: S311 - a seeded, repeatable workload, not a secret
-    folder = Path(tempfile.mkdtemp(prefix="spotd-scale-"))
     store = open_store(f"sqlite:///{folder / 'spotd.db'}")
     providers = {
         name: MemoryProvider(name, offs) for name, offs in market(opts.offerings, rng).items()
@@ -152,6 +158,7 @@ def main() -> None:
         f"p50 {statistics.median(times):.3f} s, p99 {p99:.3f} s ({opts.ticks} passes)"
     )
     print(f"resident memory: {rss_mib():.0f} MiB (python {sys.version.split()[0]})")
+    store.close()
 
 
 if __name__ == "__main__":
