@@ -286,8 +286,8 @@ def test_cli_replays_policies_on_hindsight_statistics_too(tiny: Path) -> None:
     ])
     assert result.exit_code == 0, result.output
     policies = json.loads(result.stdout)["jobs"][0]["policies"]
-    assert {"policy:balanced", "policy:balanced (hindsight stats)"} <= set(policies)
-    for name in ("policy:balanced", "policy:balanced (hindsight stats)"):
+    assert {"policy:balanced", "policy:balanced+hindsight"} <= set(policies)
+    for name in ("policy:balanced", "policy:balanced+hindsight"):
         assert len(policies[name]["results"]) == 3
         assert policies[name]["metrics"]["misses"] == 0
 

@@ -38,7 +38,7 @@ __all__ = ["HINDSIGHT", "MIN_HISTORY_HOURS", "PolicyAdapter", "TraceHistory", "T
 
 MIN_HISTORY_HOURS = 1.0
 """Below this much observed time (or time up, for preemption rates) stats say None."""
-HINDSIGHT = " (hindsight stats)"
+HINDSIGHT = "+hindsight"
 """Suffix of the name of a policy replayed with the whole trace's statistics."""
 
 IntArray = npt.NDArray[np.int64]
