@@ -248,6 +248,8 @@ class GcpProvider:
         log.info("gcp: catalog read, %d prices", len(book))
         return book
 
+    # -- launch ----------------------------------------------------------------
+
     def _check(self, request: LaunchRequest) -> None:
         pool = request.offering.pool
         problem = None
