@@ -102,12 +102,16 @@ class BalancedPolicy:
         assert ctx.spec.deadline is not None and ctx.spec.deadline.finish_by is not None
         left = (ctx.spec.deadline.finish_by - ctx.now).total_seconds() / 3600
         od = _in_time(ctx, offerings, od, left)
-        pools = _spot_pools(ctx, offerings)
+        # Screened once: the pools' histories below, and the plan's spot terms when none is up.
+        usable_spot = _spot_offerings(ctx, offerings)
+        pools = [o.pool for o in usable_spot]
         if not spot and not pools:
             return _prefer_current(ctx, od)
         running = _running(ctx)
         series = _series(ctx, pools)
-        solved = self._plan_for(ctx, offerings, series, spot=spot, od=od, left=left)
+        solved = self._plan_for(
+            ctx, offerings, series, spot=spot, od=od, left=left, usable_spot=usable_spot
+        )
         # Work in hours of the fastest on-demand: the fallback the nets lean on.
         work = costmodel.remaining_hours(ctx) * solved.scale
         # Uniform Progress rule 4, as a net under the plan.
@@ -146,6 +150,7 @@ class BalancedPolicy:
         spot: list[Candidate],
         od: list[Candidate],
         left: float,
+        usable_spot: list[Offering],
     ) -> _Solved:
         old = self._plans.get(ctx.job_id)
         if old is not None and _covers(old, ctx) and ctx.now - old.checked < REMODEL:
@@ -158,7 +163,7 @@ class BalancedPolicy:
             ctx, offerings, Market.ON_DEMAND, expected_cost(ctx), speed=_speed(ctx), start=od
         )
         work = (fastest or od[0]).breakdown["work_hours"]
-        spot_price, spot_hours, notice = _spot_terms(ctx, offerings, spot)
+        spot_price, spot_hours, notice = _spot_terms(ctx, spot, usable_spot)
         model = availability.spot_model(
             list(series.values()),
             spot_price=spot_price,
@@ -354,10 +359,6 @@ def _spot_offerings(ctx: PlacementContext, offerings: OfferingIndex) -> list[Off
     return found
 
 
-def _spot_pools(ctx: PlacementContext, offerings: OfferingIndex) -> list[Pool]:
-    return [o.pool for o in _spot_offerings(ctx, offerings)]
-
-
 def _series(ctx: PlacementContext, pools: list[Pool]) -> dict[Pool, CapacitySeries]:
     """The capacity history of every pool that has one."""
     if ctx.stats is None:
@@ -367,15 +368,16 @@ def _series(ctx: PlacementContext, pools: list[Pool]) -> dict[Pool, CapacitySeri
 
 
 def _spot_terms(
-    ctx: PlacementContext, offerings: OfferingIndex, spot: list[Candidate]
+    ctx: PlacementContext, spot: list[Candidate], usable: list[Offering]
 ) -> tuple[float, float, float]:
     """(price per hour, work hours, notice seconds) of the spot the plan assumes: the best
-    one up now, else the one of median price among those the job could use."""
+    one up now, else the one of median price among those the job could use (``usable``,
+    from :func:`_spot_offerings`)."""
     if spot:
         best = spot[0]
         return best.price_per_hour, best.breakdown["work_hours"], best.offering.notice_seconds
     found = sorted(
-        ((costmodel.estimate(ctx, o, Market.SPOT), o) for o in _spot_offerings(ctx, offerings)),
+        ((costmodel.estimate(ctx, o, Market.SPOT), o) for o in usable),
         key=lambda e: e[0].price_per_hour,
     )
     if not found:
