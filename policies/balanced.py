@@ -38,6 +38,7 @@ from spotd.policies.base import (
 )
 from spotd.policies.filters import Screen, markets_for
 
+from spotd import progress
 from spotd.availability import CapacitySeries
 from spotd.checkpoints import checkpoint_interval, saves_on_notice
 from spotd.domain import Candidate, Decision, Market, Offering, PlacementContext, Pool
@@ -248,7 +249,7 @@ def _with_hysteresis(ctx: PlacementContext, usable: list[Candidate]) -> Candidat
 
 def _speed(ctx: PlacementContext) -> Callable[[Offering], float]:
     """Work an hour on an offering does, relative to the reference (fabric and GPU)."""
-    return lambda off: costmodel.efficiency(ctx.spec, off) * costmodel.speed(ctx.spec, off)
+    return lambda off: progress.efficiency(ctx.spec, off) * progress.speed(ctx.spec, off)
 
 
 def _interval(ctx: PlacementContext, solved: _Solved) -> float:
@@ -342,7 +343,7 @@ def _lower_bound(ctx: PlacementContext) -> LowerBound:
     nodes = ctx.spec.resources.nodes
 
     def bound(off: Offering, market: Market) -> float:
-        return (off.price(market) or 0.0) * nodes * work / costmodel.speed(ctx.spec, off)
+        return (off.price(market) or 0.0) * nodes * work / progress.speed(ctx.spec, off)
 
     return bound
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from spotd import facts
 from spotd.checkpoints import checkpoint_interval, checkpoint_write_hours, saves_on_notice
 from spotd.domain import Market, Offering, PlacementContext
-from spotd.spec import JobSpec
+from spotd.progress import relative_efficiency, speed
 
 HOPELESS_FACTOR = 20.0
 """Stretch assigned to a pool preempted faster than the job can make progress."""
@@ -88,18 +88,6 @@ def remaining_hours(ctx: PlacementContext) -> float:
     return max(0.0, deadline.compute_hours - ctx.done_hours)
 
 
-def efficiency(spec: JobSpec, off: Offering) -> float:
-    """Share of peak a run reaches on the offering's fabric; 1 for one node."""
-    if spec.resources.nodes <= 1:
-        return 1.0
-    return facts.FABRIC_EFFICIENCY[off.interconnect.fabric]
-
-
-def speed(spec: JobSpec, off: Offering) -> float:
-    """GPU speed relative to the job's first-listed GPU model (its reference)."""
-    return facts.gpu_speed(off.gpu) / facts.gpu_speed(spec.resources.gpus[0])
-
-
 def preemption_rate(ctx: PlacementContext, off: Offering, market: Market) -> float:
     """Expected preemptions per hour of a running node in this pool."""
     if market is Market.ON_DEMAND:
@@ -141,9 +129,7 @@ def migration(ctx: PlacementContext, off: Offering) -> tuple[float, float]:
 def estimate(ctx: PlacementContext, off: Offering, market: Market) -> Estimate:
     """Expected hours and cost to finish the job on ``off`` bought in ``market``."""
     spec = ctx.spec
-    eff = efficiency(spec, off) / (
-        facts.REFERENCE_FABRIC_EFFICIENCY if spec.resources.nodes > 1 else 1.0
-    )
+    eff = relative_efficiency(spec, off)
     gpu = speed(spec, off)
     work = remaining_hours(ctx) / (eff * gpu)
     rate = preemption_rate(ctx, off, market)

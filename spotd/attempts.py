@@ -1,4 +1,6 @@
-"""What a job's attempts say: its cost, its progress, the pools to avoid, its open attempt.
+"""What a job's attempts say: its cost, the pools to avoid, its open attempt.
+
+Its progress is counted in :mod:`spotd.progress`.
 
 Pure functions over attempt records (and agent reports), used by the engine
 and by anything else that needs the same answers (views, reports).
@@ -10,10 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from spotd.checkpoints import checkpoint_interval
 from spotd.domain import AttemptEnd, AttemptRecord, Instance, InstanceReport, InstanceState, Pool
-from spotd.facts import DEFAULT_PREEMPTIONS_PER_HOUR as DEFAULT_RATE
-from spotd.spec import JobSpec
 
 # Attempt ends that say something about the pool, so it is avoided for a while.
 POOL_TROUBLE = frozenset(
@@ -24,26 +23,6 @@ POOL_TROUBLE = frozenset(
 def job_cost(attempts: Sequence[AttemptRecord], now: datetime) -> float:
     """What the job's attempts cost so far, open ones up to ``now``."""
     return sum(a.cost_usd(until=now) for a in attempts)
-
-
-def done_hours(spec: JobSpec, attempts: Sequence[AttemptRecord], now: datetime) -> float:
-    """Compute hours behind the job, as far as the daemon can tell.
-
-    Hours its attempts ran, less, for every attempt that ended early, the
-    half checkpoint interval a preemption loses on average: an estimate
-    that errs on the side of less progress, so deadlines are kept.
-    """
-    ran = 0.0
-    for a in attempts:
-        if a.running_at is None:
-            continue
-        end = a.ended_at or now
-        ran += max(0.0, (end - a.running_at).total_seconds() / 3600)
-        if a.end_reason in POOL_TROUBLE:
-            ran -= checkpoint_interval(spec, DEFAULT_RATE) / 2
-    total = spec.deadline.compute_hours if spec.deadline else None
-    ran = max(0.0, ran)
-    return min(ran, total) if total is not None else ran
 
 
 def cooldowns(

@@ -164,6 +164,12 @@ class NewAttempt:
     nodes: int
     price_per_node_hour: float
     resume_from: str | None
+    work_per_hour: float | None = None
+    """Reference compute hours one running hour here does (:mod:`spotd.progress`)."""
+    checkpoint_interval_hours: float | None = None
+    """The checkpoint interval the job is told to keep here."""
+    saves_on_notice: bool | None = None
+    """Whether the job's checkpoint fits in this offering's preemption notice."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +198,13 @@ class AttemptRecord:
     running_at: datetime | None
     ended_at: datetime | None
     end_reason: AttemptEnd | None
+    work_per_hour: float | None = None
+    """Reference compute hours one running hour does (:mod:`spotd.progress`); None on
+    attempts stored before spotd counted it, taken as 1."""
+    checkpoint_interval_hours: float | None = None
+    """The checkpoint interval the job was told; None on older attempts."""
+    saves_on_notice: bool | None = None
+    """Whether the job's checkpoint fits in the offering's preemption notice."""
 
     @property
     def open(self) -> bool:

@@ -17,14 +17,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from spotd import checkpoints
-from spotd.attempts import (
-    cooldowns,
-    done_hours,
-    job_cost,
-    open_attempt,
-    with_report,
-)
-from spotd.checkpoints import checkpoint_interval
+from spotd.attempts import cooldowns, job_cost, open_attempt, with_report
+from spotd.checkpoints import checkpoint_interval, saves_on_notice
 from spotd.contracts import Clock, Metered, Policy, Provider, Store
 from spotd.domain import (
     AttemptClose,
@@ -40,6 +34,7 @@ from spotd.domain import (
     NewAttempt,
     Offering,
     PlacementContext,
+    Pool,
 )
 from spotd.errors import (
     CapacityError,
@@ -54,6 +49,7 @@ from spotd.errors import (
 from spotd.facts import DEFAULT_PREEMPTIONS_PER_HOUR as DEFAULT_RATE
 from spotd.ledger import NodeUsage, record_ledger, usage_from_instances
 from spotd.market import MarketCache
+from spotd.progress import done_hours, work_per_hour
 from spotd.spec import JobSpec, deadline_controlled
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition, transition
 from spotd.stats import HistoryStats
@@ -256,12 +252,16 @@ class Engine:
             return
         choice = decision.choice
         latest = checkpoints.latest_complete(checkpoint_uri(job, self.settings))
+        interval = self._interval_hours(job.spec, choice.offering.pool, choice.market)
         new = NewAttempt(
             pool=choice.offering.pool,
             market=choice.market,
             nodes=choice.nodes,
             price_per_node_hour=choice.price_per_hour / choice.nodes,
             resume_from=latest.uri if latest else None,
+            work_per_hour=work_per_hour(job.spec, choice.offering, interval),
+            checkpoint_interval_hours=interval,
+            saves_on_notice=saves_on_notice(job.spec, choice.offering.notice_seconds),
         )
         detail = f"{choice.offering.pool} {choice.market} {choice.price_per_hour:.2f} USD/h"
         if latest is not None:
@@ -314,6 +314,9 @@ class Engine:
         )
 
     def _job_env(self, job: JobRecord, attempt: AttemptRecord) -> dict[str, str]:
+        interval = attempt.checkpoint_interval_hours
+        if interval is None:  # placed by a version that did not keep it
+            interval = self._interval_hours(job.spec, attempt.pool, attempt.market)
         env = dict(job.spec.env)
         env.update(
             SPOTD_JOB_ID=job.id,
@@ -321,21 +324,22 @@ class Engine:
             SPOTD_NUM_NODES=str(attempt.nodes),
             SPOTD_CHECKPOINT_URI=checkpoint_uri(job, self.settings),
             SPOTD_RESUME_FROM=attempt.resume_from or "",
-            SPOTD_CHECKPOINT_INTERVAL_SECONDS=str(round(self._interval_hours(job, attempt) * 3600)),
+            SPOTD_CHECKPOINT_INTERVAL_SECONDS=str(round(interval * 3600)),
         )
         return env
 
-    def _interval_hours(self, job: JobRecord, attempt: AttemptRecord) -> float:
+    def _interval_hours(self, spec: JobSpec, pool: Pool, market: Market) -> float:
         """The checkpoint interval the job should keep: its own, or Young's for this pool.
 
         The cost model priced the placement with this interval, so the job is
-        told it (it may ignore it).
+        told it (it may ignore it) and the attempt keeps it for the count of
+        progress.
         """
         rate = 0.0
-        if attempt.market is Market.SPOT:
-            observed = self.stats.at(self.clock.now()).preemptions_per_hour(attempt.pool)
+        if market is Market.SPOT:
+            observed = self.stats.at(self.clock.now()).preemptions_per_hour(pool)
             rate = observed if observed else DEFAULT_RATE
-        return checkpoint_interval(job.spec, rate)
+        return checkpoint_interval(spec, rate)
 
     # -- watching -------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from spotd.policies.filters import first_exclusion, over_budget
 from spotd.policies.on_demand import OnDemandPolicy
 from spotd.providers.sim import build_sim_providers
 
+from spotd import progress
 from spotd.domain import (
     Candidate,
     Fabric,
@@ -350,7 +351,7 @@ def test_fastest_usable_scores_only_what_is_faster(sim_market: list[Offering]) -
     index = OfferingIndex.of(sim_market)
 
     def speed(off: Offering) -> float:
-        return costmodel.efficiency(spec, off) * costmodel.speed(spec, off)
+        return progress.efficiency(spec, off) * progress.speed(spec, off)
 
     scored: list[Offering] = []
     score = expected_cost(here)

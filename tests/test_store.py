@@ -532,7 +532,7 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
     store = open_store(store_url)
     try:
-        assert schema_revision(store.engine) == "0003"
+        assert schema_revision(store.engine) == "0004"
         names = set(inspect(store.engine).get_table_names())
         assert {"jobs", "events", "attempts", "alembic_version"} <= names
         with store.engine.connect() as conn:
@@ -544,7 +544,7 @@ def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
 
     again = open_store(store_url)
     try:
-        assert schema_revision(again.engine) == "0003"
+        assert schema_revision(again.engine) == "0004"
         assert again.get_job(job.id).id == job.id
 
         downgrade_schema(again.engine, "base")
@@ -555,6 +555,40 @@ def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
         assert again.list_jobs() == []
     finally:
         again.close()
+
+
+def test_attempts_keep_their_work_rate_and_older_ones_survive_the_upgrade(
+    store_url: str,
+) -> None:
+    """0004 adds what an attempt does per hour; attempts from before read as None."""
+    store = open_store(store_url)
+    try:
+        old_job = store.create_job(make_spec(), now=T0)
+        downgrade_schema(store.engine, "0003")
+        with store.engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO attempts (job_id, seq, provider, region, zone, instance_type, market,"
+                " nodes, price_per_node_hour, client_token, instance_ids, started_at)"
+                " VALUES (:job, 1, 'aws', 'r', 'z', 't', 'spot', 1, 2.0, 'tok', '[]', :t)"
+            ), {"job": old_job.id, "t": T0})  # fmt: skip
+        upgrade_schema(store.engine)
+        assert schema_revision(store.engine) == "0004"
+        (old,) = store.attempts(old_job.id)
+        assert (old.client_token, old.work_per_hour, old.saves_on_notice) == ("tok", None, None)
+
+        job = store.create_job(make_spec(), now=T0)
+        placed = NewAttempt(
+            pool=POOL_A, market=Market.SPOT, nodes=1, price_per_node_hour=1.0,
+            resume_from=None, work_per_hour=0.7, checkpoint_interval_hours=0.4,
+            saves_on_notice=True,
+        )  # fmt: skip
+        move(store, job.id, JobStatus.PENDING, JobStatus.PROVISIONING, at(1), open_attempt=placed)
+        (mine,) = store.attempts(job.id)
+        assert (mine.work_per_hour, mine.checkpoint_interval_hours, mine.saves_on_notice) == (
+            0.7, 0.4, True,
+        )  # fmt: skip
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)

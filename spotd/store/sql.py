@@ -554,6 +554,9 @@ def _open_attempt(conn: Connection, job_id: str, new: NewAttempt, now: datetime)
             instance_ids="[]",
             resume_from=new.resume_from,
             started_at=now,
+            work_per_hour=new.work_per_hour,
+            checkpoint_interval_hours=new.checkpoint_interval_hours,
+            saves_on_notice=new.saves_on_notice,
         )
     )
 
@@ -615,4 +618,7 @@ def _attempt_record(row: Row[Any]) -> AttemptRecord:
         running_at=row.running_at,
         ended_at=row.ended_at,
         end_reason=AttemptEnd(row.end_reason) if row.end_reason is not None else None,
+        work_per_hour=row.work_per_hour,
+        checkpoint_interval_hours=row.checkpoint_interval_hours,
+        saves_on_notice=row.saves_on_notice,
     )

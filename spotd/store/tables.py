@@ -110,6 +110,9 @@ class AttemptRow(SQLModel, table=True):
     running_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
     ended_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
     end_reason: str | None = None
+    work_per_hour: float | None = None
+    checkpoint_interval_hours: float | None = None
+    saves_on_notice: bool | None = None
 
 
 class PriceRow(SQLModel, table=True):
