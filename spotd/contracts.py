@@ -138,11 +138,13 @@ class Store(Protocol):
         ...
 
     def set_attempt_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> None:
-        """Record the instances a launch returned."""
+        """Record the instances a launch returned; the job's ``version`` goes up."""
         ...
 
     def mark_attempt_running(self, attempt_id: int, *, at: datetime) -> None:
-        """Record when all nodes of the attempt started running the job."""
+        """Record when all nodes of the attempt started running the job (the first time
+        only; that write, like every change to a job or its attempts, bumps its
+        ``version``)."""
         ...
 
     def events(self, job_id: str) -> list[EventRecord]:

@@ -245,6 +245,9 @@ class JobRecord:
     updated_at: datetime
     owner: str | None = None
     lease_until: datetime | None = None
+    version: int = 0
+    """Counts every change to the job or its attempts: a reader holding the attempts
+    of an equal version holds the current ones."""
 
 
 @dataclass(frozen=True, slots=True)

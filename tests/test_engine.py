@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,8 +11,15 @@ import pytest
 from engine_support import FakeProvider, fast_settings, run_until, spec
 from spotd.policies.cheapest import CheapestPolicy
 
-from spotd.domain import AttemptEnd, InstanceState, Market
-from spotd.engine import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, Engine, EngineSettings
+from spotd.domain import AttemptEnd, AttemptRecord, InstanceState, Market
+from spotd.engine import (
+    MISSING_BEFORE_LOST,
+    TAG_ATTEMPT,
+    TAG_JOB,
+    TAG_OWNER,
+    Engine,
+    EngineSettings,
+)
 from spotd.errors import AuthError, CapacityError, ThrottledError
 from spotd.states import FailureCause, JobStatus, Transition, transition
 from spotd.store import open_store
@@ -417,3 +424,35 @@ def test_running_job_moves_when_the_saving_pays(tmp_path: Path) -> None:
         assert provider.states[first.instance_ids[0]] is InstanceState.TERMINATED
     finally:
         store.close()
+
+
+def test_steady_passes_reuse_attempts_and_see_changes_made_elsewhere(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    """The engine keeps attempts between passes by job version; a write by another
+    daemon or command bumps the version and is read on the next pass."""
+    eng, _ = fake
+    asked: list[list[str]] = []
+    read = eng.store.attempts_for
+
+    def counting(job_ids: Collection[str]) -> dict[str, list[AttemptRecord]]:
+        asked.append(sorted(job_ids))
+        return read(job_ids)
+
+    eng.store.attempts_for = counting  # type: ignore[method-assign]
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    eng.tick()
+    asked.clear()
+    for _ in range(3):
+        eng.tick()
+    assert asked == [], "nothing changed, nothing read"
+
+    (attempt,) = eng.store.attempts(job.id)
+    eng.store.set_attempt_instances(attempt.id, ["i-gone"])  # not a VM the provider knows
+    eng.tick()
+    assert asked == [[job.id]]
+    for _ in range(MISSING_BEFORE_LOST):
+        eng.tick()
+    (lost, *_) = eng.store.attempts(job.id)
+    assert lost.end_reason is AttemptEnd.LOST, "the pass acted on the new instance list"

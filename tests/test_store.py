@@ -399,11 +399,22 @@ def test_attempt_updates(store: SqlStore) -> None:
     job = store.create_job(make_spec(), now=T0)
     move(store, job.id, S.PENDING, S.PROVISIONING, at(0), open_attempt=new_attempt())
     attempt_id = store.attempts(job.id)[0].id
+    versions = [store.get_job(job.id).version]
+
+    def changed() -> bool:
+        versions.append(store.get_job(job.id).version)
+        return versions[-1] != versions[-2]
 
     store.set_attempt_instances(attempt_id, ["i-a"])
+    assert changed()
     store.set_attempt_instances(attempt_id, ["i-b", "i-c"])
+    assert changed()
     store.mark_attempt_running(attempt_id, at=at(2))
+    assert changed()
     store.mark_attempt_running(attempt_id, at=at(7))  # the first time stays
+    assert not changed()
+    store.claim_jobs("me", now=at(8), lease_seconds=60)
+    assert not changed(), "a lease renewal changes neither the job nor its attempts"
 
     [attempt] = store.attempts(job.id)
     assert (attempt.instance_ids, attempt.running_at) == (("i-b", "i-c"), at(2))

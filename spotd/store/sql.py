@@ -334,6 +334,7 @@ class SqlStore:
         with self._write() as conn:
             if conn.execute(change).rowcount == 0:
                 raise StoreError(f"no attempt {attempt_id}")
+            _count_change_of(conn, attempt_id)
 
     def mark_attempt_running(self, attempt_id: int, *, at: datetime) -> None:
         """Record when all nodes of the attempt started running the job.
@@ -349,6 +350,8 @@ class SqlStore:
         with self._write() as conn:
             if conn.execute(change).rowcount == 0:
                 _require_attempt(conn, attempt_id)
+            else:
+                _count_change_of(conn, attempt_id)
 
     def events(self, job_id: str) -> list[EventRecord]:
         """All events of a job in order."""
@@ -561,6 +564,13 @@ def _open_attempt(conn: Connection, job_id: str, new: NewAttempt, now: datetime)
     )
 
 
+def _count_change_of(conn: Connection, attempt_id: int) -> None:
+    """Bump the version of the attempt's job: readers that keep attempts between
+    reads (the engine) know them by it."""
+    owner = select(ATTEMPTS.c.job_id).where(ATTEMPTS.c.id == attempt_id).scalar_subquery()
+    conn.execute(update(JOBS).where(JOBS.c.id == owner).values(version=JOBS.c.version + 1))
+
+
 def _require_attempt(conn: Connection, attempt_id: int) -> None:
     if conn.execute(select(ATTEMPTS.c.id).where(ATTEMPTS.c.id == attempt_id)).first() is None:
         raise StoreError(f"no attempt {attempt_id}")
@@ -587,6 +597,7 @@ def _job_record(row: Row[Any]) -> JobRecord:
         updated_at=row.updated_at,
         owner=row.owner,
         lease_until=row.lease_until,
+        version=row.version,
     )
 
 
