@@ -21,8 +21,6 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from spotd.policies.balanced import BalancedPolicy
-
 from spotd.clock import WallClock
 from spotd.domain import (
     Fabric,
@@ -34,6 +32,7 @@ from spotd.domain import (
     Pool,
 )
 from spotd.engine import Engine, EngineSettings
+from spotd.policies.balanced import BalancedPolicy
 from spotd.spec import JobSpec
 from spotd.states import JobStatus
 from spotd.store import open_store

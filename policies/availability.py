@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from spotd.policies.deadline import SpellLaw, SpotModel
 
 from spotd import facts
 from spotd.availability import CapacitySeries, Spells, align, spells_of, trailing_run
+from spotd.policies.deadline import SpellLaw, SpotModel
 
 __all__ = ["down_age_hours", "residual_up_hours", "spot_model"]
 

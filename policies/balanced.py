@@ -27,6 +27,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
+from spotd import progress
+from spotd.availability import CapacitySeries
+from spotd.checkpoints import checkpoint_interval, saves_on_notice
+from spotd.domain import Candidate, Decision, Market, Offering, PlacementContext, Pool
+from spotd.market import OfferingIndex
 from spotd.policies import availability, costmodel, deadline
 from spotd.policies.base import (
     LowerBound,
@@ -37,12 +42,6 @@ from spotd.policies.base import (
     fastest_usable,
 )
 from spotd.policies.filters import Screen, markets_for
-
-from spotd import progress
-from spotd.availability import CapacitySeries
-from spotd.checkpoints import checkpoint_interval, saves_on_notice
-from spotd.domain import Candidate, Decision, Market, Offering, PlacementContext, Pool
-from spotd.market import OfferingIndex
 from spotd.spec import deadline_controlled
 
 HYSTERESIS = 0.05

@@ -14,11 +14,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from spotd.policies.costmodel import remaining_hours
-from spotd.policies.filters import Screen, over_budget
-
 from spotd.domain import Candidate, Decision, Market, Offering, PlacementContext
 from spotd.market import OfferingIndex
+from spotd.policies.costmodel import remaining_hours
+from spotd.policies.filters import Screen, over_budget
 
 Score = Callable[[Offering, Market], Candidate]
 LowerBound = Callable[[Offering, Market], float]

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from spotd.domain import Candidate, Decision, Market, Offering, PlacementContext
+from spotd.market import OfferingIndex
 from spotd.policies.base import Score, best_first, decide
 from spotd.policies.costmodel import remaining_hours
 from spotd.policies.filters import markets_for
-
-from spotd.domain import Candidate, Decision, Market, Offering, PlacementContext
-from spotd.market import OfferingIndex
 
 
 def price_only(ctx: PlacementContext) -> Score:

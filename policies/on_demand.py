@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from spotd.policies.balanced import place_by_expected_cost
-
 from spotd.domain import Decision, Market, Offering, PlacementContext
+from spotd.policies.balanced import place_by_expected_cost
 
 
 class OnDemandPolicy:

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import spotd.examples
 
+import spotd.examples
 from spotd.config import load_settings
 from spotd.domain import JobRecord
 from spotd.states import JobStatus

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from spotd.policies import availability, deadline
-from spotd.policies.balanced import BalancedPolicy
 
 from spotd.availability import CapacitySeries
 from spotd.domain import Fabric, Interconnect, Market, Offering, PlacementContext, Pool
+from spotd.policies import availability, deadline
+from spotd.policies.balanced import BalancedPolicy
 from spotd.spec import BudgetSpec, JobSpec
 
 IDLE, OD, SPOT = deadline.Action.IDLE, deadline.Action.ON_DEMAND, deadline.Action.SPOT

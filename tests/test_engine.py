@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from engine_support import FakeProvider, fast_settings, run_until, spec
-from spotd.policies.cheapest import CheapestPolicy
 
 from spotd.domain import AttemptEnd, AttemptRecord, InstanceState, Market
 from spotd.engine import (
@@ -21,6 +20,7 @@ from spotd.engine import (
     EngineSettings,
 )
 from spotd.errors import AuthError, CapacityError, ThrottledError
+from spotd.policies.cheapest import CheapestPolicy
 from spotd.states import FailureCause, JobStatus, Transition, transition
 from spotd.store import open_store
 from spotd.wiring import build_engine

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 from engine_support import fast_settings, run_until, spec
-from spotd.providers.sim import SimProvider
 
 from spotd.domain import (
     AttemptEnd,
@@ -30,6 +29,7 @@ from spotd.ledger import (
     record_ledger,
     totals,
 )
+from spotd.providers.sim import SimProvider
 from spotd.states import JobStatus
 from spotd.store import SqlStore, open_store
 from spotd.wiring import build_engine

@@ -14,7 +14,6 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
-from spotd.policies.balanced import BalancedPolicy
 from typer.testing import CliRunner
 
 from spotd.cli import app
@@ -24,6 +23,7 @@ from spotd.contracts import Provider
 from spotd.daemon import Daemon
 from spotd.engine import Engine, EngineSettings
 from spotd.market import MarketCache
+from spotd.policies.balanced import BalancedPolicy
 from spotd.store import open_store
 
 

@@ -10,13 +10,6 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from spotd.policies import costmodel
-from spotd.policies.balanced import BalancedPolicy, expected_cost
-from spotd.policies.base import every_usable, fastest_usable
-from spotd.policies.cheapest import CheapestPolicy
-from spotd.policies.filters import first_exclusion, over_budget
-from spotd.policies.on_demand import OnDemandPolicy
-from spotd.providers.sim import build_sim_providers
 
 from spotd import progress
 from spotd.domain import (
@@ -29,6 +22,13 @@ from spotd.domain import (
     Pool,
 )
 from spotd.market import OfferingIndex
+from spotd.policies import costmodel
+from spotd.policies.balanced import BalancedPolicy, expected_cost
+from spotd.policies.base import every_usable, fastest_usable
+from spotd.policies.cheapest import CheapestPolicy
+from spotd.policies.filters import first_exclusion, over_budget
+from spotd.policies.on_demand import OnDemandPolicy
+from spotd.providers.sim import build_sim_providers
 from spotd.spec import JobSpec
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

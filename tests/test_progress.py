@@ -10,7 +10,6 @@ import pytest
 from engine_support import FakeProvider, run_until
 from hypothesis import given
 from hypothesis import strategies as st
-from spotd.policies.cheapest import CheapestPolicy
 
 from spotd import facts
 from spotd.checkpoints import checkpoint_interval
@@ -24,6 +23,7 @@ from spotd.domain import (
     Pool,
 )
 from spotd.engine import Engine, EngineSettings
+from spotd.policies.cheapest import CheapestPolicy
 from spotd.progress import done_hours, lost_hours, work_per_hour
 from spotd.spec import JobSpec
 from spotd.states import JobStatus

@@ -38,15 +38,6 @@ from fakes.aws_fake import (
 )
 from moto import mock_aws
 from pydantic import ValidationError
-from spotd.providers.aws import AwsProvider, AwsSettings, build_aws_provider, map_aws_errors
-from spotd.providers.aws.errors import ERROR_CODES
-from spotd.providers.aws.instances import (
-    IDEMPOTENCY_TAG,
-    aws_client_token,
-    launch_params,
-    state_of,
-)
-from spotd.providers.aws.prices import parse_on_demand
 
 from spotd import interconnect as interconnect_module
 from spotd.domain import Fabric, InstanceState, LaunchRequest, Market, Offering, Pool
@@ -61,6 +52,15 @@ from spotd.errors import (
     ThrottledError,
 )
 from spotd.interconnect import CATALOG, UNKNOWN_NODE_GBPS
+from spotd.providers.aws import AwsProvider, AwsSettings, build_aws_provider, map_aws_errors
+from spotd.providers.aws.errors import ERROR_CODES
+from spotd.providers.aws.instances import (
+    IDEMPOTENCY_TAG,
+    aws_client_token,
+    launch_params,
+    state_of,
+)
+from spotd.providers.aws.prices import parse_on_demand
 
 EAST, WEST = "us-east-1", "us-west-2"
 

@@ -31,6 +31,18 @@ from fakes.azure_fake import (
 )
 from harnesses.azure import FAKE_TOKEN, FakeCredential, bootstrap, make_provider, settings_for
 from pydantic import ValidationError
+
+from spotd.domain import Fabric, InstanceState, LaunchRequest, Market, Offering, Pool
+from spotd.errors import (
+    AuthError,
+    CapacityError,
+    ConfigError,
+    NotFoundError,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaError,
+    ThrottledError,
+)
 from spotd.providers.azure import (
     AzureProvider,
     AzureSettings,
@@ -44,18 +56,6 @@ from spotd.providers.azure.offerings import offerings_of
 from spotd.providers.azure.prices import PricePair, price_filter
 from spotd.providers.azure.skus import SkuPlace
 from spotd.providers.azure.vms import vm_name
-
-from spotd.domain import Fabric, InstanceState, LaunchRequest, Market, Offering, Pool
-from spotd.errors import (
-    AuthError,
-    CapacityError,
-    ConfigError,
-    NotFoundError,
-    ProviderError,
-    ProviderUnavailable,
-    QuotaError,
-    ThrottledError,
-)
 
 H100 = "Standard_ND96isr_H100_v5"
 A100_1 = "Standard_NC24ads_A100_v4"

@@ -19,8 +19,6 @@ from google.api_core import exceptions as gexc
 from google.oauth2.credentials import Credentials
 from harnesses.gcp import bootstrap, provider_for, settings_for
 from pydantic import ValidationError
-from spotd.providers.gcp import GcpProvider, GcpSettings, build_gcp_provider, map_gcp_errors, naming
-from spotd.providers.gcp import errors as gcp_errors
 
 from spotd.domain import Fabric, InstanceState, LaunchRequest, Market, Offering
 from spotd.errors import (
@@ -32,6 +30,8 @@ from spotd.errors import (
     QuotaError,
     ThrottledError,
 )
+from spotd.providers.gcp import GcpProvider, GcpSettings, build_gcp_provider, map_gcp_errors, naming
+from spotd.providers.gcp import errors as gcp_errors
 
 SECRET = "ya29.NOT-A-REAL-TOKEN-but-secret-7f3a9c"
 

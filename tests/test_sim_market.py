@@ -7,6 +7,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
+from spotd.domain import Fabric, Pool
+from spotd.errors import ProviderError
 from spotd.providers.sim import (
     PROVIDERS,
     MarketConfig,
@@ -14,9 +17,6 @@ from spotd.providers.sim import (
     TraceError,
     catalog,
 )
-
-from spotd.domain import Fabric, Pool
-from spotd.errors import ProviderError
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 AWS_POOL = Pool("sim-aws", "us-east-1", "us-east-1a", "p3.2xlarge")

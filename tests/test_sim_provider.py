@@ -13,12 +13,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from spotd.providers.sim import SimClock, SimProvider, build_sim_providers
-from spotd.providers.sim.procs import signal_group
-from spotd.providers.sim.records import VmStatus
 
 from spotd.domain import Fabric, Instance, InstanceState, LaunchRequest, Market, Offering
 from spotd.errors import CapacityError
+from spotd.providers.sim import SimClock, SimProvider, build_sim_providers
+from spotd.providers.sim.procs import signal_group
+from spotd.providers.sim.records import VmStatus
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 PY = sys.executable

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import typer
-from spotd.providers.sim.trace import TraceError
 from typer.testing import CliRunner
 
 from spotd.errors import SpotdError
+from spotd.providers.sim.trace import TraceError
 from spotd.simulate.cli import simulate
 from spotd.simulate.scenario import ScenarioError, load_scenario
 from spotd.simulate.timeline import TRACES_ENV, TraceMissingError, build_timeline, resample

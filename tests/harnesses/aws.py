@@ -8,10 +8,10 @@ from pathlib import Path
 
 from fakes.aws_fake import FakeAws, aws_env, new_session
 from moto import mock_aws
-from spotd.providers.aws import AwsProvider, AwsSettings
 
 from harnesses import ErrorKind
 from spotd.domain import LaunchRequest, Market, Offering
+from spotd.providers.aws import AwsProvider, AwsSettings
 
 REGION = "us-east-1"
 

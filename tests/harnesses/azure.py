@@ -11,11 +11,11 @@ from typing import Any
 
 from azure.core.credentials import AccessToken
 from fakes.azure_fake import RESOURCE_GROUP, SUBSCRIPTION, FakeAzure
-from spotd.providers.azure import AzureProvider, AzureSettings, RetailPrices
-from spotd.providers.azure.clients import compute_client
 
 from harnesses import ErrorKind
 from spotd.domain import LaunchRequest, Market, Offering
+from spotd.providers.azure import AzureProvider, AzureSettings, RetailPrices
+from spotd.providers.azure.clients import compute_client
 
 FAKE_TOKEN = "fake-token-7c1d9e-never-log-me"
 

@@ -9,10 +9,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from spotd.providers.sim import SimProvider, build_sim_providers
-
 from harnesses import ErrorKind
 from spotd.domain import Market, Offering
+from spotd.providers.sim import SimProvider, build_sim_providers
 
 
 class SimHarness:
