@@ -24,6 +24,7 @@ from spotd import facts
 from spotd.checkpoints import checkpoint_interval, checkpoint_write_hours, saves_on_notice
 from spotd.domain import Market, Offering, PlacementContext
 from spotd.progress import relative_efficiency, speed
+from spotd.stats import expected_preemptions
 
 HOPELESS_FACTOR = 20.0
 """Stretch assigned to a pool preempted faster than the job can make progress."""
@@ -88,25 +89,17 @@ def remaining_hours(ctx: PlacementContext) -> float:
     return max(0.0, deadline.compute_hours - ctx.done_hours)
 
 
-def preemption_rate(ctx: PlacementContext, off: Offering, market: Market) -> float:
-    """Expected preemptions per hour of a running node in this pool."""
-    if market is Market.ON_DEMAND:
-        return 0.0
-    observed = ctx.stats.preemptions_per_hour(off.pool) if ctx.stats else None
-    if observed is not None:
-        return observed
-    # No history: the prior, raised when the provider's capacity signal is low.
-    capacity = 1.0 if off.capacity is None else max(0.05, off.capacity)
-    return facts.DEFAULT_PREEMPTIONS_PER_HOUR / capacity
-
-
 def stretched(
     work: float, rate: float, *, interval: float, write: float, restart: float, lost: float
 ) -> float:
-    """Expected wall hours for ``work`` hours under preemptions (Young's model), each
-    losing ``lost`` hours of work and the ``restart``."""
+    """Expected wall hours for ``work`` hours checkpointed every ``interval`` under
+    preemptions (Young's model), each losing ``lost`` hours of work and the ``restart``.
+
+    The writes cost time on every market: the job checkpoints on on-demand too,
+    and the daemon counts its progress net of them (:mod:`spotd.progress`).
+    """
     if rate <= 0:
-        return work
+        return work * (1 + write / interval)
     loss = rate * (lost + restart)
     if loss >= 1 - 1 / HOPELESS_FACTOR:
         return work * HOPELESS_FACTOR
@@ -132,7 +125,7 @@ def estimate(ctx: PlacementContext, off: Offering, market: Market) -> Estimate:
     eff = relative_efficiency(spec, off)
     gpu = speed(spec, off)
     work = remaining_hours(ctx) / (eff * gpu)
-    rate = preemption_rate(ctx, off, market)
+    rate = expected_preemptions(ctx.stats, off, market)
     interval = checkpoint_interval(spec, rate)
     lost = 0.0 if saves_on_notice(spec, off.notice_seconds) else interval / 2
     staying = ctx.current == off.pool and ctx.current_market is market

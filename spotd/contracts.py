@@ -143,7 +143,7 @@ class Store(Protocol):
 
     def mark_attempt_running(self, attempt_id: int, *, at: datetime) -> None:
         """Record when all nodes of the attempt started running the job (the first time
-        only; that write, like every change to a job or its attempts, bumps its
+        only; that write, like every change of a job's status or attempts, bumps its
         ``version``)."""
         ...
 

@@ -246,8 +246,8 @@ class JobRecord:
     owner: str | None = None
     lease_until: datetime | None = None
     version: int = 0
-    """Counts every change to the job or its attempts: a reader holding the attempts
-    of an equal version holds the current ones."""
+    """Counts every change of the job's status or attempts (not lease renewals): a
+    reader holding the attempts of an equal version holds the current ones."""
 
 
 @dataclass(frozen=True, slots=True)

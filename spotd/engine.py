@@ -34,7 +34,6 @@ from spotd.domain import (
     NewAttempt,
     Offering,
     PlacementContext,
-    Pool,
 )
 from spotd.errors import (
     CapacityError,
@@ -46,13 +45,12 @@ from spotd.errors import (
     SpotdError,
     StoreError,
 )
-from spotd.facts import DEFAULT_PREEMPTIONS_PER_HOUR as DEFAULT_RATE
 from spotd.ledger import NodeUsage, record_ledger, usage_from_instances
 from spotd.market import MarketCache
 from spotd.progress import done_hours, work_per_hour
 from spotd.spec import JobSpec, deadline_controlled
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition, transition
-from spotd.stats import HistoryStats
+from spotd.stats import HistoryStats, expected_preemptions
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +252,7 @@ class Engine:
             return
         choice = decision.choice
         latest = checkpoints.latest_complete(checkpoint_uri(job, self.settings))
-        interval = self._interval_hours(job.spec, choice.offering.pool, choice.market)
+        interval = self._interval_hours(job.spec, choice.offering, choice.market)
         new = NewAttempt(
             pool=choice.offering.pool,
             market=choice.market,
@@ -289,7 +287,7 @@ class Engine:
                 TAG_OWNER: self.settings.owner,
             },
             command=job.spec.command,
-            env=self._job_env(job, attempt),
+            env=self._job_env(job, attempt, offering),
             workdir=job.spec.workdir,
         )
         try:
@@ -315,10 +313,12 @@ class Engine:
             close=AttemptClose(attempt.id, reason),
         )
 
-    def _job_env(self, job: JobRecord, attempt: AttemptRecord) -> dict[str, str]:
+    def _job_env(
+        self, job: JobRecord, attempt: AttemptRecord, offering: Offering
+    ) -> dict[str, str]:
         interval = attempt.checkpoint_interval_hours
         if interval is None:  # placed by a version that did not keep it
-            interval = self._interval_hours(job.spec, attempt.pool, attempt.market)
+            interval = self._interval_hours(job.spec, offering, attempt.market)
         env = dict(job.spec.env)
         env.update(
             SPOTD_JOB_ID=job.id,
@@ -330,18 +330,15 @@ class Engine:
         )
         return env
 
-    def _interval_hours(self, spec: JobSpec, pool: Pool, market: Market) -> float:
+    def _interval_hours(self, spec: JobSpec, offering: Offering, market: Market) -> float:
         """The checkpoint interval the job should keep: its own, or Young's for this pool.
 
-        The cost model priced the placement with this interval, so the job is
-        told it (it may ignore it) and the attempt keeps it for the count of
-        progress.
+        The cost model priced the placement with this interval (same rate, same
+        statistics), so the job is told it (it may ignore it) and the attempt
+        keeps it for the count of progress.
         """
-        rate = 0.0
-        if market is Market.SPOT:
-            observed = self.stats.at(self.clock.now()).preemptions_per_hour(pool)
-            rate = observed if observed else DEFAULT_RATE
-        return checkpoint_interval(spec, rate)
+        stats = self.stats.at(self.clock.now())
+        return checkpoint_interval(spec, expected_preemptions(stats, offering, market))
 
     # -- watching -------------------------------------------------------------
 
@@ -627,7 +624,7 @@ class Engine:
         """The jobs' attempts: those kept from the last pass where the job's version
         is unchanged, the rest read in one query.
 
-        Every write to a job or its attempts bumps its version, whichever daemon
+        Every change of a job's status or attempts bumps its version, whichever daemon
         or command makes it, so an unchanged version means unchanged attempts.
         In a steady pass over 10,000 running jobs this skips most of the reading.
         """

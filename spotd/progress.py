@@ -24,14 +24,13 @@ from spotd.checkpoints import checkpoint_interval, checkpoint_write_hours
 from spotd.domain import AttemptEnd, AttemptRecord, Offering
 from spotd.spec import JobSpec
 
-STOPPED_WITH_NOTICE = frozenset({AttemptEnd.PREEMPTED, AttemptEnd.MIGRATED})
-"""Ends the job was told of (notice or SIGTERM), so it could checkpoint first."""
-
-STOPPED_EARLY = STOPPED_WITH_NOTICE | {
+STOPPED_EARLY = frozenset({
+    AttemptEnd.PREEMPTED,
+    AttemptEnd.MIGRATED,
     AttemptEnd.LOST,
     AttemptEnd.NO_CAPACITY,
     AttemptEnd.LAUNCH_FAILED,
-}
+})
 """Ends after which the job resumes from a checkpoint, so the work since it is lost."""
 
 
@@ -64,13 +63,15 @@ def lost_hours(spec: JobSpec, attempt: AttemptRecord) -> float:
     """Running hours of an ended attempt that its last checkpoint did not keep.
 
     Half the checkpoint interval on average, in the attempt's running hours;
-    nothing where the job was told it would stop and its checkpoint fits in
-    the time it was given. Attempts stored before spotd kept the interval are
-    taken to have used the default one and to have saved nothing on a notice.
+    nothing for a preemption whose notice has room for the checkpoint. A
+    migration is not spared: the engine stops the nodes, and the job gets only
+    the provider's shutdown grace, which no offering states. Attempts stored
+    before spotd kept the interval are taken to have used the default one and
+    to have saved nothing on a notice.
     """
     if attempt.end_reason not in STOPPED_EARLY:
         return 0.0
-    if attempt.end_reason in STOPPED_WITH_NOTICE and attempt.saves_on_notice:
+    if attempt.end_reason is AttemptEnd.PREEMPTED and attempt.saves_on_notice:
         return 0.0
     interval = attempt.checkpoint_interval_hours
     if interval is None:

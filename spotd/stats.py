@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from spotd import facts
 from spotd.availability import CapacitySeries, resample
 from spotd.cache import TtlCache
 from spotd.contracts import Store
-from spotd.domain import Market, Pool, PricePoint
+from spotd.domain import Market, Offering, Pool, PoolStats, PricePoint
 
 MIN_SAMPLES = 6
 SERIES_STEP = timedelta(minutes=5)
@@ -23,6 +24,22 @@ SERIES_STEP = timedelta(minutes=5)
 RECENT_POOLS = 64
 """Pools whose last read samples are kept, so a deadline job's capacity series, asked for
 right after its rates, does not read the history again (a bound, not every pool's)."""
+
+
+def expected_preemptions(stats: PoolStats | None, off: Offering, market: Market) -> float:
+    """Expected preemptions per hour of a running node of ``off`` bought in ``market``.
+
+    The pool's observed rate where its history says one; else the prior, raised
+    when the provider's capacity signal is low. The cost model prices with it,
+    and the engine derives from it the checkpoint interval it tells the job.
+    """
+    if market is Market.ON_DEMAND:
+        return 0.0
+    observed = stats.preemptions_per_hour(off.pool) if stats else None
+    if observed is not None:
+        return observed
+    capacity = 1.0 if off.capacity is None else max(0.05, off.capacity)
+    return facts.DEFAULT_PREEMPTIONS_PER_HOUR / capacity
 
 
 class HistoryStats:

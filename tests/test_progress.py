@@ -23,6 +23,7 @@ from spotd.domain import (
     Pool,
 )
 from spotd.engine import Engine, EngineSettings
+from spotd.policies import costmodel
 from spotd.policies.cheapest import CheapestPolicy
 from spotd.progress import done_hours, lost_hours, work_per_hour
 from spotd.spec import JobSpec
@@ -102,9 +103,10 @@ def test_a_notice_that_fits_the_checkpoint_loses_nothing() -> None:
     spec = job()
     assert lost_hours(spec, attempt(3, saves=True)) == 0.0
     assert lost_hours(spec, attempt(3, saves=False)) == 0.25
-    assert lost_hours(spec, attempt(3, end=AttemptEnd.MIGRATED, saves=True)) == 0.0
-    # A node lost without notice loses half an interval whatever the checkpoint.
+    # A node lost without notice loses half an interval whatever the checkpoint, and so
+    # does a migration: the nodes are stopped with only the provider's shutdown grace.
     assert lost_hours(spec, attempt(3, end=AttemptEnd.LOST, saves=True)) == 0.25
+    assert lost_hours(spec, attempt(3, end=AttemptEnd.MIGRATED, saves=True)) == 0.25
     for end in (AttemptEnd.SUCCEEDED, AttemptEnd.CANCELLED, None):
         assert lost_hours(spec, attempt(3, end=end)) == 0.0
 
@@ -181,6 +183,11 @@ def test_the_engine_counts_a_slow_placement_at_its_own_rate(tmp_path: Path) -> N
 
     clock = Clock()
     provider = FakeProvider()  # A100 offerings only
+    # A low capacity signal raises the prior rate: the interval must follow it.
+    listed = provider.offerings
+    provider.offerings = lambda: [  # type: ignore[method-assign]
+        replace(o, capacity=0.5) for o in listed()
+    ]
     store = open_store(f"sqlite:///{tmp_path / 'p.db'}")
     eng = Engine(
         store, {"fake": provider}, CheapestPolicy(), clock,
@@ -195,7 +202,10 @@ def test_the_engine_counts_a_slow_placement_at_its_own_rate(tmp_path: Path) -> N
         record = eng.submit(spec)
         run_until(eng, record.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
         (placed,) = store.attempts(record.id)
-        assert placed.checkpoint_interval_hours is not None
+        offering = eng.market.find(placed.pool)
+        assert offering is not None and placed.checkpoint_interval_hours is not None
+        priced = costmodel.estimate(eng.context(record), offering, placed.market)
+        assert placed.checkpoint_interval_hours == priced.checkpoint_interval_hours
         write = 40 * 8 / facts.CHECKPOINT_WRITE_GBPS / 3600
         assert placed.work_per_hour == pytest.approx(
             0.32 / (1 + write / placed.checkpoint_interval_hours)

@@ -296,6 +296,46 @@ def test_concurrent_writers_exactly_one_wins(store_url: str) -> None:
         second.close()
 
 
+@pytest.mark.parametrize("store_url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("write", ["instances", "running"])
+def test_attempt_writes_lock_the_job_first_like_a_transition(store_url: str, write: str) -> None:
+    """A transition locks the job's row, then its attempt's (a cancel closing the
+    attempt); the attempt writes must take the same order, or the two deadlock."""
+    store = open_store(store_url)
+    try:
+        job = store.create_job(make_spec(), now=T0)
+        move(store, job.id, S.PENDING, S.PROVISIONING, at(0), open_attempt=new_attempt())
+        attempt_id = store.attempts(job.id)[0].id
+        with store.engine.connect() as transition:
+            transition.begin()
+            transition.execute(text("SELECT id FROM jobs WHERE id = :j FOR UPDATE"), {"j": job.id})
+            if write == "instances":
+                writer = partial(store.set_attempt_instances, attempt_id, ["i-1"])
+            else:
+                writer = partial(store.mark_attempt_running, attempt_id, at=at(1))
+            done: list[BaseException | None] = []
+
+            def run() -> None:
+                try:
+                    writer()
+                    done.append(None)
+                except BaseException as exc:
+                    done.append(exc)
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            thread.join(timeout=0.5)  # the writer now waits for the job's row
+            transition.execute(
+                text("UPDATE attempts SET end_reason = 'cancelled' WHERE id = :a"),
+                {"a": attempt_id},
+            )
+            transition.commit()
+        thread.join(timeout=30)
+        assert done == [None], done
+    finally:
+        store.close()
+
+
 def _place(store: SqlStore, job_id: str, cause: str) -> JobRecord:
     change = Transition(job_id, S.PENDING, S.PROVISIONING, cause, open_attempt=new_attempt())
     return store.compare_and_set(change, now=at(1))

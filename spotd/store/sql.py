@@ -332,9 +332,9 @@ class SqlStore:
             .values(instance_ids=json.dumps(list(instance_ids)))
         )
         with self._write() as conn:
+            _count_change_of(conn, attempt_id)
             if conn.execute(change).rowcount == 0:
                 raise StoreError(f"no attempt {attempt_id}")
-            _count_change_of(conn, attempt_id)
 
     def mark_attempt_running(self, attempt_id: int, *, at: datetime) -> None:
         """Record when all nodes of the attempt started running the job.
@@ -348,10 +348,9 @@ class SqlStore:
             .values(running_at=at)
         )
         with self._write() as conn:
+            _count_change_of(conn, attempt_id, ATTEMPTS.c.running_at.is_(None))
             if conn.execute(change).rowcount == 0:
                 _require_attempt(conn, attempt_id)
-            else:
-                _count_change_of(conn, attempt_id)
 
     def events(self, job_id: str) -> list[EventRecord]:
         """All events of a job in order."""
@@ -564,10 +563,17 @@ def _open_attempt(conn: Connection, job_id: str, new: NewAttempt, now: datetime)
     )
 
 
-def _count_change_of(conn: Connection, attempt_id: int) -> None:
-    """Bump the version of the attempt's job: readers that keep attempts between
-    reads (the engine) know them by it."""
-    owner = select(ATTEMPTS.c.job_id).where(ATTEMPTS.c.id == attempt_id).scalar_subquery()
+def _count_change_of(conn: Connection, attempt_id: int, *only_if: ColumnElement[bool]) -> None:
+    """Bump the version of the attempt's job (where the attempt matches ``only_if``):
+    readers that keep attempts between reads (the engine) know them by it.
+
+    Called before the attempt's own update, so that like a transition it locks
+    the job's row first and its attempt's second: two writers of one job never
+    wait on each other in opposite orders (a deadlock on PostgreSQL).
+    """
+    owner = (
+        select(ATTEMPTS.c.job_id).where(ATTEMPTS.c.id == attempt_id, *only_if).scalar_subquery()
+    )
     conn.execute(update(JOBS).where(JOBS.c.id == owner).values(version=JOBS.c.version + 1))
 
 
