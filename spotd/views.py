@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord, Offering
 from spotd.market import Snapshot
+from spotd.progress import done_hours
 
 
 class AttemptView(BaseModel):
@@ -42,6 +43,22 @@ class EventView(BaseModel):
     detail: str
 
 
+class ProgressView(BaseModel):
+    """How far a job is, as the daemon estimates it (:mod:`spotd.progress`).
+
+    Hours are the reference compute hours ``deadline.compute_hours`` is stated
+    in. ``slack_hours`` is the time to the deadline less the work left at
+    reference speed: what the job can still spare for waiting, changeovers
+    and slower offerings.
+    """
+
+    done_hours: float
+    compute_hours: float | None
+    finish_by: datetime | None
+    hours_to_deadline: float | None
+    slack_hours: float | None
+
+
 class JobView(BaseModel):
     """A job with its attempts and what they cost."""
 
@@ -56,6 +73,7 @@ class JobView(BaseModel):
     cost_usd: float
     attempts: list[AttemptView]
     spec: dict[str, Any]
+    progress: ProgressView
 
 
 def attempt_view(a: AttemptRecord, now: datetime) -> AttemptView:
@@ -94,6 +112,24 @@ def job_view(job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime) -
         cost_usd=round(sum(v.cost_usd for v in views), 6),
         attempts=views,
         spec=job.spec.model_dump(mode="json"),
+        progress=progress_view(job, attempts, now),
+    )
+
+
+def progress_view(job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime) -> ProgressView:
+    """The job's estimated progress and, with a deadline, its time left and slack."""
+    done = done_hours(job.spec, attempts, now)
+    deadline = job.spec.deadline
+    total = deadline.compute_hours if deadline else None
+    finish_by = deadline.finish_by if deadline else None
+    to_go = None if finish_by is None else (finish_by - now).total_seconds() / 3600
+    slack = None if to_go is None or total is None else to_go - (total - done)
+    return ProgressView(
+        done_hours=round(done, 4),
+        compute_hours=total,
+        finish_by=finish_by,
+        hours_to_deadline=None if to_go is None else round(to_go, 4),
+        slack_hours=None if slack is None else round(slack, 4),
     )
 
 

@@ -227,6 +227,8 @@ def test_cli_against_a_running_daemon(tmp_path: Path) -> None:
         status = json.loads(setup.cli("status", job_id, "--json").stdout)
         assert status["id"] == job_id and status["status"] == "running"
         assert status["attempts"][0]["provider"].startswith("sim-")
+        assert status["progress"]["done_hours"] >= 0
+        assert "progress: " in setup.cli("status", job_id).stdout
         table = setup.cli("status").stdout
         assert job_id in table and "running" in table
         events = json.loads(setup.cli("events", job_id, "--json").stdout)

@@ -1,0 +1,70 @@
+"""The shapes the API returns and the CLI prints: a job's estimated progress."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spotd.cli import _progress_line
+from spotd.domain import AttemptEnd, AttemptRecord, JobRecord, Market, Pool
+from spotd.spec import JobSpec
+from spotd.states import JobStatus
+from spotd.views import job_view
+
+T0 = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+def due(compute_hours: float, in_hours: float) -> dict[str, object]:
+    """A deadline: ``compute_hours`` of work to finish ``in_hours`` after T0."""
+    return {"compute_hours": compute_hours,
+            "finish_by": (T0 + timedelta(hours=in_hours)).isoformat()}
+
+
+def record(status: JobStatus = JobStatus.RUNNING, **spec: object) -> JobRecord:
+    body: dict[str, object] = {
+        "name": "t", "command": ["true"], "resources": {"gpus": ["H100"], "gpus_per_node": 8},
+    }  # fmt: skip
+    body.update(spec)
+    return JobRecord(
+        id="j-1", name="t", spec=JobSpec.model_validate(body), status=status, failure=None,
+        submitted_at=T0, updated_at=T0,
+    )  # fmt: skip
+
+
+def ran(hours: float, *, rate: float, end: AttemptEnd | None = None, seq: int = 1) -> AttemptRecord:
+    return AttemptRecord(
+        id=seq, job_id="j-1", seq=seq, pool=Pool("aws", "r", "z", "p5"), market=Market.SPOT,
+        nodes=1, price_per_node_hour=1.0, client_token=f"t{seq}", instance_ids=("i",),
+        resume_from=None, started_at=T0, running_at=T0,
+        ended_at=T0 + timedelta(hours=hours) if end else None, end_reason=end,
+        work_per_hour=rate, checkpoint_interval_hours=1.0, saves_on_notice=True,
+    )  # fmt: skip
+
+
+def test_a_deadline_job_shows_its_progress_time_left_and_slack() -> None:
+    job = record(deadline=due(20, 30))
+    now = T0 + timedelta(hours=10)
+    view = job_view(job, [ran(10, rate=0.8)], now).progress
+    assert view.done_hours == pytest.approx(8.0)
+    assert (view.compute_hours, view.hours_to_deadline) == (20.0, pytest.approx(20.0))
+    assert view.slack_hours == pytest.approx(20.0 - (20.0 - 8.0))
+    line = _progress_line(job_view(job, [ran(10, rate=0.8)], now))
+    assert line == (
+        "progress: 8.0 of 20.0 compute hours (estimate); deadline in 20.0 h, 8.0 h of slack"
+    )
+
+
+def test_a_job_behind_its_deadline_shows_its_slack_in_red() -> None:
+    job = record(deadline=due(20, 12))
+    line = _progress_line(job_view(job, [ran(10, rate=0.5)], T0 + timedelta(hours=10)))
+    assert line.endswith("deadline in 2.0 h, [red]-13.0 h of slack[/]")
+
+
+def test_without_a_deadline_or_once_ended_only_the_work_done_shows() -> None:
+    plain = job_view(record(), [ran(3, rate=1.0)], T0 + timedelta(hours=3))
+    assert (plain.progress.compute_hours, plain.progress.slack_hours) == (None, None)
+    assert _progress_line(plain) == "progress: 3.0 compute hours (estimate)"
+    done = record(JobStatus.SUCCEEDED, deadline=due(2, 9))
+    view = job_view(done, [ran(2, rate=1.0, end=AttemptEnd.SUCCEEDED)], T0 + timedelta(hours=5))
+    assert _progress_line(view) == "progress: 2.0 of 2.0 compute hours (estimate)"
