@@ -79,11 +79,18 @@ def lost_hours(spec: JobSpec, attempt: AttemptRecord) -> float:
     return interval / 2
 
 
+def restore_hours(spec: JobSpec, attempt: AttemptRecord) -> float:
+    """Running hours an attempt spent reading back the checkpoint it resumed from
+    (at the rate a write is assumed to take): its nodes ran, the training did not."""
+    return checkpoint_write_hours(spec) if attempt.resume_from else 0.0
+
+
 def done_hours(spec: JobSpec, attempts: Sequence[AttemptRecord], now: datetime) -> float:
     """Reference compute hours behind the job, as far as the daemon can tell.
 
-    Each attempt's running hours, less what its end lost (:func:`lost_hours`),
-    at the work it does per hour. Where it must guess it errs on the side of
+    Each attempt's running hours, less the restore of its checkpoint
+    (:func:`restore_hours`) and what its end lost (:func:`lost_hours`), at the
+    work it does per hour. Where it must guess it errs on the side of
     less progress (a notice saves the work only where the write surely fits
     in it), so deadlines are kept.
     """
@@ -92,7 +99,7 @@ def done_hours(spec: JobSpec, attempts: Sequence[AttemptRecord], now: datetime) 
         if a.running_at is None:
             continue
         ran = ((a.ended_at or now) - a.running_at).total_seconds() / 3600
-        kept = max(0.0, ran - lost_hours(spec, a))
+        kept = max(0.0, ran - restore_hours(spec, a) - lost_hours(spec, a))
         done += kept * (1.0 if a.work_per_hour is None else a.work_per_hour)
     total = spec.deadline.compute_hours if spec.deadline else None
     return min(done, total) if total is not None else done

@@ -133,6 +133,14 @@ def test_done_hours_weighs_each_attempt_by_its_rate_and_loss() -> None:
     assert done_hours(spec, attempts, now) == pytest.approx(3.0 + 2.0 + 0.75)
 
 
+def test_reading_back_a_checkpoint_is_not_progress() -> None:
+    spec = job(size_gb=360)  # 360 s to read at 1 GB/s
+    fresh = attempt(2, end=AttemptEnd.SUCCEEDED)
+    resumed = replace(fresh, resume_from="s3://ck/step-00000100")
+    assert done_hours(spec, [fresh], T0) == pytest.approx(2.0)
+    assert done_hours(spec, [resumed], T0) == pytest.approx(2.0 - 0.1)
+
+
 def test_an_attempt_that_never_ran_or_lost_all_it_did_adds_nothing() -> None:
     spec = job()
     booting = replace(attempt(1), running_at=None)
