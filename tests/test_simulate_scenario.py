@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from spotd.errors import SpotdError
 from spotd.providers.sim.trace import TraceError
 from spotd.simulate.cli import simulate
-from spotd.simulate.scenario import ScenarioError, load_scenario
+from spotd.simulate.scenario import ScenarioError, load_scenario, scenario_from_traces
 from spotd.simulate.timeline import TRACES_ENV, TraceMissingError, build_timeline, resample
 from spotd.simulate.world import prepare
 
@@ -299,3 +299,58 @@ def test_cli_errors_exit_1_without_traceback(tiny: Path, args: list[str]) -> Non
     result = CliRunner().invoke(app, ["--scenario", str(tiny), *args])
     assert result.exit_code == 1
     assert "error:" in result.output and "Traceback" not in result.output
+
+
+# --- trace files without a scenario ------------------------------------------------------
+
+
+def test_cli_replays_trace_files_given_alone(tmp_path: Path) -> None:
+    """Any trace of the shared format, named on the command line: one offering per file
+    (one market when several), the reference cost model, one job from the flags."""
+    up = [2, 0, 2, 2, 1, 0, 2, 2, 2, 2, 0, 2, 2, 2, 2, 2] * 3
+    first = write_trace(tmp_path / "set" / "zone-a.json", up)
+    second = write_trace(tmp_path / "set" / "zone-b.json", up[3:] + up[:3])
+    result = CliRunner().invoke(app, [
+        "--trace", str(first), "--trace", str(second), "--compute-hours", "4",
+        "--deadline-fraction", "0.5", "--nodes", "2", "--starts", "3", "--json",
+    ])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    (job,) = data["jobs"]
+    assert {"greedy-any", "up-any", "omniscient"} <= set(job["policies"])
+    assert len(job["policies"]["greedy-any"]["results"]) == 3
+    table = CliRunner().invoke(app, ["-t", str(first), "--compute-hours", "4", "--starts", "2"])
+    assert table.exit_code == 0, table.output
+    assert "4 h compute, deadline 5 h, 1 node(s)" in table.output
+
+
+def test_a_scenario_from_traces_names_offerings_after_their_files(tmp_path: Path) -> None:
+    a = write_trace(tmp_path / "one" / "z.json", [1, 1])
+    b = write_trace(tmp_path / "two" / "z.json", [1, 1])
+    c = write_trace(tmp_path / "two" / "y.json", [1, 1])
+    made = scenario_from_traces([a, b, c])
+    assert [o.label for o in made.offerings] == ["one/z", "two/z", "y"]
+    assert made.offerings[0].trace == str(a.resolve())
+    (job,) = made.jobs
+    assert (job.compute_hours, job.window_hours, job.starts, job.seed) == (48, 60, 100, 0)
+    with pytest.raises(ScenarioError, match=r"(?s)--trace.*jobs\[0\]\.compute_hours"):
+        scenario_from_traces([a], compute_hours=-1)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give either --scenario FILE or one or more --trace FILE"),
+        (["--scenario", "{tiny}", "--trace", "{trace}"], "give either --scenario"),
+        (["--scenario", "{tiny}", "--nodes", "2"], "--nodes: for --trace only"),
+        (["--trace", "{missing}"], "not found"),
+        (["--trace", "{trace}", "--deadline-fraction", "0.01", "--compute-hours", "1"],
+         "shorter than the deadline (100 h)"),
+    ],
+)
+def test_cli_trace_mode_errors(tiny: Path, args: list[str], message: str) -> None:
+    paths = {"tiny": str(tiny), "trace": str(tiny.parent / "t" / "a.json"),
+             "missing": str(tiny.parent / "nope.json")}  # fmt: skip
+    result = CliRunner().invoke(app, [a.format(**paths) for a in args])
+    assert result.exit_code == 1, result.output
+    assert message in " ".join(result.output.split()) and "Traceback" not in result.output

@@ -16,7 +16,14 @@ from rich.table import Table
 
 from spotd.errors import SpotdError
 from spotd.simulate.metrics import PolicyMetrics
-from spotd.simulate.runner import JobReport, ScenarioReport, report_json, run_scenario
+from spotd.simulate.runner import (
+    JobReport,
+    ScenarioReport,
+    report_json,
+    run_loaded,
+    run_scenario,
+)
+from spotd.simulate.scenario import TRACES_SOURCE, scenario_from_traces
 
 __all__ = ["COLUMNS", "simulate", "table_rows"]
 
@@ -29,7 +36,33 @@ deadline misses, gap to the omniscient optimum, spot share of paid hours, preemp
 instance starts per job, goodput (share of paid hours that made kept progress)."""
 
 ScenarioOpt = Annotated[
-    Path, typer.Option("--scenario", "-s", help="Scenario TOML file.", show_default=False)
+    Path | None,
+    typer.Option("--scenario", "-s", help="Scenario TOML file (or give --trace).",
+                 show_default=False),
+]
+TraceOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--trace", "-t", help="Trace file to replay without a scenario (repeatable; "
+                 "files of one folder form one market): reference cost model, one job.",
+                 show_default=False),
+]
+ComputeOpt = Annotated[
+    float | None, typer.Option("--compute-hours", min=0.01, help="With --trace: the job's "
+                               "compute hours [default: 48].", show_default=False)
+]
+FractionOpt = Annotated[
+    float | None, typer.Option("--deadline-fraction", min=0.01, max=1.0, help="With --trace: "
+                               "compute hours over hours to the deadline [default: 0.8].",
+                               show_default=False)
+]
+NodesOpt = Annotated[
+    int | None, typer.Option("--nodes", min=1, help="With --trace: nodes the job needs, each "
+                             "tick counting as up where the trace shows that many "
+                             "[default: 1].", show_default=False)
+]
+TickOpt = Annotated[
+    float | None, typer.Option("--tick-seconds", min=1, help="With --trace: resample to this "
+                               "tick [default: the traces' own].", show_default=False)
 ]
 PolicyOpt = Annotated[
     list[str] | None,
@@ -99,8 +132,13 @@ def _print_tables(report: ScenarioReport, out: Console) -> None:
 
 
 def simulate(
-    scenario: ScenarioOpt,
+    scenario: ScenarioOpt = None,
     *,
+    trace: TraceOpt = None,
+    compute_hours: ComputeOpt = None,
+    deadline_fraction: FractionOpt = None,
+    nodes: NodesOpt = None,
+    tick_seconds: TickOpt = None,
     policy: PolicyOpt = None,
     traces: TracesOpt = None,
     as_json: JsonOpt = False,
@@ -111,11 +149,29 @@ def simulate(
 ) -> None:
     """Replay spot availability traces under baselines and policies; report costs."""
     err = Console(stderr=True)
+    job = {"compute_hours": compute_hours, "deadline_fraction": deadline_fraction,
+           "nodes": nodes, "tick_seconds": tick_seconds}  # fmt: skip
     try:
-        report = run_scenario(
-            scenario, policy or [], traces=traces, starts=starts, seed=seed,
-            hindsight=hindsight_stats,
-        )
+        if (scenario is None) == (not trace):
+            raise SpotdError("give either --scenario FILE or one or more --trace FILE")
+        if scenario is not None:
+            given = [f"--{name.replace('_', '-')}" for name, v in job.items() if v is not None]
+            if given:
+                raise SpotdError(f"{', '.join(given)}: for --trace only; a scenario sets "
+                                 "its jobs and tick in its file")
+            report = run_scenario(
+                scenario, policy or [], traces=traces, starts=starts, seed=seed,
+                hindsight=hindsight_stats,
+            )
+        else:
+            made = scenario_from_traces(
+                trace or [], compute_hours=compute_hours, deadline_fraction=deadline_fraction,
+                nodes=nodes, tick_seconds=tick_seconds,
+            )
+            report = run_loaded(
+                made, Path(TRACES_SOURCE), policy or [], starts=starts, seed=seed,
+                hindsight=hindsight_stats,
+            )
         if plot is not None:
             from spotd.simulate.plots import plot_report
 

@@ -21,7 +21,9 @@ from spotd.simulate.scenario import Scenario, load_scenario
 from spotd.simulate.timeline import build_timeline
 from spotd.simulate.world import Prepared, prepare
 
-__all__ = ["JobReport", "ScenarioReport", "report_json", "run_job", "run_scenario"]
+__all__ = [
+    "JobReport", "ScenarioReport", "report_json", "run_job", "run_loaded", "run_scenario",
+]
 
 _DP_CHUNK = 250
 """Start points per DP batch: bounds memory on long jobs and fine progress grids."""
@@ -94,8 +96,26 @@ def run_scenario(
     policies a second time on the whole trace's statistics (see
     :class:`~spotd.simulate.adapter.PolicyAdapter`).
     """
+    return run_loaded(
+        load_scenario(path), path, policies, traces=traces, starts=starts, seed=seed,
+        hindsight=hindsight,
+    )  # fmt: skip
+
+
+def run_loaded(
+    scenario: Scenario,
+    path: Path,
+    policies: Sequence[str | Policy] = (),
+    *,
+    traces: Path | None = None,
+    starts: int | None = None,
+    seed: int | None = None,
+    hindsight: bool = False,
+) -> ScenarioReport:
+    """Run a scenario already loaded (or made, see
+    :func:`~spotd.simulate.scenario.scenario_from_traces`); ``path`` is where relative
+    trace paths start and what errors and reports name."""
     began = time.perf_counter()
-    scenario = load_scenario(path)
     loaded = [load_policy(p) if isinstance(p, str) else p for p in policies]
     timeline = build_timeline(path, scenario, traces)
     jobs = tuple(

@@ -10,6 +10,7 @@ scenario's folder.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,6 +31,7 @@ __all__ = [
     "ScenarioError",
     "load_scenario",
     "parse_scenario",
+    "scenario_from_traces",
 ]
 
 DEFAULT_ON_DEMAND_RATIO = 3.06 / 0.918
@@ -228,3 +230,55 @@ def load_scenario(path: Path) -> Scenario:
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(source, [f"not valid TOML: {exc}"]) from None
     return parse_scenario(data, source=source)
+
+
+TRACES_SOURCE = "--trace"
+"""What errors name as the source of a scenario made from trace files alone."""
+
+
+def scenario_from_traces(
+    paths: Sequence[Path],
+    *,
+    compute_hours: float | None = None,
+    deadline_fraction: float | None = None,
+    nodes: int | None = None,
+    tick_seconds: float | None = None,
+) -> Scenario:
+    """A reference-model scenario of trace files named on the command line.
+
+    Each file is one offering of an anonymous provider, named after the file;
+    the job is the paper's setting where not given (48 h of compute, deadline
+    fraction 0.8, one node, 100 start points, seed 0; the traces' own tick).
+    The files must share a timeline, as the files of one trace folder do.
+    """
+    compute_hours = 48.0 if compute_hours is None else compute_hours
+    deadline_fraction = 0.8 if deadline_fraction is None else deadline_fraction
+    nodes = 1 if nodes is None else nodes
+    stems = [p.stem for p in paths]
+    names = [
+        stem if stems.count(stem) == 1 else f"{p.parent.name}/{stem}"
+        for p, stem in zip(paths, stems, strict=True)
+    ]
+    data: dict[str, Any] = {
+        "name": "traces",
+        "description": "trace files given on the command line, reference cost model",
+        "cost_model": CostModel.REFERENCE.value,
+        "offerings": [
+            # The reference fabric: the reference model runs every offering at full
+            # speed, and so the policies' estimates should.
+            {"trace": str(p.resolve()), "name": name, "provider": "trace",
+             "region": "trace", "zone": name, "instance_type": "trace",
+             "fabric": Fabric.INFINIBAND.value, "gbps_per_gpu": 400}
+            for p, name in zip(paths, names, strict=True)
+        ],
+        "jobs": [{
+            "name": f"c{compute_hours:g}-f{deadline_fraction:g}"
+            + (f"-{nodes}node" if nodes > 1 else ""),
+            "compute_hours": compute_hours,
+            "deadline_fraction": deadline_fraction,
+            "nodes": nodes,
+        }],
+    }  # fmt: skip
+    if tick_seconds is not None:
+        data["tick_seconds"] = tick_seconds
+    return parse_scenario(data, source=TRACES_SOURCE)
