@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from collections.abc import Callable, Collection
@@ -9,9 +10,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi import Depends, FastAPI, HTTPException
-from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -222,11 +223,20 @@ def test_registries_do_not_clash() -> None:
     assert samples(scrape(two))[("spotd_active_jobs", (("status", "recovering"),))] == 1
 
 
+def get(app: FastAPI, path: str) -> httpx.Response:
+    """GET ``path`` from the ASGI app in process (httpx's transport, no server)."""
+    async def fetch() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://spotd") as client:
+            return await client.get(path)
+
+    return asyncio.run(fetch())
+
+
 def test_metrics_route() -> None:
     app = FastAPI()
     app.include_router(create_metrics_router(small_engine()))  # type: ignore[arg-type]
-    with TestClient(app) as client:
-        reply = client.get("/metrics")
+    reply = get(app, "/metrics")
     assert reply.status_code == 200
     assert reply.headers["content-type"].startswith("text/plain; version=")
     for name in ("spotd_spend_usd", "spotd_savings_usd", "spotd_active_jobs",
@@ -242,5 +252,4 @@ def test_metrics_route_can_require_auth() -> None:
     app.include_router(
         create_metrics_router(small_engine(), dependencies=[Depends(deny)])  # type: ignore[arg-type]
     )
-    with TestClient(app) as client:
-        assert client.get("/metrics").status_code == 401
+    assert get(app, "/metrics").status_code == 401
