@@ -18,7 +18,6 @@ from spotd import __version__
 from spotd.config import Settings, load_settings
 from spotd.errors import ConfigError, JobSpecError, SpotdError
 from spotd.spec import load_job_file
-from spotd.states import TERMINAL
 from spotd.views import JobView, MarketView
 
 app = typer.Typer(
@@ -144,18 +143,25 @@ def status(
         return
     out.print(_status_table(jobs))
     if job is not None and jobs:
-        out.print(_progress_line(jobs[0]))
+        line = _progress_line(jobs[0])
+        if line is not None:
+            out.print(line)
         _print_attempts(jobs[0])
 
 
-def _progress_line(job: JobView) -> str:
+def _progress_line(job: JobView) -> str | None:
     """One line on how far the job is, e.g. for a deadline job
-    ``progress: 12.4 of 24.0 compute hours; deadline in 30.5 h, 18.9 h of slack``."""
+    ``progress: 12.4 of 24.0 compute hours; deadline in 30.5 h, 18.9 h of slack``;
+    None from a daemon too old to say."""
     p = job.progress
+    if p is None:
+        return None
     of = f" of {p.compute_hours:.1f}" if p.compute_hours is not None else ""
     line = f"progress: {p.done_hours:.1f}{of} compute hours (estimate)"
-    if p.hours_to_deadline is None or job.status in {str(s) for s in TERMINAL}:
+    if p.hours_to_deadline is None:
         return line
+    if p.hours_to_deadline < 0:
+        return line + f"; [red]deadline passed {-p.hours_to_deadline:.1f} h ago[/]"
     line += f"; deadline in {p.hours_to_deadline:.1f} h"
     if p.slack_hours is not None:
         slack = f"{p.slack_hours:.1f} h of slack"

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord, Offering
 from spotd.market import Snapshot
 from spotd.progress import done_hours
+from spotd.states import JobStatus
 
 
 class AttemptView(BaseModel):
@@ -47,9 +48,10 @@ class ProgressView(BaseModel):
     """How far a job is, as the daemon estimates it (:mod:`spotd.progress`).
 
     Hours are the reference compute hours ``deadline.compute_hours`` is stated
-    in. ``slack_hours`` is the time to the deadline less the work left at
-    reference speed: what the job can still spare for waiting, changeovers
-    and slower offerings.
+    in; a job that succeeded is complete. ``slack_hours`` is the time to the
+    deadline less the work left at reference speed: what the job can still
+    spare for waiting, changeovers and slower offerings. Both deadline figures
+    are None once the job has ended.
     """
 
     done_hours: float
@@ -73,7 +75,8 @@ class JobView(BaseModel):
     cost_usd: float
     attempts: list[AttemptView]
     spec: dict[str, Any]
-    progress: ProgressView
+    progress: ProgressView | None = None
+    """None from a daemon older than the field."""
 
 
 def attempt_view(a: AttemptRecord, now: datetime) -> AttemptView:
@@ -117,12 +120,17 @@ def job_view(job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime) -
 
 
 def progress_view(job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime) -> ProgressView:
-    """The job's estimated progress and, with a deadline, its time left and slack."""
-    done = done_hours(job.spec, attempts, now)
+    """The job's estimated progress and, while it is active with a deadline, its time
+    left and slack."""
     deadline = job.spec.deadline
     total = deadline.compute_hours if deadline else None
+    done = done_hours(job.spec, attempts, now)
+    if job.status is JobStatus.SUCCEEDED and total is not None:
+        done = total  # its command said so; the estimate may have lagged
     finish_by = deadline.finish_by if deadline else None
-    to_go = None if finish_by is None else (finish_by - now).total_seconds() / 3600
+    to_go = None
+    if finish_by is not None and not job.status.terminal:
+        to_go = (finish_by - now).total_seconds() / 3600
     slack = None if to_go is None or total is None else to_go - (total - done)
     return ProgressView(
         done_hours=round(done, 4),

@@ -224,7 +224,8 @@ def test_registries_do_not_clash() -> None:
 
 
 def get(app: FastAPI, path: str) -> httpx.Response:
-    """GET ``path`` from the ASGI app in process (httpx's transport, no server)."""
+    """GET ``path`` from the ASGI app in process (httpx's transport, no server; it runs
+    no lifespan hooks, which the metrics router has none of)."""
     async def fetch() -> httpx.Response:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://spotd") as client:

@@ -316,12 +316,28 @@ def test_cli_replays_trace_files_given_alone(tmp_path: Path) -> None:
     ])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
+    assert (data["scenario"], data["file"]) == ("set", None)
+    assert data["traces"] == [str(first.resolve()), str(second.resolve())]
     (job,) = data["jobs"]
+    assert (job["job"]["name"], job["job"]["nodes"], job["job"]["compute_hours"]) == (
+        "c4-f0.5-2node", 2, 4,
+    )  # fmt: skip
+    assert job["model"]["offerings"] == ["zone-a", "zone-b"]
     assert {"greedy-any", "up-any", "omniscient"} <= set(job["policies"])
     assert len(job["policies"]["greedy-any"]["results"]) == 3
-    table = CliRunner().invoke(app, ["-t", str(first), "--compute-hours", "4", "--starts", "2"])
+    # A folder stands for its files; one file names the run after itself.
+    folder = CliRunner().invoke(app, ["-t", str(tmp_path / "set"), "--starts", "2", "--json",
+                                      "--compute-hours", "4"])  # fmt: skip
+    assert json.loads(folder.stdout)["traces"] == data["traces"]
+    plots = tmp_path / "plots"
+    table = CliRunner().invoke(app, ["-t", str(first), "--compute-hours", "4", "--starts", "2",
+                                     "--plot", str(plots)])  # fmt: skip
     assert table.exit_code == 0, table.output
     assert "4 h compute, deadline 5 h, 1 node(s)" in table.output
+    assert "interconnect" not in table.output, "no warning about the anonymous offering"
+    assert sorted(p.name for p in plots.iterdir()) == [
+        "zone-a-c4-f0.8-costs.png", "zone-a-c4-f0.8-timeline.png",
+    ]
 
 
 def test_a_scenario_from_traces_names_offerings_after_their_files(tmp_path: Path) -> None:
@@ -343,14 +359,18 @@ def test_a_scenario_from_traces_names_offerings_after_their_files(tmp_path: Path
         ([], "give either --scenario FILE or one or more --trace FILE"),
         (["--scenario", "{tiny}", "--trace", "{trace}"], "give either --scenario"),
         (["--scenario", "{tiny}", "--nodes", "2"], "--nodes: for --trace only"),
-        (["--trace", "{missing}"], "not found"),
+        (["--trace", "{missing}"], "nope.json: no such file or folder"),
+        (["--trace", "{empty}"], "a folder with no .json files"),
+        (["--trace", "{trace}", "--traces", "{empty}"], "--traces: for --scenario only"),
         (["--trace", "{trace}", "--deadline-fraction", "0.01", "--compute-hours", "1"],
          "shorter than the deadline (100 h)"),
     ],
 )
 def test_cli_trace_mode_errors(tiny: Path, args: list[str], message: str) -> None:
-    paths = {"tiny": str(tiny), "trace": str(tiny.parent / "t" / "a.json"),
-             "missing": str(tiny.parent / "nope.json")}  # fmt: skip
+    (tiny.parent / "empty").mkdir()
+    here = tiny.parent
+    paths = {"tiny": str(tiny), "trace": str(here / "t" / "a.json"),
+             "missing": str(here / "nope.json"), "empty": str(here / "empty")}  # fmt: skip
     result = CliRunner().invoke(app, [a.format(**paths) for a in args])
     assert result.exit_code == 1, result.output
     assert message in " ".join(result.output.split()) and "Traceback" not in result.output

@@ -10,7 +10,7 @@ from spotd.cli import _progress_line
 from spotd.domain import AttemptEnd, AttemptRecord, JobRecord, Market, Pool
 from spotd.spec import JobSpec
 from spotd.states import JobStatus
-from spotd.views import job_view
+from spotd.views import JobView, job_view
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -61,10 +61,30 @@ def test_a_job_behind_its_deadline_shows_its_slack_in_red() -> None:
     assert line.endswith("deadline in 2.0 h, [red]-13.0 h of slack[/]")
 
 
+def test_a_passed_deadline_says_so() -> None:
+    job = record(deadline=due(20, 12))
+    line = _progress_line(job_view(job, [ran(15, rate=1.0)], T0 + timedelta(hours=15)))
+    assert line is not None and line.endswith("; [red]deadline passed 3.0 h ago[/]")
+
+
 def test_without_a_deadline_or_once_ended_only_the_work_done_shows() -> None:
     plain = job_view(record(), [ran(3, rate=1.0)], T0 + timedelta(hours=3))
+    assert plain.progress is not None
     assert (plain.progress.compute_hours, plain.progress.slack_hours) == (None, None)
     assert _progress_line(plain) == "progress: 3.0 compute hours (estimate)"
+    # Ended: no deadline figures, and a success is complete whatever the estimate said.
     done = record(JobStatus.SUCCEEDED, deadline=due(2, 9))
-    view = job_view(done, [ran(2, rate=1.0, end=AttemptEnd.SUCCEEDED)], T0 + timedelta(hours=5))
+    slow = [ran(2, rate=0.8, end=AttemptEnd.SUCCEEDED)]
+    view = job_view(done, slow, T0 + timedelta(hours=50))
+    assert view.progress is not None
+    assert (view.progress.hours_to_deadline, view.progress.slack_hours) == (None, None)
     assert _progress_line(view) == "progress: 2.0 of 2.0 compute hours (estimate)"
+    failed = job_view(record(JobStatus.FAILED, deadline=due(2, 9)), slow, T0 + timedelta(hours=50))
+    assert _progress_line(failed) == "progress: 1.6 of 2.0 compute hours (estimate)"
+
+
+def test_a_reply_from_a_daemon_without_progress_still_reads() -> None:
+    view = job_view(record(), [], T0).model_dump(mode="json")
+    del view["progress"]
+    old = JobView.model_validate(view)
+    assert old.progress is None and _progress_line(old) is None

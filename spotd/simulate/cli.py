@@ -23,7 +23,7 @@ from spotd.simulate.runner import (
     run_loaded,
     run_scenario,
 )
-from spotd.simulate.scenario import TRACES_SOURCE, scenario_from_traces
+from spotd.simulate.scenario import scenario_from_traces
 
 __all__ = ["COLUMNS", "simulate", "table_rows"]
 
@@ -42,8 +42,9 @@ ScenarioOpt = Annotated[
 ]
 TraceOpt = Annotated[
     list[Path] | None,
-    typer.Option("--trace", "-t", help="Trace file to replay without a scenario (repeatable; "
-                 "files of one folder form one market): reference cost model, one job.",
+    typer.Option("--trace", "-t", help="Trace file, or folder of them, to replay without a "
+                 "scenario (repeatable; the files form one market): reference cost model, "
+                 "one job.",
                  show_default=False),
 ]
 ComputeOpt = Annotated[
@@ -128,7 +129,8 @@ def _print_tables(report: ScenarioReport, out: Console) -> None:
         for cells in table_rows(job):
             table.add_row(*cells)
         out.print(table)
-    out.print(f"[dim]{report.path}: {report.seconds:.1f} s[/dim]")
+    where = report.path or ", ".join(str(t) for t in report.traces)
+    out.print(f"[dim]{where}: {report.seconds:.1f} s[/dim]")
 
 
 def simulate(
@@ -154,6 +156,8 @@ def simulate(
     try:
         if (scenario is None) == (not trace):
             raise SpotdError("give either --scenario FILE or one or more --trace FILE")
+        if trace and traces is not None:
+            raise SpotdError("--traces: for --scenario only; give --trace the files' own paths")
         if scenario is not None:
             given = [f"--{name.replace('_', '-')}" for name, v in job.items() if v is not None]
             if given:
@@ -169,8 +173,7 @@ def simulate(
                 nodes=nodes, tick_seconds=tick_seconds,
             )
             report = run_loaded(
-                made, Path(TRACES_SOURCE), policy or [], starts=starts, seed=seed,
-                hindsight=hindsight_stats,
+                made, None, policy or [], starts=starts, seed=seed, hindsight=hindsight_stats
             )
         if plot is not None:
             from spotd.simulate.plots import plot_report

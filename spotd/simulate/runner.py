@@ -17,7 +17,7 @@ from spotd.simulate.baselines import baselines_for
 from spotd.simulate.metrics import PolicyMetrics, PolicyRun, summarize
 from spotd.simulate.model import SimPolicy, run_policy
 from spotd.simulate.omniscient import OMNISCIENT, omniscient_costs
-from spotd.simulate.scenario import Scenario, load_scenario
+from spotd.simulate.scenario import TRACES_SOURCE, Scenario, load_scenario
 from spotd.simulate.timeline import build_timeline
 from spotd.simulate.world import Prepared, prepare
 
@@ -43,10 +43,13 @@ class JobReport:
 class ScenarioReport:
     """A whole scenario's results."""
 
-    path: Path
+    path: Path | None
+    """The scenario file; None for one made from trace files alone."""
     scenario: Scenario
     jobs: tuple[JobReport, ...]
     seconds: float
+    traces: tuple[Path, ...] = ()
+    """The trace files read, in the scenario's offering order."""
 
 
 def _simulate(policy: SimPolicy, prepared: Prepared) -> PolicyRun:
@@ -104,7 +107,7 @@ def run_scenario(
 
 def run_loaded(
     scenario: Scenario,
-    path: Path,
+    path: Path | None,
     policies: Sequence[str | Policy] = (),
     *,
     traces: Path | None = None,
@@ -112,21 +115,23 @@ def run_loaded(
     seed: int | None = None,
     hindsight: bool = False,
 ) -> ScenarioReport:
-    """Run a scenario already loaded (or made, see
-    :func:`~spotd.simulate.scenario.scenario_from_traces`); ``path`` is where relative
-    trace paths start and what errors and reports name."""
+    """Run a scenario already loaded from ``path``, or made from trace files alone
+    (``path`` None, see :func:`~spotd.simulate.scenario.scenario_from_traces`)."""
     began = time.perf_counter()
     loaded = [load_policy(p) if isinstance(p, str) else p for p in policies]
-    timeline = build_timeline(path, scenario, traces)
+    # Errors name the scenario file, or the flag the traces came from.
+    source = path or Path(TRACES_SOURCE)
+    timeline = build_timeline(source, scenario, traces)
     jobs = tuple(
         run_job(
-            prepare(scenario, timeline, job, str(path), starts=starts, seed=seed),
+            prepare(scenario, timeline, job, str(source), starts=starts, seed=seed),
             loaded,
             hindsight=hindsight,
         )
         for job in scenario.jobs
     )
-    return ScenarioReport(path, scenario, jobs, time.perf_counter() - began)
+    seconds = time.perf_counter() - began
+    return ScenarioReport(path, scenario, jobs, seconds, timeline.paths)
 
 
 def _job_json(report: JobReport) -> dict[str, Any]:
@@ -173,7 +178,8 @@ def report_json(report: ScenarioReport) -> dict[str, Any]:
     s = report.scenario
     return {
         "scenario": s.name,
-        "file": str(report.path),
+        "file": None if report.path is None else str(report.path),
+        "traces": [str(t) for t in report.traces],
         "cost_model": str(s.cost_model),
         "seconds": report.seconds,
         "jobs": [_job_json(j) for j in report.jobs],

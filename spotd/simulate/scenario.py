@@ -244,23 +244,29 @@ def scenario_from_traces(
     nodes: int | None = None,
     tick_seconds: float | None = None,
 ) -> Scenario:
-    """A reference-model scenario of trace files named on the command line.
+    """A reference-model scenario of trace files (or folders of them) named on the
+    command line.
 
     Each file is one offering of an anonymous provider, named after the file;
-    the job is the paper's setting where not given (48 h of compute, deadline
-    fraction 0.8, one node, 100 start points, seed 0; the traces' own tick).
-    The files must share a timeline, as the files of one trace folder do.
+    a folder stands for its ``*.json`` files. The job is the paper's setting
+    where not given (48 h of compute, deadline fraction 0.8, one node, 100
+    start points, seed 0; the traces' own tick). The files must share a
+    timeline, as the files of one trace folder do.
     """
     compute_hours = 48.0 if compute_hours is None else compute_hours
     deadline_fraction = 0.8 if deadline_fraction is None else deadline_fraction
     nodes = 1 if nodes is None else nodes
+    paths = _trace_files(paths)
     stems = [p.stem for p in paths]
     names = [
         stem if stems.count(stem) == 1 else f"{p.parent.name}/{stem}"
         for p, stem in zip(paths, stems, strict=True)
     ]
+    folders = {p.parent for p in paths}
     data: dict[str, Any] = {
-        "name": "traces",
+        # Names the plots: two runs on other traces must not overwrite each other's.
+        "name": stems[0] if len(paths) == 1 else next(iter(folders)).name
+        if len(folders) == 1 else "traces",
         "description": "trace files given on the command line, reference cost model",
         "cost_model": CostModel.REFERENCE.value,
         "offerings": [
@@ -282,3 +288,21 @@ def scenario_from_traces(
     if tick_seconds is not None:
         data["tick_seconds"] = tick_seconds
     return parse_scenario(data, source=TRACES_SOURCE)
+
+
+def _trace_files(given: Sequence[Path]) -> list[Path]:
+    """The files named, with each folder replaced by its ``*.json`` files."""
+    files: list[Path] = []
+    for path in given:
+        if path.is_dir():
+            found = sorted(path.glob("*.json"))
+            if not found:
+                raise ScenarioError(TRACES_SOURCE, [f"{path}: a folder with no .json files"])
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise ScenarioError(TRACES_SOURCE, [f"{path}: no such file or folder"])
+    if not files:
+        raise ScenarioError(TRACES_SOURCE, ["name at least one trace file"])
+    return files

@@ -109,7 +109,7 @@ def build_timeline(scenario_file: Path, scenario: Scenario, traces: Path | None)
         loaded.append(load_trace(resolve_trace(entry.trace, scenario_file, scenario, traces)))
     gaps = {t.gap_seconds for t in loaded}
     if len(gaps) > 1:
-        detail = ", ".join(f"{t.path.name}: {t.gap_seconds:g} s" for t in loaded)
+        detail = ", ".join(f"{t.path}: {t.gap_seconds:g} s" for t in loaded)
         raise TraceError(
             loaded[0].path,
             f"traces of one scenario must share a timeline, but their ticks differ ({detail})",

@@ -53,7 +53,11 @@ class Prepared:
 def _offering(entry: OfferingEntry, spot: float, od: float) -> Offering:
     known = facts(entry.provider, entry.instance_type)
     gpus = entry.gpus_per_node or (known.gpus_per_node if known else 1)
-    fabric = interconnect(entry.provider, entry.instance_type, gpus)
+    # Look the fabric up only where the entry leaves it out (the lookup warns on unknown types).
+    if entry.fabric is not None and entry.gbps_per_gpu is not None:
+        fabric = Interconnect(entry.fabric, entry.gbps_per_gpu)
+    else:
+        fabric = interconnect(entry.provider, entry.instance_type, gpus)
     return Offering(
         pool=Pool(entry.provider, entry.region, entry.zone, entry.instance_type),
         gpu=(entry.gpu or (known.gpu if known else "GPU")).upper(),
