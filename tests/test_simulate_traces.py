@@ -239,14 +239,13 @@ def test_published_behaviour_on_scenario_one() -> None:
 def test_a_trace_given_alone_replays_like_its_scenario() -> None:
     """Scenario 1 is one trace file in the reference model: naming the file alone, with
     the same tick and job, gives the same figures for every policy."""
-    from spotd.simulate.runner import run_loaded
     from spotd.simulate.scenario import scenario_from_traces
 
     policy = ["balanced"]
     by_file = run_scenario(SCENARIOS / "1-one-zone.toml", policy, starts=8)
-    alone = run_loaded(
-        scenario_from_traces([NINE / "us-east-1f_v100_1.json"], tick_seconds=360), None,
-        policy, starts=8,
+    alone = run_scenario(
+        scenario_from_traces([NINE / "us-east-1f_v100_1.json"], tick_seconds=360), policy,
+        starts=8,
     )  # fmt: skip
     assert alone.path is None and alone.traces == (NINE / "us-east-1f_v100_1.json",)
     assert [m.policy for m in alone.jobs[0].metrics] == [m.policy for m in by_file.jobs[0].metrics]

@@ -20,7 +20,6 @@ from spotd.simulate.runner import (
     JobReport,
     ScenarioReport,
     report_json,
-    run_loaded,
     run_scenario,
 )
 from spotd.simulate.scenario import scenario_from_traces
@@ -172,8 +171,8 @@ def simulate(
                 trace or [], compute_hours=compute_hours, deadline_fraction=deadline_fraction,
                 nodes=nodes, tick_seconds=tick_seconds,
             )
-            report = run_loaded(
-                made, None, policy or [], starts=starts, seed=seed, hindsight=hindsight_stats
+            report = run_scenario(
+                made, policy or [], starts=starts, seed=seed, hindsight=hindsight_stats
             )
         if plot is not None:
             from spotd.simulate.plots import plot_report

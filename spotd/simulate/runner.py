@@ -22,7 +22,7 @@ from spotd.simulate.timeline import build_timeline
 from spotd.simulate.world import Prepared, prepare
 
 __all__ = [
-    "JobReport", "ScenarioReport", "report_json", "run_job", "run_loaded", "run_scenario",
+    "JobReport", "ScenarioReport", "report_json", "run_job", "run_scenario",
 ]
 
 _DP_CHUNK = 250
@@ -84,7 +84,7 @@ def run_job(
 
 
 def run_scenario(
-    path: Path,
+    scenario: Path | Scenario,
     policies: Sequence[str | Policy] = (),
     *,
     traces: Path | None = None,
@@ -92,32 +92,18 @@ def run_scenario(
     seed: int | None = None,
     hindsight: bool = False,
 ) -> ScenarioReport:
-    """Load ``path`` and its traces, then run every job.
+    """Run every job of a scenario file, or of a scenario made from trace files alone
+    (:func:`~spotd.simulate.scenario.scenario_from_traces`).
 
     ``policies`` are product policies, by entry-point name or as objects;
     ``starts`` and ``seed`` override every job's own; ``hindsight`` replays the
     policies a second time on the whole trace's statistics (see
     :class:`~spotd.simulate.adapter.PolicyAdapter`).
     """
-    return run_loaded(
-        load_scenario(path), path, policies, traces=traces, starts=starts, seed=seed,
-        hindsight=hindsight,
-    )  # fmt: skip
-
-
-def run_loaded(
-    scenario: Scenario,
-    path: Path | None,
-    policies: Sequence[str | Policy] = (),
-    *,
-    traces: Path | None = None,
-    starts: int | None = None,
-    seed: int | None = None,
-    hindsight: bool = False,
-) -> ScenarioReport:
-    """Run a scenario already loaded from ``path``, or made from trace files alone
-    (``path`` None, see :func:`~spotd.simulate.scenario.scenario_from_traces`)."""
     began = time.perf_counter()
+    path = scenario if isinstance(scenario, Path) else None
+    if isinstance(scenario, Path):
+        scenario = load_scenario(scenario)
     loaded = [load_policy(p) if isinstance(p, str) else p for p in policies]
     # Errors name the scenario file, or the flag the traces came from.
     source = path or Path(TRACES_SOURCE)
