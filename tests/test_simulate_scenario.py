@@ -374,3 +374,15 @@ def test_cli_trace_mode_errors(tiny: Path, args: list[str], message: str) -> Non
     result = CliRunner().invoke(app, [a.format(**paths) for a in args])
     assert result.exit_code == 1, result.output
     assert message in " ".join(result.output.split()) and "Traceback" not in result.output
+
+
+def test_a_job_no_trace_can_carry_is_run_and_flagged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    one_node = write_trace(tmp_path / "one.json", [1, 1, 0, 1] * 10)
+    result = CliRunner().invoke(app, ["-t", str(one_node), "--nodes", "2", "--compute-hours",
+                                      "4", "--starts", "2", "--json"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    spot = json.loads(result.stdout)["jobs"][0]["policies"]["greedy-1z"]["metrics"]
+    assert spot["spot_share"] == 0.0
+    assert "needs 2 node(s) and no trace of its offerings ever shows that many" in caplog.text

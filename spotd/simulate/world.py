@@ -8,6 +8,7 @@ down; in the full model efficiencies round to the scenario's
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,6 +31,8 @@ from spotd.simulate.timeline import Timeline
 from spotd.spec import CheckpointSpec, DeadlineSpec, JobSpec, MarketMode, MarketSpec, Resources
 
 __all__ = ["EPOCH", "Prepared", "prepare"]
+
+log = logging.getLogger(__name__)
 
 EPOCH = datetime(2023, 1, 1, tzinfo=UTC)
 """Tick 0 of every timeline on the simulated clock (only differences matter)."""
@@ -168,6 +171,12 @@ def prepare(scenario: Scenario, timeline: Timeline, job: JobEntry, source: str, 
         compute_hours=job.compute_hours,
         rows=(timeline.values >= job.nodes).T.tolist(),
     )
+    if not world.avail[list(eligible)].any():
+        # Valid, but likely a slip (--nodes above what the traces count): say so.
+        log.warning(
+            "%s: %s needs %d node(s) and no trace of its offerings ever shows that many "
+            "up: it can only run on-demand", source, where, job.nodes,
+        )
     od = world.best_on_demand(eligible)
     if world.od_ticks(world.offering(od)) > window:
         raise ScenarioError(source, [
