@@ -32,6 +32,10 @@ class AttemptView(BaseModel):
     ended_at: datetime | None
     end_reason: str | None
     cost_usd: float
+    work_per_hour: float | None = None
+    """Reference compute hours a running hour here does (None: not known)."""
+    checkpoint_interval_hours: float | None = None
+    saves_on_notice: bool | None = None
 
 
 class EventView(BaseModel):
@@ -97,6 +101,9 @@ def attempt_view(a: AttemptRecord, now: datetime) -> AttemptView:
         ended_at=a.ended_at,
         end_reason=str(a.end_reason) if a.end_reason else None,
         cost_usd=round(a.cost_usd(until=now), 6),
+        work_per_hour=a.work_per_hour,
+        checkpoint_interval_hours=a.checkpoint_interval_hours,
+        saves_on_notice=a.saves_on_notice,
     )
 
 

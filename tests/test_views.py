@@ -49,6 +49,8 @@ def test_a_deadline_job_shows_its_progress_time_left_and_slack() -> None:
     assert view.done_hours == pytest.approx(8.0)
     assert (view.compute_hours, view.hours_to_deadline) == (20.0, pytest.approx(20.0))
     assert view.slack_hours == pytest.approx(20.0 - (20.0 - 8.0))
+    (attempt,) = job_view(job, [ran(10, rate=0.8)], now).attempts
+    assert (attempt.work_per_hour, attempt.checkpoint_interval_hours) == (0.8, 1.0)
     line = _progress_line(job_view(job, [ran(10, rate=0.8)], now))
     assert line == (
         "progress: 8.0 of 20.0 compute hours (estimate); deadline in 20.0 h, 8.0 h of slack"
