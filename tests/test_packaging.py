@@ -40,6 +40,10 @@ def test_wheel_layout(wheel: Path) -> None:
         "spotd/templates/bootstrap.sh.j2",
     ):
         assert expected in names, f"{expected} missing from the wheel"
+    migrations = ROOT / "spotd" / "store" / "migrations" / "versions"
+    for revision in migrations.glob("*.py"):
+        shipped = f"spotd/store/migrations/versions/{revision.name}"
+        assert shipped in names, f"{shipped} missing from the wheel"
     assert not any(n.startswith(("providers/", "policies/", "tests/")) for n in names)
 
 
@@ -58,12 +62,18 @@ def test_wheel_imports(wheel: Path, tmp_path: Path) -> None:
         "import jinja2;"
         "t = jinja2.Environment(loader=jinja2.PackageLoader('spotd', 'templates'));"
         "print(spotd.__file__); print(spotd.providers.sim.__file__);"
-        "print(t.loader.get_source(t, 'report.txt.j2')[1])"
+        "print(t.loader.get_source(t, 'report.txt.j2')[1]);"
+        # The shipped migrations take an empty database to the newest revision.
+        "from spotd.store import open_store, schema_revision;"
+        "s = open_store('sqlite:///' + __import__('os').path.abspath('w.db'));"
+        "print('revision', schema_revision(s.engine), spotd.__file__)"
     )
     result = subprocess.run(
         [str(env_dir / "bin" / "python"), "-c", code],
         capture_output=True, text=True, cwd=tmp_path, check=False,
     )
     assert result.returncode == 0, result.stderr
+    newest = max(p.name[:4] for p in (ROOT / "spotd/store/migrations/versions").glob("0*.py"))
+    assert f"revision {newest} " in result.stdout
     for line in result.stdout.splitlines():
         assert str(site) in line, f"imported from outside the wheel: {line}"
