@@ -16,12 +16,7 @@ from rich.table import Table
 
 from spotd.errors import SpotdError
 from spotd.simulate.metrics import PolicyMetrics
-from spotd.simulate.runner import (
-    JobReport,
-    ScenarioReport,
-    report_json,
-    run_scenario,
-)
+from spotd.simulate.runner import JobReport, ScenarioReport, report_json, run_scenario
 from spotd.simulate.scenario import scenario_from_traces
 
 __all__ = ["COLUMNS", "simulate", "table_rows"]
