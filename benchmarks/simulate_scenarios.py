@@ -54,8 +54,7 @@ def _goal(job: JobReport) -> str:
     return (
         f"Goal: mean <= {target:.3f} (half of {best}'s gap to the optimum {optimum:.3f}). "
         f"The cheapest of the {len(online)} online policies above that see only the past, "
-        f"picked per start point "
-        f"with hindsight: {hindsight:.3f}."
+        f"picked per start point with hindsight: {hindsight:.3f}."
     )
 
 

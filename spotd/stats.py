@@ -65,10 +65,13 @@ class HistoryStats:
         return self
 
     def availability(self, pool: Pool) -> float | None:
-        return self._rates.get_or_load(pool, lambda: summarise(self._points(pool)))[0]
+        return self._rates_of(pool)[0]
 
     def preemptions_per_hour(self, pool: Pool) -> float | None:
-        return self._rates.get_or_load(pool, lambda: summarise(self._points(pool)))[1]
+        return self._rates_of(pool)[1]
+
+    def _rates_of(self, pool: Pool) -> tuple[float | None, float | None]:
+        return self._rates.get_or_load(pool, lambda: summarise(self._points(pool)))
 
     def capacity_series(self, pool: Pool) -> CapacitySeries | None:
         return self._series.get_or_load(pool, lambda: self._build_series(pool))

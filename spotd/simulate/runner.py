@@ -21,9 +21,7 @@ from spotd.simulate.scenario import TRACES_SOURCE, Scenario, load_scenario
 from spotd.simulate.timeline import build_timeline
 from spotd.simulate.world import Prepared, prepare
 
-__all__ = [
-    "JobReport", "ScenarioReport", "report_json", "run_job", "run_scenario",
-]
+__all__ = ["JobReport", "ScenarioReport", "report_json", "run_job", "run_scenario"]
 
 _DP_CHUNK = 250
 """Start points per DP batch: bounds memory on long jobs and fine progress grids."""

@@ -262,11 +262,8 @@ def scenario_from_traces(
         stem if stems.count(stem) == 1 else f"{p.parent.name}/{stem}"
         for p, stem in zip(paths, stems, strict=True)
     ]
-    folders = {p.parent for p in paths}
     data: dict[str, Any] = {
-        # Names the plots: two runs on other traces must not overwrite each other's.
-        "name": stems[0] if len(paths) == 1 else next(iter(folders)).name
-        if len(folders) == 1 else "traces",
+        "name": _run_name(paths),
         "description": "trace files given on the command line, reference cost model",
         "cost_model": CostModel.REFERENCE.value,
         "offerings": [
@@ -288,6 +285,15 @@ def scenario_from_traces(
     if tick_seconds is not None:
         data["tick_seconds"] = tick_seconds
     return parse_scenario(data, source=TRACES_SOURCE)
+
+
+def _run_name(paths: Sequence[Path]) -> str:
+    """The file's name, or the folder's when all come from one: it names the plots, so
+    two runs on other traces do not overwrite each other's."""
+    if len(paths) == 1:
+        return paths[0].stem
+    folders = {p.parent for p in paths}
+    return folders.pop().name if len(folders) == 1 else "traces"
 
 
 def _trace_files(given: Sequence[Path]) -> list[Path]:

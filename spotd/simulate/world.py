@@ -56,23 +56,25 @@ class Prepared:
 def _offering(entry: OfferingEntry, spot: float, od: float) -> Offering:
     known = facts(entry.provider, entry.instance_type)
     gpus = entry.gpus_per_node or (known.gpus_per_node if known else 1)
-    # Look the fabric up only where the entry leaves it out (the lookup warns on unknown types).
-    if entry.fabric is not None and entry.gbps_per_gpu is not None:
-        fabric = Interconnect(entry.fabric, entry.gbps_per_gpu)
-    else:
-        fabric = interconnect(entry.provider, entry.instance_type, gpus)
     return Offering(
         pool=Pool(entry.provider, entry.region, entry.zone, entry.instance_type),
         gpu=(entry.gpu or (known.gpu if known else "GPU")).upper(),
         gpus_per_node=gpus,
         gpu_memory_gb=entry.gpu_memory_gb or (known.gpu_memory_gb if known else 16),
-        interconnect=Interconnect(
-            entry.fabric or fabric.fabric, entry.gbps_per_gpu or fabric.gbps_per_gpu
-        ),
+        interconnect=_interconnect(entry, gpus),
         spot_price=spot,
         on_demand_price=od,
         notice_seconds=_notice(entry),
     )
+
+
+def _interconnect(entry: OfferingEntry, gpus: int) -> Interconnect:
+    """The entry's fabric and bandwidth, looked up only where it leaves one out (the
+    lookup warns on unknown instance types)."""
+    if entry.fabric is not None and entry.gbps_per_gpu is not None:
+        return Interconnect(entry.fabric, entry.gbps_per_gpu)
+    looked = interconnect(entry.provider, entry.instance_type, gpus)
+    return Interconnect(entry.fabric or looked.fabric, entry.gbps_per_gpu or looked.gbps_per_gpu)
 
 
 def _notice(entry: OfferingEntry) -> int:
