@@ -150,9 +150,9 @@ def status(
 
 
 def _progress_line(job: JobView) -> str | None:
-    """One line on how far the job is, e.g. for a deadline job
-    ``progress: 12.4 of 24.0 compute hours; deadline in 30.5 h, 18.9 h of slack``;
-    None from a daemon too old to say."""
+    """One line on how far the job is, e.g. for a running deadline job
+    ``progress: 12.4 of 24.0 compute hours (estimate); deadline in 30.5 h, 18.9 h of
+    slack; 13.1 h to go at the current rate``; None from a daemon too old to say."""
     p = job.progress
     if p is None:
         return None
@@ -166,6 +166,10 @@ def _progress_line(job: JobView) -> str | None:
     if p.slack_hours is not None:
         slack = f"{p.slack_hours:.1f} h of slack"
         line += f", [red]{slack}[/]" if p.slack_hours < 0 else f", {slack}"
+    if p.finish_in_hours is not None:
+        pace = f"{p.finish_in_hours:.1f} h to go at the current rate"
+        late = p.finish_in_hours > p.hours_to_deadline
+        line += f"; [red]{pace}[/]" if late else f"; {pace}"
     return line
 
 

@@ -85,6 +85,15 @@ def restore_hours(spec: JobSpec, attempt: AttemptRecord) -> float:
     return checkpoint_write_hours(spec) if attempt.resume_from else 0.0
 
 
+def running_rate(attempts: Sequence[AttemptRecord]) -> float | None:
+    """Reference compute hours an hour of the job's running attempt does; None while
+    none runs (pending, provisioning, or between attempts)."""
+    for a in reversed(attempts):
+        if a.open and a.running_at is not None:
+            return 1.0 if a.work_per_hour is None else a.work_per_hour
+    return None
+
+
 def done_hours(spec: JobSpec, attempts: Sequence[AttemptRecord], now: datetime) -> float:
     """Reference compute hours behind the job, as far as the daemon can tell.
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord, Offering
 from spotd.market import Snapshot
-from spotd.progress import done_hours
+from spotd.progress import done_hours, running_rate
 from spotd.states import JobStatus
 
 
@@ -55,7 +55,10 @@ class ProgressView(BaseModel):
     in; a job that succeeded is complete. ``slack_hours`` is the time to the
     deadline less the work left at reference speed: what the job can still
     spare for waiting, changeovers and slower offerings. Both deadline figures
-    are None once the job has ended.
+    are None once the job has ended. ``finish_in_hours`` is how long the work
+    left takes at the rate of the attempt running now (its offering's speed,
+    fabric and checkpoint writes; no preemption counted): None while nothing
+    runs, and without ``compute_hours``.
     """
 
     done_hours: float
@@ -63,6 +66,7 @@ class ProgressView(BaseModel):
     finish_by: datetime | None
     hours_to_deadline: float | None
     slack_hours: float | None
+    finish_in_hours: float | None = None
 
 
 class JobView(BaseModel):
@@ -139,12 +143,15 @@ def progress_view(job: JobRecord, attempts: Sequence[AttemptRecord], now: dateti
     if finish_by is not None and not job.status.terminal:
         to_go = (finish_by - now).total_seconds() / 3600
     slack = None if to_go is None or total is None else to_go - (total - done)
+    rate = None if job.status.terminal else running_rate(attempts)
+    finish_in = None if not rate or total is None else (total - done) / rate
     return ProgressView(
         done_hours=round(done, 4),
         compute_hours=total,
         finish_by=finish_by,
         hours_to_deadline=None if to_go is None else round(to_go, 4),
         slack_hours=None if slack is None else round(slack, 4),
+        finish_in_hours=None if finish_in is None else round(finish_in, 4),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -49,18 +50,36 @@ def test_a_deadline_job_shows_its_progress_time_left_and_slack() -> None:
     assert view.done_hours == pytest.approx(8.0)
     assert (view.compute_hours, view.hours_to_deadline) == (20.0, pytest.approx(20.0))
     assert view.slack_hours == pytest.approx(20.0 - (20.0 - 8.0))
+    assert view.finish_in_hours == pytest.approx((20.0 - 8.0) / 0.8)
     (attempt,) = job_view(job, [ran(10, rate=0.8)], now).attempts
     assert (attempt.work_per_hour, attempt.checkpoint_interval_hours) == (0.8, 1.0)
     line = _progress_line(job_view(job, [ran(10, rate=0.8)], now))
     assert line == (
-        "progress: 8.0 of 20.0 compute hours (estimate); deadline in 20.0 h, 8.0 h of slack"
+        "progress: 8.0 of 20.0 compute hours (estimate); deadline in 20.0 h, 8.0 h of slack;"
+        " 15.0 h to go at the current rate"
     )
 
 
 def test_a_job_behind_its_deadline_shows_its_slack_in_red() -> None:
     job = record(deadline=due(20, 12))
     line = _progress_line(job_view(job, [ran(10, rate=0.5)], T0 + timedelta(hours=10)))
-    assert line.endswith("deadline in 2.0 h, [red]-13.0 h of slack[/]")
+    assert line.endswith(
+        "deadline in 2.0 h, [red]-13.0 h of slack[/]; [red]30.0 h to go at the current rate[/]"
+    )
+
+
+def test_time_to_go_is_at_the_running_attempts_rate_and_only_while_one_runs() -> None:
+    job = record(deadline=due(20, 30))
+    preempted = ran(4, rate=0.5, end=AttemptEnd.PREEMPTED)
+    second = replace(ran(0, rate=0.8, seq=2), started_at=T0 + timedelta(hours=4))
+    now = T0 + timedelta(hours=8)
+    for attempts in ([preempted], [preempted, replace(second, running_at=None)]):
+        view = job_view(job, attempts, now).progress
+        assert view is not None and view.finish_in_hours is None  # nothing runs
+    running = job_view(job, [preempted, replace(second, running_at=second.started_at)], now)
+    assert running.progress is not None
+    assert running.progress.done_hours == pytest.approx(4 * 0.5 + 4 * 0.8)
+    assert running.progress.finish_in_hours == pytest.approx((20 - 5.2) / 0.8)
 
 
 def test_a_passed_deadline_says_so() -> None:
