@@ -25,7 +25,14 @@ from spotd.agent_api import (
 from spotd.contracts import Store
 from spotd.domain import InstanceReport
 from spotd.engine import Engine
-from spotd.errors import IllegalTransition, JobNotFound, LostTransition, SpotdError, StoreError
+from spotd.errors import (
+    IllegalTransition,
+    JobNotFound,
+    LostTransition,
+    SpotdError,
+    StoreError,
+    SubmitRefused,
+)
 from spotd.metrics import Outboxlike, create_metrics_router
 from spotd.spec import JobSpec
 from spotd.states import TERMINAL
@@ -123,7 +130,10 @@ def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) 
             spec = JobSpec.model_validate(body.spec)
         except ValidationError as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
-        job = engine.submit(spec)
+        try:
+            job = engine.submit(spec)
+        except SubmitRefused as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from exc
         return job_view(job, [], engine.clock.now())
 
     @app.get("/v1/prices", dependencies=auth)

@@ -48,6 +48,7 @@ from spotd.spec import JobSpec
 __all__ = [
     "MARKER",
     "CheckpointInfo",
+    "check_location",
     "checkpoint_name",
     "is_complete",
     "join",
@@ -97,6 +98,17 @@ def join(uri: str, *parts: str) -> str:
             continue
         out = out + seg if out.endswith("/") else f"{out}/{seg}"
     return out
+
+
+def check_location(uri: str) -> None:
+    """Raise CheckpointError if this daemon cannot open locations like ``uri`` at all:
+    an unknown scheme, or one whose fsspec backend (s3fs, gcsfs, adlfs) is not
+    installed. It touches no storage, so it says nothing of credentials or network."""
+    protocol, _ = fsspec.core.split_protocol(uri)
+    try:
+        fsspec.get_filesystem_class(protocol or "file")
+    except (ValueError, ImportError) as exc:
+        raise CheckpointError(f"{uri}: this daemon cannot open such locations: {exc}") from exc
 
 
 def _fs(uri: str) -> tuple[Any, str]:

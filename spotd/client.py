@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from spotd.config import Settings
 from spotd.errors import ApiError
 from spotd.spec import JobSpec
 from spotd.views import EventView, JobView, MarketView
 
+T = TypeVar("T")
+_JOB = TypeAdapter(JobView)
 _JOBS = TypeAdapter(list[JobView])
 _EVENTS = TypeAdapter(list[EventView])
+_MARKET = TypeAdapter(MarketView)
+_LOGS = TypeAdapter(dict[str, dict[str, str]])
 
 
 def daemon_url(settings: Settings) -> str:
@@ -50,7 +54,13 @@ class Client:
                 f"cannot read the API token at {settings.token_file} ({exc.strerror}); "
                 "is `spotd daemon` running with the same data_dir?"
             ) from exc
-        return cls(daemon_url(settings), token)
+        url = daemon_url(settings)
+        if url.endswith(":0"):  # the daemon picks its port; only its address file tells it
+            raise ApiError(
+                f"no spotd daemon is running with data_dir {settings.data_dir} (it writes "
+                f"{settings.address_file.name} there while it runs); start it with `spotd daemon`"
+            )
+        return cls(url, token)
 
     def close(self) -> None:
         self._http.close()
@@ -66,32 +76,47 @@ class Client:
         if response.is_error:
             try:
                 detail = response.json().get("detail", response.text)
-            except ValueError:
+            except (ValueError, AttributeError):
                 detail = response.text
-            raise ApiError(f"{response.status_code}: {detail}")
-        return response.json()
+            # A refusal (4xx) is told as the daemon put it; a failure says whose it was.
+            if response.status_code >= 500:
+                raise ApiError(f"the daemon failed ({response.status_code}): {detail}")
+            raise ApiError(str(detail))
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ApiError(f"{method} {path}: the daemon's reply is not JSON") from exc
+
+    def _typed(self, shape: TypeAdapter[T], method: str, path: str, **kwargs: Any) -> T:
+        reply = self._call(method, path, **kwargs)
+        try:
+            return shape.validate_python(reply)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"]) or "the reply"
+            raise ApiError(
+                f"{method} {path}: the daemon's reply does not read as this CLI expects "
+                f"({where}: {first['msg']}); is the daemon another version of spotd?"
+            ) from exc
 
     def submit(self, spec: JobSpec) -> JobView:
         body = {"spec": spec.model_dump(mode="json")}
-        return JobView.model_validate(self._call("POST", "/v1/jobs", json=body))
+        return self._typed(_JOB, "POST", "/v1/jobs", json=body)
 
     def jobs(self, *, include_ended: bool = True) -> list[JobView]:
-        return _JOBS.validate_python(
-            self._call("GET", "/v1/jobs", params={"all": include_ended})
-        )
+        return self._typed(_JOBS, "GET", "/v1/jobs", params={"all": include_ended})
 
     def job(self, ref: str) -> JobView:
-        return JobView.model_validate(self._call("GET", f"/v1/jobs/{ref}"))
+        return self._typed(_JOB, "GET", f"/v1/jobs/{ref}")
 
     def events(self, ref: str) -> list[EventView]:
-        return _EVENTS.validate_python(self._call("GET", f"/v1/jobs/{ref}/events"))
+        return self._typed(_EVENTS, "GET", f"/v1/jobs/{ref}/events")
 
     def cancel(self, ref: str) -> JobView:
-        return JobView.model_validate(self._call("POST", f"/v1/jobs/{ref}/cancel"))
+        return self._typed(_JOB, "POST", f"/v1/jobs/{ref}/cancel")
 
     def prices(self) -> MarketView:
-        return MarketView.model_validate(self._call("GET", "/v1/prices"))
+        return self._typed(_MARKET, "GET", "/v1/prices")
 
     def logs(self, ref: str) -> dict[str, str]:
-        logs: dict[str, str] = self._call("GET", f"/v1/jobs/{ref}/logs")["logs"]
-        return logs
+        return self._typed(_LOGS, "GET", f"/v1/jobs/{ref}/logs")["logs"]

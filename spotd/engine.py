@@ -37,6 +37,7 @@ from spotd.domain import (
 )
 from spotd.errors import (
     CapacityError,
+    CheckpointError,
     LostTransition,
     PriceTooLowError,
     ProviderError,
@@ -44,9 +45,10 @@ from spotd.errors import (
     QuotaError,
     SpotdError,
     StoreError,
+    SubmitRefused,
 )
 from spotd.ledger import NodeUsage, record_ledger, usage_from_instances
-from spotd.market import MarketCache
+from spotd.market import MarketCache, unoffered_gpus
 from spotd.progress import done_hours, work_per_hour
 from spotd.spec import JobSpec, deadline_controlled
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition, transition
@@ -139,7 +141,17 @@ class Engine:
     # -- public -----------------------------------------------------------
 
     def submit(self, spec: JobSpec) -> JobRecord:
-        """Store a new job; the next pass places it."""
+        """Store a new job; the next pass places it. SubmitRefused, and nothing stored,
+        for a job this daemon could never run: a checkpoint location it has no way to
+        open, or GPU models that no provider offers."""
+        if spec.checkpoint.uri:
+            try:
+                checkpoints.check_location(spec.checkpoint.uri)
+            except CheckpointError as exc:
+                raise SubmitRefused(f"checkpoint.uri: {exc}") from exc
+        problem = unoffered_gpus(spec.resources.gpus, self.market.snapshots())
+        if problem is not None:
+            raise SubmitRefused(f"resources.gpus: {problem}")
         return self.store.create_job(spec, now=self.clock.now())
 
     def tick(self) -> None:
@@ -219,10 +231,16 @@ class Engine:
                 log.warning("reaper could not list %s: %s", provider.name, exc)
                 continue
             orphans = [i.id for i in mine if not i.ended and self._orphaned(i)]
-            if orphans:
-                log.warning("stopping %d instance(s) no attempt owns: %s", len(orphans), orphans)
+            if not orphans:
+                continue
+            log.warning("stopping %d instance(s) no attempt owns: %s", len(orphans), orphans)
+            try:
                 provider.terminate(orphans)
-                stopped += len(orphans)
+            except ProviderError as exc:
+                # One provider's failure must not keep the reaper from the others.
+                log.warning("reaper could not stop %s on %s: %s", orphans, provider.name, exc)
+                continue
+            stopped += len(orphans)
         return stopped
 
     def _keep_history(self, provider: str, offerings: tuple[Offering, ...]) -> None:
@@ -251,7 +269,16 @@ class Engine:
             self._waited_too_long(job, now)
             return
         choice = decision.choice
-        latest = checkpoints.latest_complete(checkpoint_uri(job, self.settings))
+        uri = checkpoint_uri(job, self.settings)
+        try:
+            checkpoints.check_location(uri)
+        except CheckpointError as exc:
+            # Stored before the daemon lost the backend (or by an older one): no pass
+            # would ever place it, so say so rather than wait forever.
+            self._move(job, JobStatus.FAILED, "checkpoint location unusable", detail=str(exc),
+                       failure=FailureCause.INVALID_SPEC)  # fmt: skip
+            return
+        latest = checkpoints.latest_complete(uri)
         interval = self._interval_hours(job.spec, choice.offering, choice.market)
         new = NewAttempt(
             pool=choice.offering.pool,
@@ -618,6 +645,11 @@ class Engine:
             except ProviderError as exc:
                 log.warning("describe of %d %s instances failed: %s", len(instance_ids), name, exc)
                 described[name] = None
+            except Exception:
+                # An error the adapter failed to map is a bug in it; it must not stall
+                # the jobs of every other provider. Its own jobs wait as on a failure.
+                log.exception("describe of %d %s instances raised", len(instance_ids), name)
+                described[name] = None
         return _Pass(attempts, reports, described)
 
     def _attempts_of(self, jobs: Sequence[JobRecord]) -> dict[str, list[AttemptRecord]]:
@@ -709,8 +741,11 @@ class Engine:
         job_id = instance.tags.get(TAG_JOB, "")
         try:
             attempts = self.store.attempts(job_id)
-        except StoreError:
-            return True
+        except StoreError as exc:
+            # Unknown is not orphaned: stopping a healthy run on a locked database
+            # loses its work, while a true orphan is only stopped a pass later.
+            log.warning("reaper skips %s, its attempts could not be read: %s", instance.id, exc)
+            return False
         owner = next((a for a in attempts if str(a.seq) == instance.tags.get(TAG_ATTEMPT)), None)
         return owner is None or not owner.open
 

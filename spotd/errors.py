@@ -8,10 +8,16 @@ SpotdError
 │   ├── JobNotFound
 │   ├── IllegalTransition        the table forbids from -> to
 │   └── LostTransition           the compare-and-set found another status
+├── SubmitRefused                the daemon cannot run this job as specified
 ├── CheckpointError
 ├── PolicyError                  a policy could not be loaded or failed
 ├── ApiError                     the daemon's HTTP API answered with an error
+├── MailError                    a report could not be sent
+│   ├── MailUnavailable          the server could not be reached: retry later
+│   └── MailRefused              the server said no to this message
+│       └── MailAuthError        the login was refused
 └── ProviderError                anything a cloud (or the simulator) said no to
+    ├── InvalidRequestError      the request cannot be carried as made: do not retry
     ├── CapacityError            no capacity in that pool now: try elsewhere
     ├── QuotaError               an account limit: cool the pool down for longer
     ├── PriceTooLowError         the bid is under the spot price
@@ -66,6 +72,11 @@ class LostTransition(StoreError):
     """Another writer changed the job's status first (the compare-and-set failed)."""
 
 
+class SubmitRefused(SpotdError):
+    """The daemon cannot run the job as specified (a GPU no provider offers, a checkpoint
+    location it cannot open); nothing was stored. The message names the field."""
+
+
 class CheckpointError(SpotdError):
     """A checkpoint location could not be read."""
 
@@ -111,6 +122,14 @@ class ProviderError(SpotdError):
         self.provider = provider
         self.code = code
         super().__init__(message)
+
+
+class InvalidRequestError(ProviderError):
+    """The provider cannot carry the request as made (a boot script it refuses, a
+    parameter out of range): the same request fails the same way, so it is not retried."""
+
+    def __init__(self, message: str, *, provider: str = "", code: str = "InvalidParameter"):
+        super().__init__(message, provider=provider, code=code)
 
 
 class CapacityError(ProviderError):

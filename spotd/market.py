@@ -8,6 +8,7 @@ API is not hammered. Each snapshot says how old it is.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
 import time
@@ -77,6 +78,11 @@ class MarketCache:
             offerings = tuple(self._providers[name].offerings())
         except ProviderError as exc:
             fresh = self._failed(name, old, exc, now)
+        except Exception as exc:
+            # An error the adapter failed to map is a bug in it; back off all the same
+            # rather than hammer a failing API on every poll.
+            log.exception("price poll of %s raised", name)
+            fresh = self._failed(name, old, exc, now)
         else:
             fresh = Snapshot(offerings, now)
             if self._on_fresh is not None:
@@ -87,7 +93,7 @@ class MarketCache:
             self._snapshots[name] = fresh
         return fresh
 
-    def _failed(self, name: str, old: Snapshot, exc: ProviderError, now: float) -> Snapshot:
+    def _failed(self, name: str, old: Snapshot, exc: Exception, now: float) -> Snapshot:
         failures = old.failures + 1
         delay = min(self._max, self._base * 2 ** (failures - 1))
         age = old.age(now)
@@ -130,6 +136,21 @@ class MarketCache:
             if offering.pool == pool:
                 return offering
         return None
+
+
+def unoffered_gpus(gpus: Sequence[str], snapshots: Mapping[str, Snapshot]) -> str | None:
+    """Why no provider can run a job that accepts ``gpus``, or None if one offers one
+    of them, or if it cannot be told yet (a provider never polled successfully)."""
+    if not snapshots or any(not s.fetched_at for s in snapshots.values()):
+        return None
+    offered = sorted({o.gpu.upper() for s in snapshots.values() for o in s.offerings})
+    if not offered or set(gpus) & set(offered):
+        return None
+    close = {m for g in gpus for m in difflib.get_close_matches(g, offered, n=1, cutoff=0.5)}
+    hint = f"; did you mean {' or '.join(sorted(close))}?" if close else ""
+    return (
+        f"no enabled provider offers {', '.join(gpus)} (offered: {', '.join(offered)}){hint}"
+    )
 
 
 class OfferingIndex(Sequence[Offering]):

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from engine_support import FakeProvider, fast_settings, run_until, spec
 
-from spotd.domain import AttemptEnd, AttemptRecord, InstanceState, Market
+from spotd.domain import AttemptEnd, AttemptRecord, Instance, InstanceState, Market
 from spotd.engine import (
     MISSING_BEFORE_LOST,
     TAG_ATTEMPT,
@@ -19,7 +19,7 @@ from spotd.engine import (
     Engine,
     EngineSettings,
 )
-from spotd.errors import AuthError, CapacityError, ThrottledError
+from spotd.errors import AuthError, CapacityError, StoreError, SubmitRefused, ThrottledError
 from spotd.policies.cheapest import CheapestPolicy
 from spotd.states import FailureCause, JobStatus, Transition, transition
 from spotd.store import open_store
@@ -194,6 +194,132 @@ def test_reaper_stops_instances_no_attempt_owns(engine: Engine) -> None:
     assert engine.reap() == 1
     assert provider.describe(attempt.instance_ids)[0].ended
     assert engine.reap() == 0
+
+
+class _AttemptsUnreadable:
+    """The engine's store, with reads of attempts failing as a locked database does."""
+
+    def __init__(self, store: object) -> None:
+        self._store = store
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        raise StoreError("database is locked")
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._store, name)
+
+
+def test_reaper_leaves_running_instances_alone_when_their_attempts_cannot_be_read(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, provider = fake
+    job = eng.submit(spec())
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    (attempt,) = eng.store.attempts(job.id)
+    store = eng.store
+    eng.store = _AttemptsUnreadable(store)  # type: ignore[assignment]
+    assert eng.reap() == 0
+    eng.store = store
+    assert provider.terminated == []
+    assert provider.states[attempt.instance_ids[0]] is InstanceState.RUNNING
+
+
+class _CannotTerminate(FakeProvider):
+    def terminate(self, instance_ids: Collection[str]) -> None:  # type: ignore[override]
+        raise ThrottledError("slow down", provider=self.name)
+
+
+def test_one_providers_failure_to_stop_orphans_does_not_stop_the_reaper(tmp_path: Path) -> None:
+    from spotd.providers.sim import SimClock
+
+    stuck, fine = _CannotTerminate(name="stuck"), FakeProvider(name="fine")
+    store = open_store(f"sqlite:///{tmp_path / 'r.db'}")
+    clock = SimClock(tmp_path / "clock", 3600.0)
+    eng = Engine(
+        store, {"stuck": stuck, "fine": fine}, CheapestPolicy(), clock,
+        EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"),
+    )  # fmt: skip
+    orphan = {TAG_OWNER: "test", TAG_JOB: "j-gone", TAG_ATTEMPT: "1"}
+    for provider in (stuck, fine):
+        provider.states["i-1"] = InstanceState.RUNNING
+        provider.tags["i-1"] = orphan
+    assert eng.reap() == 1
+    assert fine.terminated == ["i-1"]
+    assert stuck.states["i-1"] is InstanceState.RUNNING  # the next reap tries again
+    store.close()
+
+
+class _DescribeBug(FakeProvider):
+    def describe(self, instance_ids: Sequence[str]) -> list[Instance]:
+        raise KeyError("State")  # an SDK reply the adapter failed to map
+
+
+def test_an_unmapped_describe_error_stalls_only_that_providers_jobs(tmp_path: Path) -> None:
+    from spotd.providers.sim import SimClock
+
+    buggy, fine = _DescribeBug(name="buggy"), FakeProvider(name="fine")
+    store = open_store(f"sqlite:///{tmp_path / 'd.db'}")
+    eng = Engine(
+        store, {"buggy": buggy, "fine": fine}, CheapestPolicy(), SimClock(tmp_path / "c", 3600.0),
+        EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"),
+    )  # fmt: skip
+    jobs = {name: eng.submit(spec(market={"providers": [name]})) for name in ("buggy", "fine")}
+    eng.tick()
+    for name, provider in (("buggy", buggy), ("fine", fine)):
+        (attempt,) = eng.store.attempts(jobs[name].id)
+        assert attempt.pool.provider == name
+        provider.exit_codes[attempt.instance_ids[0]] = 0
+        provider.states[attempt.instance_ids[0]] = InstanceState.EXITED
+    eng.tick()
+    assert eng.store.get_job(jobs["fine"].id).status is JobStatus.SUCCEEDED
+    assert eng.store.get_job(jobs["buggy"].id).status is JobStatus.PROVISIONING  # waits
+    store.close()
+
+
+def _no_gcsfs() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("gcsfs") is not None:
+        pytest.skip("gcsfs is installed here: gs:// locations can be opened")
+
+
+def test_a_checkpoint_location_the_daemon_cannot_open_is_refused_at_submit(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    _no_gcsfs()
+    eng, _ = fake
+    with pytest.raises(SubmitRefused, match=r"^checkpoint\.uri: gs://b/run: this daemon cannot"):
+        eng.submit(spec(checkpoint={"uri": "gs://b/run"}))
+    assert eng.store.list_jobs() == []
+
+
+def test_gpus_no_provider_offers_are_refused_once_every_provider_has_answered(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, _ = fake
+    early = eng.submit(spec(gpus=("A1OO",)))  # no poll yet: the market cannot tell
+    eng.market.refresh_all()
+    with pytest.raises(SubmitRefused) as err:
+        eng.submit(spec(gpus=("A1OO", "H1OO")))
+    assert str(err.value) == (
+        "resources.gpus: no enabled provider offers A1OO, H1OO (offered: A100);"
+        " did you mean A100?"
+    )
+    assert [j.id for j in eng.store.list_jobs()] == [early.id]
+    assert eng.submit(spec(gpus=("H100", "A100"))).status is JobStatus.PENDING
+
+
+def test_a_stored_job_whose_checkpoints_cannot_be_opened_fails_instead_of_waiting(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    _no_gcsfs()
+    eng, provider = fake
+    job = eng.store.create_job(spec(checkpoint={"uri": "gs://b/run"}), now=eng.clock.now())
+    eng.tick()
+    failed = eng.store.get_job(job.id)
+    assert failed.status is JobStatus.FAILED and failed.failure is FailureCause.INVALID_SPEC
+    (event,) = [e for e in eng.store.events(job.id) if e.to_status is JobStatus.FAILED]
+    assert "gcsfs" in event.detail and provider.launched == []
 
 
 def test_capacity_error_moves_to_another_pool(fake: tuple[Engine, FakeProvider]) -> None:

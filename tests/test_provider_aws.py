@@ -12,7 +12,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -40,10 +40,12 @@ from moto import mock_aws
 from pydantic import ValidationError
 
 from spotd import interconnect as interconnect_module
+from spotd.bootstrap import bootstrap_for
 from spotd.domain import Fabric, InstanceState, LaunchRequest, Market, Offering, Pool
 from spotd.errors import (
     AuthError,
     CapacityError,
+    InvalidRequestError,
     NotFoundError,
     PriceTooLowError,
     ProviderError,
@@ -77,14 +79,14 @@ class Env:
     session: Any
     clock: list[float] = field(default_factory=lambda: [0.0])
 
-    def provider(self, **overrides: Any) -> AwsProvider:
+    def provider(self, user_data: Any = bootstrap, **overrides: Any) -> AwsProvider:
         values: dict[str, Any] = {
             "enabled": True, "regions": [EAST], "instance_types": ["g5.xlarge"],
             "image_id": {EAST: FakeAws.ami(EAST)},
         }  # fmt: skip
         values.update(overrides)
         return AwsProvider(
-            AwsSettings(**values), user_data=bootstrap, session=self.session,
+            AwsSettings(**values), user_data=user_data, session=self.session,
             clock=lambda: self.clock[0],
         )  # fmt: skip
 
@@ -126,6 +128,10 @@ def test_settings_defaults_and_extra_forbidden() -> None:
     assert settings.instance_types is None and settings.pricing_region == "us-east-1"
     with pytest.raises(ValidationError):
         AwsSettings(access_key="AKIA...")  # type: ignore[call-arg]
+    for bad in ("ec2.local:4566", "ftp://ec2.local", "http://"):
+        with pytest.raises(ValidationError, match="endpoint_url must be an http"):
+            AwsSettings(endpoint_url=bad)
+    assert AwsSettings(endpoint_url="http://127.0.0.1:5000").endpoint_url == "http://127.0.0.1:5000"
 
 
 def test_factory_builds_a_provider() -> None:
@@ -303,6 +309,17 @@ def test_static_facts_are_cached_between_polls(env: Env) -> None:
 
 
 # -- launch -----------------------------------------------------------------------------
+
+
+def test_a_boot_script_the_renderer_refuses_is_an_invalid_request(env: Env) -> None:
+    # The real renderer refuses a script that would carry the daemon's own token.
+    render = bootstrap_for("aws", daemon_url="http://d:8000", daemon_token="s3cret")
+    provider = env.provider(user_data=render)
+    leaky = replace(request(g5_offering(env, provider)), env={"TOKEN": "s3cret"})
+    with pytest.raises(InvalidRequestError, match="daemon's token") as err:
+        provider.launch(leaky)
+    assert not err.value.retryable and err.value.code == "InvalidParameter"
+    assert env.fake.params("RunInstances") == []
 
 
 def test_launch_sends_tags_token_spot_options_and_user_data(env: Env) -> None:

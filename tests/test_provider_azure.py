@@ -396,6 +396,19 @@ def test_an_arm_endpoint_that_refuses_connections_is_unavailable(fake: FakeAzure
     p.close()
 
 
+def test_a_reply_the_sdk_cannot_read_is_unavailable(fake: FakeAzure) -> None:
+    p = make_provider(fake)
+    o = offering(p)
+    (inst,) = p.launch(request(o))
+    fake.garble_next(5)  # the SDK may retry a GET; every try reads the broken body
+    with pytest.raises(ProviderUnavailable, match="unreadable reply"):
+        p.describe([inst.id])
+    fake.garble_next(5, body=b'{"properties": "not an object", "zones": 7}')
+    with pytest.raises(ProviderUnavailable, match="unreadable reply"):
+        p.describe([inst.id])
+    p.close()
+
+
 # -- state ------------------------------------------------------------------------
 
 

@@ -11,19 +11,23 @@ import re
 import socket
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from fakes.gcp_fake import LOCATIONS, MACHINE_TYPES, PRICES, PROJECT, GcpFake
 from google.api_core import exceptions as gexc
+from google.auth import exceptions as gauth_exc
 from google.oauth2.credentials import Credentials
 from harnesses.gcp import bootstrap, provider_for, settings_for
 from pydantic import ValidationError
 
+from spotd.bootstrap import bootstrap_for
 from spotd.domain import Fabric, InstanceState, LaunchRequest, Market, Offering
 from spotd.errors import (
     AuthError,
     CapacityError,
+    InvalidRequestError,
     NotFoundError,
     ProviderError,
     ProviderUnavailable,
@@ -475,6 +479,18 @@ def test_mapping_never_reads_the_message() -> None:
     assert type(err.value) is ProviderError
 
 
+@pytest.mark.parametrize(("raised", "expected"), [
+    (gauth_exc.OAuthError("bad grant"), AuthError),
+    (gauth_exc.MutualTLSChannelError("no client certificate"), AuthError),
+    (gauth_exc.MalformedError("not a key file"), AuthError),
+    (gauth_exc.TimeoutError("token endpoint slow"), ProviderUnavailable),
+])
+def test_every_google_auth_error_is_mapped(raised: Exception, expected: type) -> None:
+    with pytest.raises(ProviderError) as err, map_gcp_errors("list"):
+        raise raised
+    assert type(err.value) is expected and err.value.__cause__ is raised
+
+
 def test_unreachable_api_is_unavailable(fake: GcpFake) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -533,6 +549,18 @@ def test_launch_validates_the_request(provider: GcpProvider) -> None:
     o = offering(provider, "us-central1-b", "g2-standard-4")
     with pytest.raises(ProviderError):
         provider.launch(request(o, nodes=0))
+
+
+def test_a_boot_script_the_renderer_refuses_is_an_invalid_request(fake: GcpFake) -> None:
+    # The real renderer refuses a script that would carry the daemon's own token.
+    render = bootstrap_for("gcp", daemon_url="http://d:8000", daemon_token="s3cret")
+    p = build_gcp_provider(settings_for(fake), startup_script=render,
+                           credentials=_anon())  # fmt: skip
+    leaky = replace(request(offering(p, "us-central1-b", "g2-standard-4")), env={"T": "s3cret"})
+    with pytest.raises(InvalidRequestError, match="daemon's token") as err:
+        p.launch(leaky)
+    assert not err.value.retryable and err.value.code == "InvalidParameter"
+    assert not [r for r in fake.requests if r.method == "POST"]
 
 
 def test_project_is_used_in_paths(fake: GcpFake, provider: GcpProvider) -> None:

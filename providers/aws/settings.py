@@ -7,7 +7,9 @@ role), optionally narrowed to one named ``profile``.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class AwsSettings(BaseModel):
@@ -37,3 +39,13 @@ class AwsSettings(BaseModel):
     """EC2 key pair for SSH to the nodes; None launches without one."""
     profile: str | None = None
     """Named profile of the shared AWS config; None uses boto3's default chain."""
+
+    @field_validator("endpoint_url")
+    @classmethod
+    def _endpoint_is_a_url(cls, value: str | None) -> str | None:
+        # botocore refuses a bad one only at the first call, as a bare ValueError.
+        if value is not None:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"endpoint_url must be an http(s) URL, got {value!r}")
+        return value

@@ -18,7 +18,7 @@ from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachine
 
 from spotd.domain import Instance, LaunchRequest, Offering, Pool
-from spotd.errors import NotFoundError, ProviderError
+from spotd.errors import InvalidRequestError, NotFoundError, ProviderError
 
 from .clients import compute_client, default_credential
 from .errors import map_azure_errors
@@ -133,8 +133,7 @@ class AzureProvider:
         try:
             data = encode_custom_data(self._custom_data(node))
         except ValueError as exc:
-            raise ProviderError(f"azure launch: {exc}", provider=PROVIDER,
-                                code="InvalidParameter") from exc  # fmt: skip
+            raise InvalidRequestError(f"azure launch: {exc}", provider=PROVIDER) from exc
         return vm_body(self._settings, pool, market=request.market, name=name, tags=request.tags,
                        custom_data=data)  # fmt: skip
 

@@ -10,6 +10,7 @@ keeps the ``Authorization`` header out of exceptions and redacts it in logs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -17,7 +18,10 @@ import httpx
 from azure.core.exceptions import (
     AzureError,
     ClientAuthenticationError,
+    DecodeError,
+    DeserializationError,
     HttpResponseError,
+    SerializationError,
     ServiceRequestError,
     ServiceResponseError,
 )
@@ -127,6 +131,10 @@ def from_azure_error(exc: AzureError, operation: str) -> ProviderError:
     if isinstance(exc, ClientAuthenticationError) and exc.response is None:
         return AuthError(f"azure {operation}: {name}: {_first_line(str(exc.message))}",
                          provider=PROVIDER, code=name)  # fmt: skip
+    if isinstance(exc, DecodeError):
+        # A 2xx whose body is not JSON (cut short, a proxy's page): the service's side.
+        return ProviderUnavailable(f"azure {operation}: unreadable reply: {name}",
+                                   provider=PROVIDER, code=name)  # fmt: skip
     if isinstance(exc, HttpResponseError):
         return from_http_error(exc, operation)
     if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
@@ -161,3 +169,10 @@ def map_azure_errors(operation: str) -> Iterator[None]:
         raise from_azure_error(exc, operation) from exc
     except httpx.HTTPError as exc:
         raise from_httpx_error(exc, operation) from exc
+    except (DeserializationError, SerializationError, json.JSONDecodeError) as exc:
+        # A reply the SDK could not read (ValueErrors, outside AzureError's tree):
+        # the service's side, like a broken connection.
+        name = type(exc).__name__
+        raise ProviderUnavailable(
+            f"azure {operation}: unreadable reply: {name}", provider=PROVIDER, code=name
+        ) from exc

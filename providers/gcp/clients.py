@@ -55,13 +55,15 @@ def build_clients(settings: GcpSettings, credentials: Any | None = None) -> GcpC
     compute = _options(settings.api_endpoint)
     billing = _options(settings.billing_endpoint)
     common: dict[str, Any] = {"credentials": credentials, "transport": "rest"}
-    return GcpClients(
-        project=project,
-        instances=compute_v1.InstancesClient(**common, client_options=compute),
-        machine_types=compute_v1.MachineTypesClient(**common, client_options=compute),
-        zone_operations=compute_v1.ZoneOperationsClient(**common, client_options=compute),
-        catalog=billing_v1.CloudCatalogClient(**common, client_options=billing),
-    )
+    # The constructors read client certificates and endpoints: their errors too are ours.
+    with map_gcp_errors("creating the API clients"):
+        return GcpClients(
+            project=project,
+            instances=compute_v1.InstancesClient(**common, client_options=compute),
+            machine_types=compute_v1.MachineTypesClient(**common, client_options=compute),
+            zone_operations=compute_v1.ZoneOperationsClient(**common, client_options=compute),
+            catalog=billing_v1.CloudCatalogClient(**common, client_options=billing),
+        )
 
 
 def _options(endpoint: str | None) -> dict[str, Any] | None:

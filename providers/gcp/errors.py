@@ -180,10 +180,17 @@ def map_gcp_errors(action: str = "") -> Iterator[None]:
             provider=PROVIDER, code="RefreshError",
         ) from exc  # fmt: skip
     except (
-        requests.exceptions.RequestException, auth_exc.TransportError,
+        requests.exceptions.RequestException, auth_exc.TransportError, auth_exc.TimeoutError,
         gexc.RetryError, ConnectionError, TimeoutError,
     ) as exc:  # fmt: skip
         raise ProviderUnavailable(
             f"gcp: {prefix}API unreachable: {type(exc).__name__}",
+            provider=PROVIDER, code=type(exc).__name__,
+        ) from exc  # fmt: skip
+    except auth_exc.GoogleAuthError as exc:
+        # The rest of google-auth's tree (OAuth, client certificates, mTLS, malformed
+        # key files) is a credentials problem that a retry will not fix.
+        raise AuthError(
+            f"gcp: {prefix}credentials unusable: {type(exc).__name__}: {exc}",
             provider=PROVIDER, code=type(exc).__name__,
         ) from exc  # fmt: skip

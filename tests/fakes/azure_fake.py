@@ -152,6 +152,7 @@ class _State:
     operations: dict[str, _Operation] = field(default_factory=dict)
     failures: deque[Failure] = field(default_factory=deque)
     price_failures: deque[int] = field(default_factory=deque)
+    garbled: deque[bytes] = field(default_factory=deque)
     evicted: set[str] = field(default_factory=set)
     requests: list[Recorded] = field(default_factory=list)
 
@@ -231,6 +232,17 @@ class FakeAzure:
         """Answer the next Retail Prices request with this HTTP status."""
         with self.lock:
             self.state.price_failures.append(status)
+
+    def garble_next(self, replies: int = 1, body: bytes = b'{"value": [truncated') -> None:
+        """Answer the next ``replies`` ARM requests 200 with ``body``: by default not
+        JSON at all, or JSON of a shape the SDK cannot read."""
+        with self.lock:
+            self.state.garbled.extend([body] * replies)
+
+    def take_garbled(self) -> bytes | None:
+        """The body to answer this request with instead of the real one, if any."""
+        with self.lock:
+            return self.state.garbled.popleft() if self.state.garbled else None
 
     def evict(self, name: str) -> None:
         """Azure takes a Spot VM back: deleted (policy Delete) or deallocated."""
@@ -441,6 +453,9 @@ def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
             if not auth.startswith("Bearer "):
                 self._send(401, _error("AuthenticationFailed"), {})
                 return
+            if (garbled := fake.take_garbled()) is not None:
+                self._send_raw(200, garbled)
+                return
             self._send(*self._arm(method, parts.path, query, body))
 
         def _arm(self, method: str, path: str, query: dict[str, str],
@@ -473,7 +488,11 @@ def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
             return loaded if isinstance(loaded, dict) else None
 
         def _send(self, status: int, body: JSON | None, headers: dict[str, str]) -> None:
-            data = b"" if body is None else json.dumps(body).encode()
+            self._send_raw(status, b"" if body is None else json.dumps(body).encode(), headers)
+
+        def _send_raw(self, status: int, data: bytes, headers: dict[str, str] | None = None,
+                      ) -> None:
+            headers = headers or {}
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

@@ -1,0 +1,53 @@
+"""The daemon's HTTP API in process: what a submit that cannot be run gets back."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from engine_support import FakeProvider, spec
+
+from spotd.api import create_app
+from spotd.engine import Engine, EngineSettings
+from spotd.policies.cheapest import CheapestPolicy
+from spotd.providers.sim import SimClock
+from spotd.store import open_store
+
+TOKEN = "t" * 32
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Iterator[Engine]:
+    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    yield Engine(
+        store, {"fake": FakeProvider()}, CheapestPolicy(), SimClock(tmp_path / "c", 3600.0),
+        EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"),
+    )  # fmt: skip
+    store.close()
+
+
+def post(engine: Engine, path: str, body: object) -> httpx.Response:
+    async def send() -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_app(engine, TOKEN))
+        async with httpx.AsyncClient(transport=transport, base_url="http://spotd") as client:
+            return await client.post(path, json=body, headers={"Authorization": f"Bearer {TOKEN}"})
+
+    return asyncio.run(send())
+
+
+def test_a_checkpoint_location_the_daemon_cannot_open_is_a_422_naming_the_field(
+    engine: Engine,
+) -> None:
+    if importlib.util.find_spec("gcsfs") is not None:
+        pytest.skip("gcsfs is installed here: gs:// locations can be opened")
+    body = spec(checkpoint={"uri": "gs://b/run"}).model_dump(mode="json")
+    reply = post(engine, "/v1/jobs", {"spec": body})
+    assert reply.status_code == 422
+    assert reply.json()["detail"].startswith("checkpoint.uri: gs://b/run: this daemon cannot")
+    assert engine.store.list_jobs() == []
+    ok = post(engine, "/v1/jobs", {"spec": spec().model_dump(mode="json")})
+    assert ok.status_code == 201 and ok.json()["status"] == "pending"
