@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from spotd import __version__
@@ -19,6 +22,9 @@ from spotd.config import Settings, load_settings
 from spotd.errors import ConfigError, JobSpecError, SpotdError
 from spotd.spec import load_job_file
 from spotd.views import JobView, MarketView
+
+if TYPE_CHECKING:
+    from spotd.planning import CandidateView
 
 app = typer.Typer(
     help="spotd: run GPU training on spot capacity across clouds, and survive preemptions.",
@@ -44,11 +50,17 @@ def _guard(action: Callable[[], T]) -> T:
     try:
         return action()
     except JobSpecError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(2) from exc
     except SpotdError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from exc
+
+
+def _again(command: str, job_id: str, config: Path | None) -> str:
+    """The command line to run next, with the ``--config`` this one was given."""
+    where = f" --config {shlex.quote(str(config))}" if config is not None else ""
+    return f"spotd {command} {job_id}{where}"
 
 
 def _where(job: JobView) -> str:
@@ -67,9 +79,9 @@ def _status_table(jobs: list[JobView]) -> Table:
         status = j.status if not j.failure else f"{j.status} ({j.failure})"
         table.add_row(
             j.id,
-            j.name,
-            f"[{colour.get(j.status, 'cyan')}]{status}[/]",
-            _where(j),
+            escape(j.name),
+            f"[{colour.get(j.status, 'cyan')}]{escape(status)}[/]",
+            escape(_where(j)),
             str(len(j.attempts)),
             str(j.preemptions),
             f"{j.cost_usd:,.2f}",
@@ -116,7 +128,8 @@ def submit(
         out.print_json(job.model_dump_json())
     else:
         out.print(
-            f"submitted [bold]{job.id}[/bold] ({job.name}); watch it with `spotd status {job.id}`"
+            f"submitted [bold]{job.id}[/bold] ({escape(job.name)}); "
+            f"watch it with `{_again('status', job.id, config)}`"
         )
 
 
@@ -184,7 +197,7 @@ def _print_attempts(job: JobView) -> None:
             f"{a.price_per_node_hour * a.nodes:.2f}",
             f"{a.started_at:%m-%d %H:%M}",
             f"{a.ended_at:%m-%d %H:%M}" if a.ended_at else "-",
-            a.end_reason or "-",
+            escape(a.end_reason or "-"),
             f"{a.cost_usd:.2f}",
         )
     out.print(table)
@@ -204,7 +217,7 @@ def events(job: str, config: ConfigOpt = None, as_json: JsonOpt = False) -> None
         table.add_column(column)
     for e in rows:
         when = f"{e.at:%Y-%m-%d %H:%M:%S}"
-        table.add_row(when, e.from_status or "-", e.to_status, e.cause, e.detail)
+        table.add_row(when, e.from_status or "-", e.to_status, escape(e.cause), escape(e.detail))
     out.print(table)
 
 
@@ -292,7 +305,7 @@ def prices(
         age = "never polled" if p.age_seconds is None else f"{p.age_seconds:.0f} s old"
         line = f"{p.provider}: {p.offerings} offerings, {age}"
         if p.stale:
-            line += f" [yellow]STALE[/]: {p.failures} failed poll(s), last: {p.error}"
+            line += f" [yellow]STALE[/]: {p.failures} failed poll(s), last: {escape(p.error or '')}"
         out.print(line, highlight=False)
 
 
@@ -301,14 +314,17 @@ def _usd(price: float | None) -> str:
 
 
 @app.command()
-def plan(
+def plan(  # noqa: PLR0917 (typer options)
     job_file: Annotated[Path, typer.Argument(help="The job.toml to plan.")],
     policy: Annotated[str | None, typer.Option(help="Policy name (default: configured).")] = None,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
     top: Annotated[int, typer.Option(help="Usable candidates to show.")] = 10,
+    excluded: Annotated[
+        bool, typer.Option("--excluded", help="List every excluded offering and why.")
+    ] = False,
 ) -> None:
-    """Show where a job would run and why, and why every other offering was excluded."""
+    """Show where a job would run and why, and why the other offerings were excluded."""
     from spotd.planning import plan_job
 
     view = _guard(lambda: plan_job(load_job_file(job_file), _settings(config), policy))
@@ -317,36 +333,83 @@ def plan(
         return
     c = view.choice
     if c is None:
-        out.print(f"[red]{view.policy}: no offering passes the filters[/red]")
+        out.print(f"[red]{escape(view.policy)}: no offering passes the filters[/red]")
     else:
         out.print(
-            f"[bold]{view.policy}[/bold] chooses {c.provider}/{c.zone}/{c.instance_type} "
+            f"[bold]{escape(view.policy)}[/bold] chooses {c.provider}/{c.zone}/{c.instance_type} "
             f"{c.market}: {c.price_per_hour:,.2f} USD/h, expected {c.expected_cost_usd:,.2f} USD",
             highlight=False,
         )
-    table = Table(box=None, header_style="bold")
-    columns = ("PROVIDER", "ZONE", "TYPE", "FABRIC", "MARKET", "USD/H", "EFF", "PREEMPT H",
-               "MOVE USD", "EXPECTED USD", "EXCLUDED BECAUSE")  # fmt: skip
-    for column in columns:
-        table.add_column(column)
-    usable = [x for x in view.candidates if x.excluded is None][:top]
-    excluded = [x for x in view.candidates if x.excluded is not None]
-    for x in (*usable, *excluded):
+    usable = [x for x in view.candidates if x.excluded is None]
+    out_of = [x for x in view.candidates if x.excluded is not None]
+    if usable:
+        out.print(_usable_table(usable[:top]))
+    if excluded:
+        out.print(_excluded_table(out_of))
+    elif out_of:
+        _print_exclusions(out_of, len(view.candidates))
+
+
+def _offering_cell(x: CandidateView) -> str:
+    return escape(f"{x.provider}/{x.zone}/{x.instance_type}")
+
+
+def _usable_table(rows: list[CandidateView]) -> Table:
+    # One space between columns and the move column only where a move costs anything:
+    # the table then fits 80 columns for the usual offering names.
+    moves = any(x.breakdown.get("migration_usd", 0.0) for x in rows)
+    table = Table(box=None, header_style="bold", padding=(0, 1, 0, 0), pad_edge=False)
+    table.add_column("OFFERING", no_wrap=True)
+    table.add_column("FABRIC", no_wrap=True)
+    table.add_column("MARKET", no_wrap=True)
+    for column in ("USD/H", "EFF", "LOSS H", *(("MOVE USD",) if moves else ()), "EXPECTED"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for x in rows:
         b = x.breakdown
+        move = (f"{b.get('migration_usd', 0.0):.2f}",) if moves else ()
         table.add_row(
-            x.provider, x.zone, x.instance_type,
-            f"{x.interconnect.fabric} {x.interconnect.gbps_per_gpu:g}", x.market,
-            f"{x.price_per_hour:,.2f}", f"{b.get('efficiency', 1.0):.2f}",
-            f"{b.get('preemption_overhead_hours', 0.0):.2f}",
-            f"{b.get('migration_usd', 0.0):.2f}", f"{x.expected_cost_usd:,.2f}",
-            x.excluded or "",
-        )
-    out.print(table)
+            _offering_cell(x), f"{x.interconnect.fabric} {x.interconnect.gbps_per_gpu:g}",
+            x.market, f"{x.price_per_hour:,.2f}", f"{b.get('efficiency', 1.0):.2f}",
+            f"{b.get('preemption_overhead_hours', 0.0):.2f}", *move,
+            f"{x.expected_cost_usd:,.2f}",
+        )  # fmt: skip
+    return table
 
 
-def _period(since: str | None, start: str | None, end: str | None) -> tuple[datetime, datetime]:
-    """The report's window: ``--since 7d`` (or 12h, 30m), or ``--from`` / ``--to`` dates."""
-    now = datetime.now(UTC)
+def _excluded_table(rows: list[CandidateView]) -> Table:
+    table = Table(box=None, header_style="bold")
+    table.add_column("OFFERING", overflow="fold")
+    table.add_column("MARKET")
+    table.add_column("USD/H", justify="right")
+    table.add_column("EXCLUDED BECAUSE", overflow="fold")
+    for x in rows:
+        table.add_row(_offering_cell(x), x.market, f"{x.price_per_hour:,.2f}",
+                      escape(x.excluded or ""))  # fmt: skip
+    return table
+
+
+_REASONS_SHOWN = 6
+"""Distinct exclusion reasons listed by default; ``--excluded`` lists every offering."""
+
+
+def _print_exclusions(rows: list[CandidateView], total: int) -> None:
+    """How many offerings each reason excluded, most first."""
+    counts = Counter(x.excluded for x in rows)
+    out.print(f"{len(rows)} of {total} candidates excluded (--excluded lists each):")
+    for reason, n in counts.most_common(_REASONS_SHOWN):
+        out.print(f"  {n:>4}  {escape(reason or '')}", highlight=False)
+    rest = len(counts) - _REASONS_SHOWN
+    if rest > 0:
+        others = sum(n for _, n in counts.most_common()[_REASONS_SHOWN:])
+        reasons = "reason" if rest == 1 else "reasons"
+        out.print(f"  {others:>4}  for {rest} other {reasons}", highlight=False)
+
+
+def _period(
+    since: str | None, start: str | None, end: str | None, now: datetime
+) -> tuple[datetime, datetime]:
+    """The report's window: ``--since 7d`` (or 12h, 30m), or ``--from`` / ``--to`` dates;
+    ``now`` is on the clock of the daemon's records (the simulated market's, say)."""
     if since is not None and (start is not None or end is not None):
         raise ConfigError("give --since or --from/--to, not both")
     if since is not None:
@@ -377,7 +440,9 @@ def report(
     job: Annotated[str | None, typer.Option(help="Only this job (id, prefix or name).")] = None,
     fmt: Annotated[str, typer.Option("--format", help="text, html, json or csv.")] = "text",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write here, not stdout.")] = None,
-    email: Annotated[bool, typer.Option("--email", help="Email it to [email] to.")] = False,
+    email: Annotated[
+        bool, typer.Option("--email", help=f"Email it to {escape('[email]')} to.")
+    ] = False,
     config: ConfigOpt = None,
 ) -> None:
     """Cost report from the ledger: spend, savings against on-demand, preemptions, time lost."""
@@ -388,12 +453,16 @@ def report(
     from spotd.store import open_store
 
     if fmt not in ("text", "html", "json", "csv"):
-        err.print(f"[red]error:[/red] --format {fmt!r}: expected text, html, json or csv")
+        err.print(
+            f"[red]error:[/red] --format {escape(repr(fmt))}: expected text, html, json or csv"
+        )
         raise typer.Exit(2)
 
     def run() -> str:
+        from spotd.wiring import records_clock
+
         settings = _settings(config)
-        begin, finish = _period(since, start, end)
+        begin, finish = _period(since, start, end, records_clock(settings).now())
         store = open_store(settings.db_url)
         try:
             job_id = store.find_job(job).id if job else None
@@ -412,7 +481,7 @@ def report(
     text = _guard(run)
     if out_file is not None:
         out_file.write_text(text, encoding="utf-8")
-        err.print(f"report written to {out_file}")
+        err.print(f"report written to {escape(str(out_file))}")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
 
@@ -424,16 +493,16 @@ def _email_report(
     from functools import partial
 
     from spotd import charts, reports
-    from spotd.clock import WallClock
     from spotd.mail import ReportKit, build_mailer
     from spotd.store import open_store
+    from spotd.wiring import records_clock
 
     if not settings.email.enabled:
         raise ConfigError("--email needs an SMTP host: set [email] host in spotd.toml")
-    begin, finish = _period(since, start, end)
+    clock = records_clock(settings)
+    begin, finish = _period(since, start, end, clock.now())
     store = open_store(settings.db_url)
     try:
-        clock = WallClock()
         kit = ReportKit(partial(reports.build_report, store), reports.render_text,
                         reports.render_html, charts.render_charts)  # fmt: skip
         mailer = build_mailer(
@@ -442,11 +511,11 @@ def _email_report(
         )  # fmt: skip
         job_id = store.find_job(job).id if job else None
         if mailer.email_report(since=begin, until=finish, job_id=job_id):
-            err.print(f"report emailed to {', '.join(settings.email.to)}")
+            err.print(f"report emailed to {escape(', '.join(settings.email.to))}")
         else:
             err.print(
                 f"[yellow]could not send now[/yellow]; the report waits in "
-                f"{settings.data_dir / 'outbox'} and the daemon retries it"
+                f"{escape(str(settings.data_dir / 'outbox'))} and the daemon retries it"
             )
     finally:
         store.close()

@@ -216,12 +216,21 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
         try:
             return Settings(**overrides)  # type: ignore[arg-type]
         except ValidationError as exc:
-            where = str(path) if path else "environment"
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
-            )
-            raise ConfigError(f"{where}: invalid configuration: {problems}") from exc
+            problems = [_problem(e["loc"], e["msg"], path) for e in exc.errors()]
+            raise ConfigError("invalid configuration: " + "; ".join(problems)) from exc
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path or 'environment'}: {exc}") from exc
         finally:
             Settings._toml_path = None
+
+
+def _problem(loc: tuple[int | str, ...], msg: str, path: Path | None) -> str:
+    """One problem, named by its source: the environment variable that set the field
+    (which beats the file), else the file."""
+    field = ".".join(str(part) for part in loc)
+    variable = "SPOTD_" + "__".join(str(part) for part in loc).upper()
+    for key in os.environ:
+        # The nearest variable that holds the field: SPOTD_DAEMON__PORT, or SPOTD_DAEMON.
+        if variable == key.upper() or variable.startswith(key.upper() + "__"):
+            return f"environment variable {key}: {field}: {msg}"
+    return f"{path or 'defaults'}: {field}: {msg}"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 import spotd.examples
@@ -165,7 +166,10 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
         client = Client(f"http://127.0.0.1:{daemon.port}", settings.token_file.read_text())
         job = client.submit(demo_spec(root, options))
         if not options.quiet:
-            console.print(f"[bold]demo[/bold]: submitted {job.id}; files in {root}")
+            kept = "" if options.keep else " (removed at the end; --keep DIR keeps them)"
+            console.print(
+                f"[bold]demo[/bold]: submitted {job.id}; files in {escape(str(root))}{kept}"
+            )
         job = _follow(client, job.id, options, console)
         logs = client.logs(job.id)
         on_demand = _on_demand_cost(daemon, job, options)
@@ -188,7 +192,7 @@ def _follow(client: Client, job_id: str, options: DemoOptions, console: Console)
             if not options.quiet:
                 console.print(
                     f"  {e.at:%H:%M:%S} {e.from_status or '':>13} -> {e.to_status:<13} "
-                    f"{e.cause}: {e.detail}",
+                    f"{escape(e.cause)}: {escape(e.detail)}",
                     highlight=False,
                 )
         shown = len(events)

@@ -56,6 +56,17 @@ def build_providers(settings: Settings) -> tuple[Clock, dict[str, Provider]]:
     return sims[0].clock, {**{p.name: p for p in sims}, **clouds}
 
 
+def records_clock(settings: Settings) -> Clock:
+    """The clock the daemon's records are on, for commands that read them beside it
+    (``spotd report``): the simulated market's once it has started, else the wall's."""
+    if settings.providers.sim.enabled:
+        from spotd.providers.sim.clock import CLOCK_FILE, SimClock
+
+        if (settings.sim_state_dir / CLOCK_FILE).is_file():
+            return SimClock.open(settings.sim_state_dir)
+    return WallClock()
+
+
 def build_clouds(settings: Settings) -> dict[str, Provider]:
     """The enabled cloud adapters, each with the bootstrap that starts the agent on its nodes."""
     enabled = settings.providers.clouds_enabled

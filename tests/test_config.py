@@ -65,3 +65,19 @@ def test_bad_config_names_file_and_field(tmp_path: Path, text: str, expected: st
 def test_missing_explicit_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no such configuration file"):
         load_settings(tmp_path / "nope.toml")
+
+
+def test_a_bad_environment_variable_is_named_not_the_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "spotd.toml"
+    cfg.write_text("[daemon]\nport = 9000\n[providers.sim]\nspeed = -1\n")
+    monkeypatch.setenv("SPOTD_DAEMON__PORT", "abc")
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    problems = str(err.value).removeprefix("invalid configuration: ").split("; ")
+    assert sorted(problems) == sorted([
+        "environment variable SPOTD_DAEMON__PORT: daemon.port: Input should be a valid integer,"
+        " unable to parse string as an integer",
+        f"{cfg}: providers.sim.speed: Input should be greater than 0",
+    ])

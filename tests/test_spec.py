@@ -73,7 +73,8 @@ def test_example_job_resolves_paths_against_its_folder() -> None:
     assert spec.command == ("python3", "train_tiny.py", "--steps", "200")
     assert spec.resources.gpus == ("A100", "H100", "L40S")
     assert spec.workdir == str(EXAMPLES)
-    assert spec.checkpoint.uri == str(EXAMPLES / "ckpt" / "tiny")
+    # No uri: each submission gets a checkpoint folder of its own from the daemon.
+    assert spec.checkpoint.uri is None
 
 
 def test_defaults() -> None:

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from spotd.errors import SpotdError
@@ -124,7 +125,7 @@ def _print_tables(report: ScenarioReport, out: Console) -> None:
             table.add_row(*cells)
         out.print(table)
     where = report.path or ", ".join(str(t) for t in report.traces)
-    out.print(f"[dim]{where}: {report.seconds:.1f} s[/dim]")
+    out.print(f"[dim]{escape(str(where))}: {report.seconds:.1f} s[/dim]")
 
 
 def simulate(
@@ -174,9 +175,9 @@ def simulate(
 
             written = plot_report(report, plot)
             if not as_json:
-                err.print(f"wrote {len(written)} plots into {plot}")
+                err.print(f"wrote {len(written)} plots into {escape(str(plot))}")
     except SpotdError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
         raise typer.Exit(1) from exc
     if as_json:
         sys.stdout.write(json.dumps(report_json(report), indent=2) + "\n")

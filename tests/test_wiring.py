@@ -1,0 +1,23 @@
+"""Building the daemon's parts from settings: the clock its records are on."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from spotd.clock import WallClock
+from spotd.config import ProvidersSettings, Settings, SimSettings
+from spotd.providers.sim import SimClock
+from spotd.wiring import records_clock
+
+
+def test_reports_read_the_simulated_markets_clock_once_it_has_started(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path, providers=ProvidersSettings(sim=SimSettings(speed=60)))
+    assert isinstance(records_clock(settings), WallClock)  # no simulated time yet
+    far = datetime(2031, 1, 1, tzinfo=UTC)
+    settings.sim_state_dir.mkdir(parents=True)
+    SimClock(settings.sim_state_dir, 60, sim_epoch=far)
+    now = records_clock(settings).now()
+    assert far <= now < far + timedelta(hours=1)
+    off = Settings(data_dir=tmp_path, providers=ProvidersSettings(sim=SimSettings(enabled=False)))
+    assert isinstance(records_clock(off), WallClock)
