@@ -80,6 +80,8 @@ class BalancedPolicy:
         self._cache_size = cache_size
 
     def place(self, ctx: PlacementContext, offerings: Sequence[Offering]) -> Decision:
+        """The offering of least expected cost; for a deadline job with market ``auto``,
+        the deadline plan decides between spot, on-demand and waiting."""
         index = OfferingIndex.of(offerings)
         markets = markets_for(ctx.spec)
         score = expected_cost(ctx)

@@ -50,4 +50,5 @@ class CheapestPolicy:
     name = "cheapest"
 
     def place(self, ctx: PlacementContext, offerings: Sequence[Offering]) -> Decision:
+        """The cheapest usable offering, by price alone, in the markets the spec allows."""
         return place_by_price(ctx, offerings, markets_for(ctx.spec))

@@ -45,6 +45,7 @@ Filter = Callable[[PlacementContext, Offering, Market], str | None]
 
 
 def gpu_model(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    """Excluded where the offering's GPU is not one the job accepts."""
     wanted = ctx.spec.resources.gpus
     if off.gpu.upper() not in wanted:
         return f"GPU {off.gpu} is not one of {', '.join(wanted)}"
@@ -52,6 +53,7 @@ def gpu_model(ctx: PlacementContext, off: Offering, market: Market) -> str | Non
 
 
 def gpus_per_node(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    """Excluded where a node has another number of GPUs than the job asks."""
     wanted = ctx.spec.resources.gpus_per_node
     if off.gpus_per_node != wanted:
         return f"{off.gpus_per_node} GPUs per node, job needs {wanted}"
@@ -59,24 +61,28 @@ def gpus_per_node(ctx: PlacementContext, off: Offering, market: Market) -> str |
 
 
 def provider_allowed(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    """Excluded where ``market.providers`` does not match the provider."""
     if not ctx.spec.allows_provider(off.pool.provider):
         return f"provider {off.pool.provider} not allowed by market.providers"
     return None
 
 
 def region_allowed(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    """Excluded where ``market.regions`` does not match the region."""
     if not ctx.spec.allows_region(off.pool.region):
         return f"region {off.pool.region} not allowed by market.regions"
     return None
 
 
 def sold(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    """Excluded where the offering has no price in this market."""
     if off.price(market) is None:
         return f"not sold as {market}"
     return None
 
 
 def spot_capacity(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    """Excluded on spot where the provider's capacity signal says none is left."""
     # Gang scheduling: the signal is for the pool, and all nodes go in one zone.
     if market is Market.SPOT and off.capacity is not None and off.capacity <= 0:
         return "no spot capacity now (provider's capacity signal is 0)"
@@ -84,6 +90,7 @@ def spot_capacity(ctx: PlacementContext, off: Offering, market: Market) -> str |
 
 
 def fabric(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    """Excluded where the interconnect is slower than the job's size needs."""
     need = min_gbps_per_gpu(ctx.spec)
     have = off.interconnect.gbps_per_gpu
     if have < need:
@@ -95,6 +102,7 @@ def fabric(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
 
 
 def price_cap(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    """Excluded where the price per GPU-hour is over ``market.max_price_per_gpu_hour``."""
     cap = ctx.spec.market.max_price_per_gpu_hour
     price = off.price(market)
     if cap is not None and price is not None:
@@ -105,6 +113,7 @@ def price_cap(ctx: PlacementContext, off: Offering, market: Market) -> str | Non
 
 
 def cooldown(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+    """Excluded on spot while the pool cools down after a preemption or failure."""
     reason = ctx.cooldown.get(off.pool)
     if reason is not None and market is Market.SPOT:
         return f"pool cooling down: {reason}"

@@ -19,4 +19,5 @@ class OnDemandPolicy:
     name = "on-demand"
 
     def place(self, ctx: PlacementContext, offerings: Sequence[Offering]) -> Decision:
+        """The on-demand offering of least expected cost; never spot."""
         return place_by_expected_cost(ctx, offerings, (Market.ON_DEMAND,))

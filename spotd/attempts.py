@@ -78,8 +78,10 @@ def with_report(instance: Instance | None, report: InstanceReport | None) -> Ins
 
 
 def region_key(pool: Pool) -> tuple[str, str, str]:
+    """The key a cooldown is kept under: provider, region and instance type."""
     return (pool.provider, pool.region, pool.instance_type)
 
 
 def open_attempt(attempts: Sequence[AttemptRecord]) -> AttemptRecord | None:
+    """The attempt still going on (always the last one), if any."""
     return attempts[-1] if attempts and attempts[-1].open else None

@@ -39,6 +39,7 @@ ConfigOpt = Annotated[
     Path | None, typer.Option("--config", "-c", help="spotd.toml to read.", show_default=False)
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+JobArg = Annotated[str, typer.Argument(help="Job id, id prefix or name.", show_default=False)]
 
 
 def _settings(config: Path | None) -> Settings:
@@ -96,7 +97,12 @@ def version() -> None:
 
 
 @app.command()
-def daemon(config: ConfigOpt = None, verbose: bool = False) -> None:
+def daemon(
+    config: ConfigOpt = None,
+    verbose: Annotated[
+        bool, typer.Option(help="Log at DEBUG, the scheduler's runs included.")
+    ] = False,
+) -> None:
     """Run the daemon: reconcile loop, price polls and the HTTP API, until SIGTERM."""
     from spotd.daemon import Daemon
 
@@ -169,6 +175,8 @@ def _progress_line(job: JobView) -> str | None:
     p = job.progress
     if p is None:
         return None
+    if p.compute_hours is None and job.status == "succeeded":
+        return "progress: complete"  # no hours stated to count against, and its command said so
     of = f" of {p.compute_hours:.1f}" if p.compute_hours is not None else ""
     line = f"progress: {p.done_hours:.1f}{of} compute hours (estimate)"
     if p.hours_to_deadline is None:
@@ -204,7 +212,7 @@ def _print_attempts(job: JobView) -> None:
 
 
 @app.command()
-def events(job: str, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+def events(job: JobArg, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Show every transition of a job, with its cause."""
     from spotd.client import Client
 
@@ -222,7 +230,7 @@ def events(job: str, config: ConfigOpt = None, as_json: JsonOpt = False) -> None
 
 
 @app.command()
-def cancel(job: str, config: ConfigOpt = None) -> None:
+def cancel(job: JobArg, config: ConfigOpt = None) -> None:
     """Cancel a job and stop its instances."""
     from spotd.client import Client
 
@@ -231,12 +239,15 @@ def cancel(job: str, config: ConfigOpt = None) -> None:
 
 
 @app.command()
-def logs(job: str, config: ConfigOpt = None) -> None:
+def logs(job: JobArg, config: ConfigOpt = None) -> None:
     """Print the job's output, attempt by attempt."""
     from spotd.client import Client
 
-    for header, text in _guard(lambda: Client.from_settings(_settings(config)).logs(job)).items():
-        out.rule(header)
+    found = _guard(lambda: Client.from_settings(_settings(config)).logs(job))
+    if not found:
+        err.print(f"{escape(job)}: no attempt has started yet, so there is no output")
+    for header, text in found.items():
+        out.rule(escape(header))
         sys.stdout.write(text)
         sys.stdout.flush()
 

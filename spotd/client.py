@@ -63,6 +63,7 @@ class Client:
         return cls(url, token)
 
     def close(self) -> None:
+        """Close the connection pool."""
         self._http.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
@@ -100,23 +101,30 @@ class Client:
             ) from exc
 
     def submit(self, spec: JobSpec) -> JobView:
+        """Hand a validated spec to the daemon; the job as stored."""
         body = {"spec": spec.model_dump(mode="json")}
         return self._typed(_JOB, "POST", "/v1/jobs", json=body)
 
     def jobs(self, *, include_ended: bool = True) -> list[JobView]:
+        """Every job, or only the active ones."""
         return self._typed(_JOBS, "GET", "/v1/jobs", params={"all": include_ended})
 
     def job(self, ref: str) -> JobView:
+        """One job by id, id prefix or name."""
         return self._typed(_JOB, "GET", f"/v1/jobs/{ref}")
 
     def events(self, ref: str) -> list[EventView]:
+        """Every transition of a job, oldest first."""
         return self._typed(_EVENTS, "GET", f"/v1/jobs/{ref}/events")
 
     def cancel(self, ref: str) -> JobView:
+        """Cancel a job and stop its instances."""
         return self._typed(_JOB, "POST", f"/v1/jobs/{ref}/cancel")
 
     def prices(self) -> MarketView:
+        """The daemon's view of the market: offerings and each provider's poll."""
         return self._typed(_MARKET, "GET", "/v1/prices")
 
     def logs(self, ref: str) -> dict[str, str]:
+        """The job's output per attempt and node, by heading."""
         return self._typed(_LOGS, "GET", f"/v1/jobs/{ref}/logs")["logs"]

@@ -9,6 +9,7 @@ SpotdError
 │   ├── IllegalTransition        the table forbids from -> to
 │   └── LostTransition           the compare-and-set found another status
 ├── SubmitRefused                the daemon cannot run this job as specified
+├── ReportFailed, ReportRejected the on-VM agent's report was not taken (spotd.agent.reporter)
 ├── CheckpointError
 ├── PolicyError                  a policy could not be loaded or failed
 ├── ApiError                     the daemon's HTTP API answered with an error

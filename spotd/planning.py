@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 from pydantic import BaseModel
 
@@ -105,10 +104,3 @@ def plan_job(spec: JobSpec, settings: Settings, policy_name: str | None = None) 
     finally:
         store.close()
     return plan_view(name, spec, decision)
-
-
-def as_rows(view: PlanView, limit: int) -> list[dict[str, Any]]:
-    """Usable candidates first (up to ``limit``), then every excluded one."""
-    usable = [c for c in view.candidates if c.excluded is None][:limit]
-    excluded = [c for c in view.candidates if c.excluded is not None]
-    return [c.model_dump() for c in (*usable, *excluded)]

@@ -306,7 +306,12 @@ def test_bad_files(
 
 
 def test_good_base_of_bad_cases_is_valid() -> None:
-    parse(GOOD)
+    # Each bad case changes one line of GOOD, so GOOD itself must pass as written.
+    spec = parse(GOOD)
+    assert (spec.name, spec.resources.gpus, spec.resources.gpus_per_node) == (
+        "bad-cases", ("H100",), 8
+    )
+    assert spec.notify.email == ("ml-team@example.com",)
 
 
 def test_every_problem_is_reported_at_once() -> None:

@@ -93,6 +93,8 @@ def test_without_a_deadline_or_once_ended_only_the_work_done_shows() -> None:
     assert plain.progress is not None
     assert (plain.progress.compute_hours, plain.progress.slack_hours) == (None, None)
     assert _progress_line(plain) == "progress: 3.0 compute hours (estimate)"
+    quick = job_view(record(JobStatus.SUCCEEDED), [], T0 + timedelta(hours=3))
+    assert _progress_line(quick) == "progress: complete"  # it ended before a pass saw it run
     # Ended: no deadline figures, and a success is complete whatever the estimate said.
     done = record(JobStatus.SUCCEEDED, deadline=due(2, 9))
     slow = [ran(2, rate=0.8, end=AttemptEnd.SUCCEEDED)]

@@ -31,7 +31,6 @@ RANK_KEY = "spotd-node-rank"
 NODES_KEY = "spotd-nodes"
 STARTUP_KEY = "startup-script"
 
-PENDING_STATUSES = frozenset({"PROVISIONING", "STAGING", "REPAIRING"})
 STOPPED_STATUSES = frozenset({"STOPPING", "STOPPED", "SUSPENDING", "SUSPENDED", "TERMINATED"})
 
 

@@ -41,27 +41,6 @@ def signal_group(pgid: int, sig: signal.Signals, expected_start: int | None = No
         os.killpg(pgid, sig)
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether any process of group ``pgid`` is left (zombies aside, on Linux)."""
-    try:
-        os.killpg(pgid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    # A zombie leader keeps the group signalable; look for a live member.
-    proc = Path("/proc")
-    if not proc.is_dir():
-        return True
-    return any(e.name.isdigit() and _live_member(e, pgid) for e in proc.iterdir())
-
-
-def _live_member(entry: Path, pgid: int) -> bool:
-    try:
-        fields = (entry / "stat").read_text().rsplit(")", 1)[-1].split()
-    except OSError:
-        return False
-    return len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z"
-
-
 def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGKILL when its parent dies.
 

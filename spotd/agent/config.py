@@ -33,8 +33,6 @@ long poll fails; Azure gives as little as 30 s of notice, so poll each second.""
 TOKEN_VARIABLE = "SPOTD_AGENT_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 """Never passed on to the job: the job must not be able to speak for the agent."""
 
-PREFIX = "SPOTD_AGENT_"
-
 
 class AgentConfig(BaseModel):
     """Everything the agent needs to run one job on one VM."""

@@ -24,15 +24,16 @@ from spotd.agent_api import (
     ExitReport,
     NoticeReport,
 )
+from spotd.errors import SpotdError
 
 log = logging.getLogger(__name__)
 
 
-class ReportFailed(Exception):
+class ReportFailed(SpotdError):
     """The daemon could not take the report now (unreachable, 5xx, 429): retry."""
 
 
-class ReportRejected(Exception):
+class ReportRejected(SpotdError):
     """The daemon refused the report (401, 422, ...): retrying cannot help."""
 
 

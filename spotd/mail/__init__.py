@@ -19,6 +19,8 @@ is a :class:`~pydantic.SecretStr`: it appears in no log line and no repr.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from spotd.errors import MailAuthError, MailError, MailRefused, MailUnavailable
 from spotd.mail.alerts import BudgetAlert, budget_alerts, budget_email, budget_key, job_end_email
 from spotd.mail.common import ACTIVE, PNG_SIGNATURE
@@ -28,6 +30,12 @@ from spotd.mail.message import Composed, build_message
 from spotd.mail.outbox import Outbox, Pending
 from spotd.mail.settings import EmailSettings, Window, cron_trigger, parse_window
 from spotd.mail.smtp import MessageSender, SmtpNotifier
+
+if TYPE_CHECKING:
+    from spotd.contracts import Notifier
+
+    # Nothing takes a Notifier yet: this makes mypy check that both fit the contract.
+    _NOTIFIERS: tuple[type[Notifier], ...] = (SmtpNotifier, Mailer)
 
 __all__ = [
     "ACTIVE",

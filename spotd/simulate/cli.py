@@ -44,21 +44,21 @@ TraceOpt = Annotated[
 ]
 ComputeOpt = Annotated[
     float | None, typer.Option("--compute-hours", min=0.01, help="With --trace: the job's "
-                               "compute hours [default: 48].", show_default=False)
+                               "compute hours (default: 48).", show_default=False)
 ]
 FractionOpt = Annotated[
     float | None, typer.Option("--deadline-fraction", min=0.01, max=1.0, help="With --trace: "
-                               "compute hours over hours to the deadline [default: 0.8].",
+                               "compute hours over hours to the deadline (default: 0.8).",
                                show_default=False)
 ]
 NodesOpt = Annotated[
     int | None, typer.Option("--nodes", min=1, help="With --trace: nodes the job needs, each "
                              "tick counting as up where the trace shows that many "
-                             "[default: 1].", show_default=False)
+                             "(default: 1).", show_default=False)
 ]
 TickOpt = Annotated[
     float | None, typer.Option("--tick-seconds", min=1, help="With --trace: resample to this "
-                               "tick [default: the traces' own].", show_default=False)
+                               "tick (default: the traces' own).", show_default=False)
 ]
 PolicyOpt = Annotated[
     list[str] | None,
