@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Sequence
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ValidationError
@@ -116,15 +117,24 @@ def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) 
     # token too (``authorization: credentials_file`` in its scrape config).
     app.include_router(create_metrics_router(engine, outbox=outbox, dependencies=auth))
 
-    def view(ref: str) -> JobView:
-        job = engine.store.find_job(ref)
-        return job_view(job, engine.store.attempts(job.id), engine.clock.now())
-
     @app.get("/v1/health")
     def health() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
 
-    @app.post("/v1/jobs", dependencies=auth, status_code=201)
+    app.include_router(create_jobs_router(engine, dependencies=auth))
+    return app
+
+
+def create_jobs_router(engine: Engine, *, dependencies: Sequence[Any] = ()) -> APIRouter:
+    """The job routes (submit, list, show, events, cancel, logs) and the prices,
+    each guarded by ``dependencies``."""
+    router = APIRouter(dependencies=list(dependencies))
+
+    def view(ref: str) -> JobView:
+        job = engine.store.find_job(ref)
+        return job_view(job, engine.store.attempts(job.id), engine.clock.now())
+
+    @router.post("/v1/jobs", status_code=201)
     def submit(body: SubmitBody) -> JobView:
         try:
             spec = JobSpec.model_validate(body.spec)
@@ -136,11 +146,11 @@ def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) 
             raise HTTPException(status_code=422, detail=str(exc)) from exc
         return job_view(job, [], engine.clock.now())
 
-    @app.get("/v1/prices", dependencies=auth)
+    @router.get("/v1/prices")
     def prices() -> MarketView:
         return market_view(engine.market.snapshots(), time.time())
 
-    @app.get("/v1/jobs", dependencies=auth)
+    @router.get("/v1/jobs")
     def jobs(all: bool = True) -> list[JobView]:
         now = engine.clock.now()
         listed = engine.store.list_jobs()
@@ -148,16 +158,16 @@ def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) 
             listed = [j for j in listed if j.status not in TERMINAL]
         return [job_view(j, engine.store.attempts(j.id), now) for j in listed]
 
-    @app.get("/v1/jobs/{ref}", dependencies=auth)
+    @router.get("/v1/jobs/{ref}")
     def job(ref: str) -> JobView:
         return view(ref)
 
-    @app.get("/v1/jobs/{ref}/events", dependencies=auth)
+    @router.get("/v1/jobs/{ref}/events")
     def events(ref: str) -> list[EventView]:
         job = engine.store.find_job(ref)
         return [event_view(e) for e in engine.store.events(job.id)]
 
-    @app.post("/v1/jobs/{ref}/cancel", dependencies=auth)
+    @router.post("/v1/jobs/{ref}/cancel")
     def cancel(ref: str) -> JobView:
         for _ in range(5):
             job = engine.store.find_job(ref)
@@ -170,7 +180,7 @@ def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) 
                 continue  # the loop moved it meanwhile: read again and retry
         raise StoreError(f"job {ref} kept changing; try again")
 
-    @app.get("/v1/jobs/{ref}/logs", dependencies=auth)
+    @router.get("/v1/jobs/{ref}/logs")
     def logs(ref: str) -> LogsView:
         job = engine.store.find_job(ref)
         out: dict[str, str] = {}
@@ -181,4 +191,4 @@ def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) 
                 out[key] = provider.logs(iid) if provider else "(provider not enabled)"
         return LogsView(logs=out)
 
-    return app
+    return router

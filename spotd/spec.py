@@ -23,7 +23,7 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
 from enum import StrEnum
 from fnmatch import fnmatchcase
@@ -45,13 +45,13 @@ from pydantic import (
 )
 
 from spotd.errors import JobSpecError
+from spotd.toml_lines import KeyLines
 
 __all__ = [
     "BudgetSpec",
     "CheckpointSpec",
     "DeadlineSpec",
     "JobSpec",
-    "KeyLines",
     "MarketMode",
     "MarketSpec",
     "NotifySpec",
@@ -556,6 +556,18 @@ def spec_from_json(text: str, *, source: str = "stored job spec") -> JobSpec:
         raise JobSpecError(source, problems) from None
 
 
+def deadline_controlled(spec: JobSpec) -> bool:
+    """Whether the policy must steer the job to its deadline: market ``auto`` with both
+    ``deadline.compute_hours`` and ``deadline.finish_by``."""
+    d = spec.deadline
+    return (
+        spec.market.type is MarketMode.AUTO
+        and d is not None
+        and d.compute_hours is not None
+        and d.finish_by is not None
+    )
+
+
 # --------------------------------------------------------------------------
 # Error messages
 # --------------------------------------------------------------------------
@@ -745,194 +757,3 @@ def _problem(error: Mapping[str, Any], locator: KeyLines | None) -> str:
             message += f"; expected one of {', '.join(model.model_fields)}"
     line = locator.line_of(keys) if locator else None
     return f"{path} (line {line}): {message}" if line else f"{path}: {message}"
-
-
-# --------------------------------------------------------------------------
-# Line locator
-# --------------------------------------------------------------------------
-
-
-class KeyLines:
-    """Finds the line where a dotted key path is written in a TOML text.
-
-    Not a TOML parser: it lexes just enough (strings, comments, open arrays)
-    to tell a ``[table]`` header or a ``key = value`` line from the inside of
-    a value, and lets :mod:`tomllib` decode each key. It never raises; what it
-    cannot make sense of it skips, and :meth:`line_of` then answers None.
-    """
-
-    def __init__(self, text: str) -> None:
-        self._entries: list[tuple[int, tuple[str, ...]]] = list(self._scan(text))
-
-    def line_of(self, keys: Sequence[str]) -> int | None:
-        """1-based line of ``keys``, else of its longest prefix that is there, else None.
-
-        A table is found at its header, or at the first key that defines it
-        (``resources.gpus = ...``); a key inside an inline table at the line
-        of the inline table.
-        """
-        wanted = tuple(keys)
-        for size in range(len(wanted), 0, -1):
-            prefix = wanted[:size]
-            for line, path in self._entries:
-                if path[:size] == prefix:
-                    return line
-        return None
-
-    def _scan(self, text: str) -> Iterator[tuple[int, tuple[str, ...]]]:
-        table: tuple[str, ...] = ()
-        lexer = _ValueLexer()
-        # TOML ends lines at \n only; str.splitlines() would also split at \f,
-        # \x1c, \u2028 and so on and put every later line number off.
-        for number, raw in enumerate(text.split("\n"), start=1):
-            line = raw.removesuffix("\r")
-            if not lexer.idle:
-                lexer.feed(line)
-                continue
-            stripped = line.lstrip()
-            if stripped.startswith("["):
-                header = _decode_header(stripped)
-                if header is not None:
-                    table = header
-                    yield number, header
-                continue
-            split = _key_end(stripped)
-            if split is None:
-                continue
-            key = _decode_key(stripped[:split])
-            if key is not None:
-                yield number, table + key
-            lexer.feed(stripped[split + 1 :])
-
-
-class _ValueLexer:
-    """Tracks, across lines, whether we are inside a multi-line string or an open array."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self.multiline: str | None = None  # the closing delimiter, '"""' or "'''"
-
-    @property
-    def idle(self) -> bool:
-        return self.depth == 0 and self.multiline is None
-
-    def feed(self, line: str) -> None:
-        i, n = 0, len(line)
-        while i < n:
-            if self.multiline is not None:
-                i = self._close_multiline(line, i)
-                continue
-            ch = line[i]
-            if ch == "#":
-                return
-            if line.startswith('"""', i) or line.startswith("'''", i):
-                self.multiline = line[i : i + 3]
-                i += 3
-            elif ch == '"':
-                i = _skip_basic(line, i + 1)
-            elif ch == "'":
-                end = line.find("'", i + 1)
-                i = n if end < 0 else end + 1
-            elif ch in "[{":
-                self.depth += 1
-                i += 1
-            elif ch in "]}":
-                self.depth = max(0, self.depth - 1)
-                i += 1
-            else:
-                i += 1
-
-    def _close_multiline(self, line: str, i: int) -> int:
-        delimiter = self.multiline or '"""'
-        n = len(line)
-        while i < n:
-            if delimiter == '"""' and line[i] == "\\":
-                i += 2
-                continue
-            if line.startswith(delimiter, i):
-                self.multiline = None
-                i += 3
-                # Up to two more quotes may close the string: they belong to it.
-                while i < n and line[i] == delimiter[0]:
-                    i += 1
-                return i
-            i += 1
-        return n
-
-
-def _skip_basic(line: str, i: int) -> int:
-    """Index just after the basic string that starts at ``i`` (after its quote)."""
-    n = len(line)
-    while i < n:
-        if line[i] == "\\":
-            i += 2
-        elif line[i] == '"':
-            return i + 1
-        else:
-            i += 1
-    return n
-
-
-def _key_end(line: str) -> int | None:
-    """Index of the ``=`` that ends the key at the start of ``line``, if any."""
-    i, n = 0, len(line)
-    while i < n:
-        ch = line[i]
-        if ch == "=":
-            return i
-        if ch == "#":
-            return None
-        if ch == '"':
-            i = _skip_basic(line, i + 1)
-        elif ch == "'":
-            end = line.find("'", i + 1)
-            if end < 0:
-                return None
-            i = end + 1
-        else:
-            i += 1
-    return None
-
-
-def _single_path(data: object) -> tuple[str, ...] | None:
-    """The one key path through a parsed ``a.b.c = 0`` or ``[a.b]`` document."""
-    keys: list[str] = []
-    while True:
-        if isinstance(data, list) and len(data) == 1:
-            data = data[0]
-            continue
-        if isinstance(data, dict) and len(data) == 1:
-            key, data = next(iter(data.items()))
-            keys.append(str(key))
-            continue
-        break
-    return tuple(keys) or None
-
-
-def _toml_or_none(text: str) -> dict[str, Any] | None:
-    try:
-        return tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, RecursionError, ValueError):
-        return None
-
-
-def _decode_key(text: str) -> tuple[str, ...] | None:
-    if "\n" in text or "\r" in text:
-        return None
-    return _single_path(_toml_or_none(f"{text}= 0"))
-
-
-def _decode_header(line: str) -> tuple[str, ...] | None:
-    return _single_path(_toml_or_none(line))
-
-
-def deadline_controlled(spec: JobSpec) -> bool:
-    """Whether the policy must steer the job to its deadline: market ``auto`` with both
-    ``deadline.compute_hours`` and ``deadline.finish_by``."""
-    d = spec.deadline
-    return (
-        spec.market.type is MarketMode.AUTO
-        and d is not None
-        and d.compute_hours is not None
-        and d.finish_by is not None
-    )

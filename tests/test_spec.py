@@ -17,7 +17,6 @@ from spotd.spec import (
     SHELL,
     CheckpointSpec,
     JobSpec,
-    KeyLines,
     MarketMode,
     MarketSpec,
     Resources,
@@ -26,6 +25,7 @@ from spotd.spec import (
     spec_from_json,
     spec_to_json,
 )
+from spotd.toml_lines import KeyLines
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 BASE = Path("/srv/jobs")
