@@ -104,11 +104,17 @@ def check_location(uri: str) -> None:
     """Raise CheckpointError if this daemon cannot open locations like ``uri`` at all:
     an unknown scheme, or one whose fsspec backend (s3fs, gcsfs, adlfs) is not
     installed. It touches no storage, so it says nothing of credentials or network."""
-    protocol, _ = fsspec.core.split_protocol(uri)
-    try:
-        fsspec.get_filesystem_class(protocol or "file")
-    except (ValueError, ImportError) as exc:
-        raise CheckpointError(f"{uri}: this daemon cannot open such locations: {exc}") from exc
+    links = uri.split("::")  # a chain such as simplecache::s3://bucket/run
+    for i, link in enumerate(links):
+        protocol = fsspec.core.split_protocol(link)[0]
+        if protocol is None:  # a bare layer name, or a plain path at the end
+            protocol = link if i < len(links) - 1 else "file"
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except (ValueError, ImportError) as exc:
+            raise CheckpointError(
+                f"{uri}: this daemon cannot open such locations: {exc}"
+            ) from exc
 
 
 def _fs(uri: str) -> tuple[Any, str]:

@@ -178,20 +178,22 @@ def _progress_line(job: JobView) -> str | None:
     if p.compute_hours is None and job.status == "succeeded":
         return "progress: complete"  # no hours stated to count against, and its command said so
     of = f" of {p.compute_hours:.1f}" if p.compute_hours is not None else ""
-    line = f"progress: {p.done_hours:.1f}{of} compute hours (estimate)"
-    if p.hours_to_deadline is None:
-        return line
-    if p.hours_to_deadline < 0:
-        return line + f"; [red]deadline passed {-p.hours_to_deadline:.1f} h ago[/]"
-    line += f"; deadline in {p.hours_to_deadline:.1f} h"
-    if p.slack_hours is not None:
-        slack = f"{p.slack_hours:.1f} h of slack"
-        line += f", [red]{slack}[/]" if p.slack_hours < 0 else f", {slack}"
+    parts = [f"progress: {p.done_hours:.1f}{of} compute hours (estimate)"]
+    late = False
+    if p.hours_to_deadline is not None and p.hours_to_deadline < 0:
+        parts.append(f"[red]deadline passed {-p.hours_to_deadline:.1f} h ago[/]")
+        late = True
+    elif p.hours_to_deadline is not None:
+        deadline = f"deadline in {p.hours_to_deadline:.1f} h"
+        if p.slack_hours is not None:
+            slack = f"{p.slack_hours:.1f} h of slack"
+            deadline += f", [red]{slack}[/]" if p.slack_hours < 0 else f", {slack}"
+        parts.append(deadline)
+        late = p.finish_in_hours is not None and p.finish_in_hours > p.hours_to_deadline
     if p.finish_in_hours is not None:
         pace = f"{p.finish_in_hours:.1f} h to go at the current rate"
-        late = p.finish_in_hours > p.hours_to_deadline
-        line += f"; [red]{pace}[/]" if late else f"; {pace}"
-    return line
+        parts.append(f"[red]{pace}[/]" if late else pace)
+    return "; ".join(parts)
 
 
 def _print_attempts(job: JobView) -> None:
@@ -245,7 +247,7 @@ def logs(job: JobArg, config: ConfigOpt = None) -> None:
 
     found = _guard(lambda: Client.from_settings(_settings(config)).logs(job))
     if not found:
-        err.print(f"{escape(job)}: no attempt has started yet, so there is no output")
+        err.print(f"{escape(job)}: no instance has been launched for it yet, so no output")
     for header, text in found.items():
         out.rule(escape(header))
         sys.stdout.write(text)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import tomllib
+from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import ClassVar
@@ -216,7 +218,10 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
         try:
             return Settings(**overrides)  # type: ignore[arg-type]
         except ValidationError as exc:
-            problems = [_problem(e["loc"], e["msg"], path) for e in exc.errors()]
+            written = _read_toml(path)
+            problems = [
+                _problem(e["loc"], e["msg"], path, written, overrides) for e in exc.errors()
+            ]
             raise ConfigError("invalid configuration: " + "; ".join(problems)) from exc
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path or 'environment'}: {exc}") from exc
@@ -224,13 +229,46 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
             Settings._toml_path = None
 
 
-def _problem(loc: tuple[int | str, ...], msg: str, path: Path | None) -> str:
-    """One problem, named by its source: the environment variable that set the field
-    (which beats the file), else the file."""
+def _problem(
+    loc: tuple[int | str, ...],
+    msg: str,
+    path: Path | None,
+    written: Mapping[str, object],
+    overrides: Mapping[str, object],
+) -> str:
+    """One problem, named by its source, in the order sources win: a value given in
+    code, the environment variable of the field, the file, an environment variable
+    holding the field's whole table as JSON, else the defaults."""
     field = ".".join(str(part) for part in loc)
+    if loc and loc[0] in overrides:
+        return f"given {loc[0]}: {field}: {msg}"
+    names = {key.upper(): key for key in os.environ}
     variable = "SPOTD_" + "__".join(str(part) for part in loc).upper()
-    for key in os.environ:
-        # The nearest variable that holds the field: SPOTD_DAEMON__PORT, or SPOTD_DAEMON.
-        if variable == key.upper() or variable.startswith(key.upper() + "__"):
-            return f"environment variable {key}: {field}: {msg}"
+    if variable in names:
+        return f"environment variable {names[variable]}: {field}: {msg}"
+    if _holds(written, loc):
+        return f"{path}: {field}: {msg}"
+    for depth in range(len(loc) - 1, 0, -1):
+        table = "SPOTD_" + "__".join(str(part) for part in loc[:depth]).upper()
+        if table in names:
+            return f"environment variable {names[table]}: {field}: {msg}"
     return f"{path or 'defaults'}: {field}: {msg}"
+
+
+def _holds(data: object, loc: tuple[int | str, ...]) -> bool:
+    """Whether the nested tables of ``data`` have a value at ``loc``."""
+    for part in loc:
+        if not isinstance(data, Mapping) or part not in data:
+            return False
+        data = data[part]
+    return True
+
+
+def _read_toml(path: Path | None) -> dict[str, object]:
+    """The file's tables, or nothing where it cannot be read (its own error is reported)."""
+    if path is None:
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}

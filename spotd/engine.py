@@ -38,6 +38,7 @@ from spotd.domain import (
 from spotd.errors import (
     CapacityError,
     CheckpointError,
+    InvalidRequestError,
     LostTransition,
     PriceTooLowError,
     ProviderError,
@@ -230,14 +231,18 @@ class Engine:
             except ProviderError as exc:
                 log.warning("reaper could not list %s: %s", provider.name, exc)
                 continue
+            except Exception:
+                log.exception("reaper: listing %s raised", provider.name)  # an adapter's bug
+                continue
             orphans = [i.id for i in mine if not i.ended and self._orphaned(i)]
             if not orphans:
                 continue
             log.warning("stopping %d instance(s) no attempt owns: %s", len(orphans), orphans)
             try:
                 provider.terminate(orphans)
-            except ProviderError as exc:
-                # One provider's failure must not keep the reaper from the others.
+            except Exception as exc:
+                # One provider's failure (or an adapter's unmapped error) must not keep
+                # the reaper from the others.
                 log.warning("reaper could not stop %s on %s: %s", orphans, provider.name, exc)
                 continue
             stopped += len(orphans)
@@ -332,13 +337,15 @@ class Engine:
             return
         no_capacity = isinstance(exc, CapacityError | QuotaError | PriceTooLowError)
         reason = AttemptEnd.NO_CAPACITY if no_capacity else AttemptEnd.LAUNCH_FAILED
-        self._move(
-            job,
-            JobStatus.RECOVERING,
-            str(reason),
-            detail=f"{attempt.pool}: {type(exc).__name__}: {exc}",
-            close=AttemptClose(attempt.id, reason),
-        )
+        detail = f"{attempt.pool}: {type(exc).__name__}: {exc}"
+        close = AttemptClose(attempt.id, reason)
+        if isinstance(exc, InvalidRequestError):
+            # The request the job makes cannot be carried (its env would carry the
+            # daemon's token, say): every pool would refuse it alike.
+            self._move(job, JobStatus.FAILED, "launch request refused", detail=detail,
+                       close=close, failure=FailureCause.INVALID_SPEC)  # fmt: skip
+            return
+        self._move(job, JobStatus.RECOVERING, str(reason), detail=detail, close=close)
 
     def _job_env(
         self, job: JobRecord, attempt: AttemptRecord, offering: Offering

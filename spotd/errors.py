@@ -10,6 +10,8 @@ SpotdError
 │   └── LostTransition           the compare-and-set found another status
 ├── SubmitRefused                the daemon cannot run this job as specified
 ├── ReportFailed, ReportRejected the on-VM agent's report was not taken (spotd.agent.reporter)
+├── ScenarioError, TraceMissingError, PlotError
+│                                `spotd simulate`'s inputs and plots (spotd.simulate)
 ├── CheckpointError
 ├── PolicyError                  a policy could not be loaded or failed
 ├── ApiError                     the daemon's HTTP API answered with an error

@@ -11,9 +11,11 @@ Definitions:
   difference; savings % of the on-demand equivalent.
 - GPU-hours: billed node-hours times GPUs per node.
 - preemptions: attempts that ended ``preempted`` in the period.
-- time lost to recovery: the changeover hours (launch to running) of the
-  period: paid time that made no progress. Work lost since the last
-  checkpoint is not counted: the daemon cannot see it.
+- time lost to recovery: the changeover hours (launch to running) of every
+  attempt after a job's first, in the period: paid time that made no
+  progress because the job had to start again (the first attempt's boot is
+  the start of the job, not a recovery). Work lost since the last checkpoint
+  is not counted: the daemon cannot see it.
 - least reliable pool: most preemptions per running hour of its attempts
   in the period (only pools with a preemption).
 """
@@ -200,8 +202,13 @@ def _job_row(
         savings_usd=on_demand - spend,
         gpu_hours=sum(e.gpu_hours for e in entries),
         preemptions=sum(1 for a in attempts if _preempted_in(a, period)),
-        recovery_hours=sum(e.wall_hours for e in entries if e.kind == "changeover"),
+        recovery_hours=sum(e.wall_hours for e in entries if _recovering(e)),
     )
+
+
+def _recovering(entry: LedgerEntry) -> bool:
+    # The first attempt's boot is the start of the job, not a recovery from anything.
+    return entry.kind == "changeover" and entry.attempt > 1
 
 
 def _totals(entries: Sequence[LedgerEntry], rows: Sequence[JobRow]) -> Totals:

@@ -63,7 +63,10 @@ def records_clock(settings: Settings) -> Clock:
         from spotd.providers.sim.clock import CLOCK_FILE, SimClock
 
         if (settings.sim_state_dir / CLOCK_FILE).is_file():
-            return SimClock.open(settings.sim_state_dir)
+            try:
+                return SimClock.open(settings.sim_state_dir)
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"[providers.sim]: {exc}") from exc
     return WallClock()
 
 

@@ -171,6 +171,24 @@ def test_unknown_scheme_raises() -> None:
         ck.list_complete("nosuchscheme://x")
 
 
+@pytest.mark.parametrize("uri", [
+    "/srv/ckpt", "file:///srv/ckpt", "memory://ck/run", "simplecache::file:///srv/ckpt",
+    "filecache::memory://ck/run", "simplecache::/srv/ckpt",
+])
+def test_locations_whose_backends_are_installed_can_be_opened(uri: str) -> None:
+    ck.check_location(uri)  # raises if not
+
+
+@pytest.mark.parametrize(("uri", "says"), [
+    ("s4://b/run", "Protocol not known: s4"),
+    ("nosuchcache::memory://ck", "Protocol not known: nosuchcache"),
+])
+def test_locations_the_daemon_cannot_open_are_named(uri: str, says: str) -> None:
+    with pytest.raises(CheckpointError, match="this daemon cannot open such locations") as err:
+        ck.check_location(uri)
+    assert str(err.value).startswith(f"{uri}: ") and says in str(err.value)
+
+
 def test_unreadable_root_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Root ignores permission bits, so simulate what the filesystem says instead.
     def refuse(self: LocalFileSystem, path: str, detail: bool = False, **kw: object) -> None:

@@ -81,3 +81,21 @@ def test_a_bad_environment_variable_is_named_not_the_file(
         " unable to parse string as an integer",
         f"{cfg}: providers.sim.speed: Input should be greater than 0",
     ])
+
+
+def test_a_table_given_as_json_in_the_environment_is_not_blamed_for_the_files_value(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    cfg = tmp_path / "spotd.toml"
+    cfg.write_text("[providers.sim]\nspeed = -1\n")
+    monkeypatch.setenv("SPOTD_PROVIDERS", '{"aws": {"enabled": false}}')
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    assert str(err.value).startswith(f"invalid configuration: {cfg}: providers.sim.speed: ")
+    monkeypatch.setenv("SPOTD_PROVIDERS", '{"sim": {"seed": "x"}}')
+    with pytest.raises(ConfigError) as err:
+        load_settings(cfg)
+    assert "environment variable SPOTD_PROVIDERS: providers.sim.seed: " in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        load_settings(None, daemon={"port": -5})
+    assert "given daemon: daemon.port: " in str(err.value)

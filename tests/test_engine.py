@@ -19,7 +19,14 @@ from spotd.engine import (
     Engine,
     EngineSettings,
 )
-from spotd.errors import AuthError, CapacityError, StoreError, SubmitRefused, ThrottledError
+from spotd.errors import (
+    AuthError,
+    CapacityError,
+    InvalidRequestError,
+    StoreError,
+    SubmitRefused,
+    ThrottledError,
+)
 from spotd.policies.cheapest import CheapestPolicy
 from spotd.states import FailureCause, JobStatus, Transition, transition
 from spotd.store import open_store
@@ -358,6 +365,22 @@ def test_auth_error_ends_the_attempt_not_the_daemon(fake: tuple[Engine, FakeProv
     attempts = eng.store.attempts(job.id)
     assert attempts[0].end_reason is AttemptEnd.LAUNCH_FAILED
     assert eng.store.get_job(job.id).status is JobStatus.RECOVERING
+
+
+def test_a_launch_request_no_pool_can_carry_fails_the_job_at_once(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, provider = fake
+    refused = InvalidRequestError("aws launch: the boot script would contain the daemon's token")
+    provider.launch_errors.append(refused)
+    job = eng.submit(spec())
+    eng.tick()
+    failed = eng.store.get_job(job.id)
+    assert failed.status is JobStatus.FAILED and failed.failure is FailureCause.INVALID_SPEC
+    (attempt,) = eng.store.attempts(job.id)
+    assert attempt.end_reason is AttemptEnd.LAUNCH_FAILED
+    eng.tick()
+    assert len(eng.store.attempts(job.id)) == 1, "not placed again"
 
 
 def test_preemption_recovers_elsewhere(fake: tuple[Engine, FakeProvider]) -> None:

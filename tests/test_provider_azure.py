@@ -37,6 +37,7 @@ from spotd.errors import (
     AuthError,
     CapacityError,
     ConfigError,
+    InvalidRequestError,
     NotFoundError,
     ProviderError,
     ProviderUnavailable,
@@ -319,7 +320,7 @@ def test_launch_outside_the_configured_regions_is_refused(fake: FakeAzure) -> No
 def test_oversized_custom_data_is_refused_before_any_put(fake: FakeAzure) -> None:
     p = make_provider(fake)
     p._custom_data = lambda _r: "x" * 70000
-    with pytest.raises(ProviderError) as err:
+    with pytest.raises(InvalidRequestError) as err:
         p.launch(request(offering(p)))
     assert err.value.code == "InvalidParameter" and not fake.requests_of("PUT")
     p.close()

@@ -85,7 +85,15 @@ def test_time_to_go_is_at_the_running_attempts_rate_and_only_while_one_runs() ->
 def test_a_passed_deadline_says_so() -> None:
     job = record(deadline=due(20, 12))
     line = _progress_line(job_view(job, [ran(15, rate=1.0)], T0 + timedelta(hours=15)))
-    assert line is not None and line.endswith("; [red]deadline passed 3.0 h ago[/]")
+    assert line is not None and line.endswith(
+        "; [red]deadline passed 3.0 h ago[/]; [red]5.0 h to go at the current rate[/]"
+    )
+    # A job with compute hours but no finish_by still gets its time to go.
+    open_ended = record(deadline={"compute_hours": 20})
+    line = _progress_line(job_view(open_ended, [ran(5, rate=0.5)], T0 + timedelta(hours=5)))
+    assert line == (
+        "progress: 2.5 of 20.0 compute hours (estimate); 35.0 h to go at the current rate"
+    )
 
 
 def test_without_a_deadline_or_once_ended_only_the_work_done_shows() -> None:

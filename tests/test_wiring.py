@@ -5,8 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from spotd.clock import WallClock
 from spotd.config import ProvidersSettings, Settings, SimSettings
+from spotd.errors import ConfigError
 from spotd.providers.sim import SimClock
 from spotd.wiring import records_clock
 
@@ -21,3 +24,11 @@ def test_reports_read_the_simulated_markets_clock_once_it_has_started(tmp_path: 
     assert far <= now < far + timedelta(hours=1)
     off = Settings(data_dir=tmp_path, providers=ProvidersSettings(sim=SimSettings(enabled=False)))
     assert isinstance(records_clock(off), WallClock)
+
+
+def test_an_unreadable_simulated_clock_is_a_config_error(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    settings.sim_state_dir.mkdir(parents=True)
+    (settings.sim_state_dir / "clock.json").write_text('{"speed": 60}')
+    with pytest.raises(ConfigError, match=r"^\[providers\.sim\]: "):
+        records_clock(settings)

@@ -118,7 +118,8 @@ def job_title(report: ScenarioReport, job: JobReport) -> str:
 
 def _print_tables(report: ScenarioReport, out: Console) -> None:
     for job in report.jobs:
-        table = Table(title=job_title(report, job), title_justify="left", header_style="bold")
+        table = Table(title=escape(job_title(report, job)), title_justify="left",
+                      header_style="bold")  # fmt: skip
         for i, column in enumerate(COLUMNS):
             table.add_column(column, justify="left" if i == 0 else "right")
         for cells in table_rows(job):
