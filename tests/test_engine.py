@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from engine_support import FakeProvider, fast_settings, run_until, spec
 
-from spotd.domain import AttemptEnd, AttemptRecord, Instance, InstanceState, Market
+from spotd.domain import AttemptEnd, AttemptRecord, Instance, InstanceState, JobRecord, Market
 from spotd.engine import (
     MISSING_BEFORE_LOST,
     TAG_ATTEMPT,
@@ -58,6 +58,14 @@ def fake(tmp_path: Path) -> Iterator[tuple[Engine, FakeProvider]]:
     )
     yield eng, provider
     store.close()
+
+
+def _running(eng: Engine) -> tuple[JobRecord, AttemptRecord]:
+    """A one-node job submitted and ticked until it runs, with its one attempt."""
+    job = eng.submit(spec())
+    job = run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    (attempt,) = eng.store.attempts(job.id)
+    return job, attempt
 
 
 def _terminal(job: object) -> bool:
@@ -220,9 +228,7 @@ def test_reaper_leaves_running_instances_alone_when_their_attempts_cannot_be_rea
     fake: tuple[Engine, FakeProvider],
 ) -> None:
     eng, provider = fake
-    job = eng.submit(spec())
-    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
-    (attempt,) = eng.store.attempts(job.id)
+    _job, attempt = _running(eng)
     store = eng.store
     eng.store = _AttemptsUnreadable(store)  # type: ignore[assignment]
     assert eng.reap() == 0
@@ -351,9 +357,7 @@ def test_capacity_error_moves_to_another_pool(fake: tuple[Engine, FakeProvider])
 def test_throttling_defers_the_same_launch(fake: tuple[Engine, FakeProvider]) -> None:
     eng, provider = fake
     provider.launch_errors.append(ThrottledError("slow down", provider="fake"))
-    job = eng.submit(spec())
-    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
-    (attempt,) = eng.store.attempts(job.id)
+    _job, attempt = _running(eng)
     assert [r.client_token for r in provider.launched] == [attempt.client_token]
 
 
@@ -439,9 +443,7 @@ def test_lease_lets_a_second_daemon_take_over(tmp_path: Path, store_url: str) ->
 
 def test_a_node_missing_once_is_not_lost(fake: tuple[Engine, FakeProvider]) -> None:
     eng, provider = fake
-    job = eng.submit(spec())
-    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
-    (attempt,) = eng.store.attempts(job.id)
+    job, attempt = _running(eng)
     state = provider.states.pop(attempt.instance_ids[0])
     eng.tick()
     eng.tick()
@@ -461,9 +463,7 @@ def test_a_node_stopped_by_someone_else_is_not_success(
     fake: tuple[Engine, FakeProvider],
 ) -> None:
     eng, provider = fake
-    job = eng.submit(spec())
-    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
-    (attempt,) = eng.store.attempts(job.id)
+    job, attempt = _running(eng)
     provider.states[attempt.instance_ids[0]] = InstanceState.TERMINATED
     eng.tick()
     assert eng.store.get_job(job.id).status is JobStatus.RECOVERING
@@ -474,9 +474,7 @@ def test_agent_reports_bring_notice_and_exit_code(fake: tuple[Engine, FakeProvid
     from spotd.domain import InstanceReport
 
     eng, provider = fake
-    job = eng.submit(spec())
-    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
-    (attempt,) = eng.store.attempts(job.id)
+    job, attempt = _running(eng)
     iid = attempt.instance_ids[0]
     now = eng.clock.now()
     eng.store.save_report(InstanceReport(iid, "fake", job.id, 1, notice_at=now,
@@ -495,9 +493,7 @@ def test_a_vm_that_shut_down_without_a_report_is_recovered(
     fake: tuple[Engine, FakeProvider],
 ) -> None:
     eng, provider = fake
-    job = eng.submit(spec())
-    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
-    (attempt,) = eng.store.attempts(job.id)
+    job, attempt = _running(eng)
     provider.states[attempt.instance_ids[0]] = InstanceState.EXITED
     eng.tick()
     assert eng.store.get_job(job.id).status is JobStatus.RECOVERING
@@ -511,9 +507,7 @@ def test_agent_exit_ends_the_job_while_the_vm_still_runs(
     from spotd.domain import InstanceReport
 
     eng, provider = fake
-    job = eng.submit(spec())
-    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
-    (attempt,) = eng.store.attempts(job.id)
+    job, attempt = _running(eng)
     iid = attempt.instance_ids[0]
     eng.store.save_report(InstanceReport(iid, "fake", job.id, 1, exit_code=0,
                                          exited_at=eng.clock.now()))
@@ -526,9 +520,7 @@ def test_exit_after_a_notice_is_a_preemption(fake: tuple[Engine, FakeProvider]) 
     from spotd.domain import InstanceReport
 
     eng, provider = fake
-    job = eng.submit(spec())
-    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
-    (attempt,) = eng.store.attempts(job.id)
+    job, attempt = _running(eng)
     iid = attempt.instance_ids[0]
     now = eng.clock.now()
     eng.store.save_report(InstanceReport(iid, "fake", job.id, 1, notice_at=now,
