@@ -150,7 +150,7 @@ class Engine:
                 checkpoints.check_location(spec.checkpoint.uri)
             except CheckpointError as exc:
                 raise SubmitRefused(f"checkpoint.uri: {exc}") from exc
-        problem = unoffered_gpus(spec.resources.gpus, self.market.snapshots())
+        problem = unoffered_gpus(spec.resources.gpus, self.market.offered_gpus())
         if problem is not None:
             raise SubmitRefused(f"resources.gpus: {problem}")
         return self.store.create_job(spec, now=self.clock.now())

@@ -67,6 +67,7 @@ class MarketCache:
         self._max = max_backoff_seconds
         self._on_fresh = on_fresh
         self._index: OfferingIndex | None = None
+        self._gpus: frozenset[str] | None = None
 
     def refresh(self, name: str) -> Snapshot:
         """Poll one provider, unless it is backing off; on failure keep its last data."""
@@ -90,6 +91,7 @@ class MarketCache:
         with self._lock:
             if fresh is not old:
                 self._index = None
+                self._gpus = None
             self._snapshots[name] = fresh
         return fresh
 
@@ -130,6 +132,17 @@ class MarketCache:
                 )
             return self._index
 
+    def offered_gpus(self) -> frozenset[str] | None:
+        """The GPU models (upper case) some provider offers now; None until every
+        provider has answered a poll once, when nobody can tell what is offered."""
+        with self._lock:
+            snaps = [self._snapshots.get(name) for name in self._providers]
+            if not snaps or any(s is None or not s.fetched_at for s in snaps):
+                return None
+            if self._gpus is None:  # kept until the next poll changes a snapshot
+                self._gpus = frozenset(o.gpu.upper() for s in snaps if s for o in s.offerings)
+            return self._gpus
+
     def find(self, pool: Pool) -> Offering | None:
         """The current offering of ``pool``, if its provider lists it."""
         for offering in self.snapshot(pool.provider).offerings:
@@ -138,19 +151,15 @@ class MarketCache:
         return None
 
 
-def unoffered_gpus(gpus: Sequence[str], snapshots: Mapping[str, Snapshot]) -> str | None:
-    """Why no provider can run a job that accepts ``gpus``, or None if one offers one
-    of them, or if it cannot be told yet (a provider never polled successfully)."""
-    if not snapshots or any(not s.fetched_at for s in snapshots.values()):
+def unoffered_gpus(gpus: Sequence[str], offered: frozenset[str] | None) -> str | None:
+    """Why no provider can run a job that accepts ``gpus``, given the models ``offered``
+    (:meth:`MarketCache.offered_gpus`); None if one is offered, or if nobody can tell yet."""
+    if not offered or offered & set(gpus):
         return None
-    offered = sorted({o.gpu.upper() for s in snapshots.values() for o in s.offerings})
-    if not offered or set(gpus) & set(offered):
-        return None
-    close = {m for g in gpus for m in difflib.get_close_matches(g, offered, n=1, cutoff=0.5)}
+    known = sorted(offered)
+    close = {m for g in gpus for m in difflib.get_close_matches(g, known, n=1, cutoff=0.5)}
     hint = f"; did you mean {' or '.join(sorted(close))}?" if close else ""
-    return (
-        f"no enabled provider offers {', '.join(gpus)} (offered: {', '.join(offered)}){hint}"
-    )
+    return f"no enabled provider offers {', '.join(gpus)} (offered: {', '.join(known)}){hint}"
 
 
 class OfferingIndex(Sequence[Offering]):
