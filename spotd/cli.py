@@ -135,7 +135,7 @@ def submit(
     else:
         out.print(
             f"submitted [bold]{job.id}[/bold] ({escape(job.name)}); "
-            f"watch it with `{_again('status', job.id, config)}`"
+            f"watch it with `{escape(_again('status', job.id, config))}`"
         )
 
 
