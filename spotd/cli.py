@@ -407,15 +407,15 @@ _REASONS_SHOWN = 6
 
 def _print_exclusions(rows: list[CandidateView], total: int) -> None:
     """How many offerings each reason excluded, most first."""
-    counts = Counter(x.excluded for x in rows)
+    ranked = Counter(x.excluded for x in rows).most_common()
+    shown, rest = ranked[:_REASONS_SHOWN], ranked[_REASONS_SHOWN:]
     out.print(f"{len(rows)} of {total} candidates excluded (--excluded lists each):")
-    for reason, n in counts.most_common(_REASONS_SHOWN):
+    for reason, n in shown:
         out.print(f"  {n:>4}  {escape(reason or '')}", highlight=False)
-    rest = len(counts) - _REASONS_SHOWN
-    if rest > 0:
-        others = sum(n for _, n in counts.most_common()[_REASONS_SHOWN:])
-        reasons = "reason" if rest == 1 else "reasons"
-        out.print(f"  {others:>4}  for {rest} other {reasons}", highlight=False)
+    if rest:
+        reasons = "reason" if len(rest) == 1 else "reasons"
+        others = sum(n for _, n in rest)
+        out.print(f"  {others:>4}  for {len(rest)} other {reasons}", highlight=False)
 
 
 def _period(

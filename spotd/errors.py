@@ -36,6 +36,9 @@ engine decides retry, failover or failure by class, never by message text.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class SpotdError(Exception):
     """Root of every error spotd raises on purpose."""
@@ -133,6 +136,16 @@ class InvalidRequestError(ProviderError):
 
     def __init__(self, message: str, *, provider: str = "", code: str = "InvalidParameter"):
         super().__init__(message, provider=provider, code=code)
+
+
+@contextmanager
+def invalid_request(provider: str, action: str) -> Iterator[None]:
+    """Raise a ValueError inside as :class:`InvalidRequestError`, for the steps that
+    build what a request carries (a boot script the renderer refuses, say)."""
+    try:
+        yield
+    except ValueError as exc:
+        raise InvalidRequestError(f"{provider} {action}: {exc}", provider=provider) from exc
 
 
 class CapacityError(ProviderError):

@@ -18,7 +18,7 @@ from typing import Any
 
 from spotd.cache import TtlCache
 from spotd.domain import Instance, LaunchRequest, Offering, Pool
-from spotd.errors import InvalidRequestError, NotFoundError, ProviderError
+from spotd.errors import NotFoundError, ProviderError, invalid_request
 from spotd.facts import NOTICE_SECONDS as NOTICE_SECONDS_BY_KIND
 from spotd.interconnect import CATALOG, interconnect
 
@@ -176,10 +176,8 @@ class AwsProvider:
         existing = self._query(region, [{"Name": f"tag:{IDEMPOTENCY_TAG}", "Values": [token]}])
         if existing:
             return [to_instance(raw, region) for raw in _ordered(existing)]
-        try:
+        with invalid_request(PROVIDER, "launch"):
             script = self._user_data(request)
-        except ValueError as exc:
-            raise InvalidRequestError(f"aws launch: {exc}", provider=PROVIDER) from exc
         params = launch_params(self._settings, request, token, script)
         with map_aws_errors("RunInstances"):
             reply = self._clients.ec2(region).run_instances(**params)

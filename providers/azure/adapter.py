@@ -18,7 +18,7 @@ from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachine
 
 from spotd.domain import Instance, LaunchRequest, Offering, Pool
-from spotd.errors import InvalidRequestError, NotFoundError, ProviderError
+from spotd.errors import NotFoundError, ProviderError, invalid_request
 
 from .clients import compute_client, default_credential
 from .errors import map_azure_errors
@@ -130,10 +130,8 @@ class AzureProvider:
     def _body(self, request: LaunchRequest, pool: Pool, name: str, rank: int) -> VirtualMachine:
         node = replace(request, env={**request.env, "SPOTD_NODE_RANK": str(rank),
                                      "SPOTD_INSTANCE_ID": name})  # fmt: skip
-        try:
+        with invalid_request(PROVIDER, "launch"):
             data = encode_custom_data(self._custom_data(node))
-        except ValueError as exc:
-            raise InvalidRequestError(f"azure launch: {exc}", provider=PROVIDER) from exc
         return vm_body(self._settings, pool, market=request.market, name=name, tags=request.tags,
                        custom_data=data)  # fmt: skip
 

@@ -123,6 +123,13 @@ def from_http_error(exc: HttpResponseError, operation: str) -> ProviderError:
     return cls(f"azure {operation}: {code}: {_first_line(message)}", provider=PROVIDER, code=code)
 
 
+def unreadable(exc: Exception, operation: str) -> ProviderUnavailable:
+    """A reply the SDK could not read: the service's side, like a broken connection."""
+    name = type(exc).__name__
+    return ProviderUnavailable(f"azure {operation}: unreadable reply: {name}",
+                               provider=PROVIDER, code=name)  # fmt: skip
+
+
 def from_azure_error(exc: AzureError, operation: str) -> ProviderError:
     """Map any azure-core or azure-identity exception to our class."""
     name = type(exc).__name__
@@ -132,9 +139,8 @@ def from_azure_error(exc: AzureError, operation: str) -> ProviderError:
         return AuthError(f"azure {operation}: {name}: {_first_line(str(exc.message))}",
                          provider=PROVIDER, code=name)  # fmt: skip
     if isinstance(exc, DecodeError):
-        # A 2xx whose body is not JSON (cut short, a proxy's page): the service's side.
-        return ProviderUnavailable(f"azure {operation}: unreadable reply: {name}",
-                                   provider=PROVIDER, code=name)  # fmt: skip
+        # A 2xx whose body is not JSON (cut short, a proxy's page).
+        return unreadable(exc, operation)
     if isinstance(exc, HttpResponseError):
         return from_http_error(exc, operation)
     if isinstance(exc, (ServiceRequestError, ServiceResponseError)):
@@ -170,9 +176,5 @@ def map_azure_errors(operation: str) -> Iterator[None]:
     except httpx.HTTPError as exc:
         raise from_httpx_error(exc, operation) from exc
     except (DeserializationError, SerializationError, json.JSONDecodeError) as exc:
-        # A reply the SDK could not read (ValueErrors, outside AzureError's tree):
-        # the service's side, like a broken connection.
-        name = type(exc).__name__
-        raise ProviderUnavailable(
-            f"azure {operation}: unreadable reply: {name}", provider=PROVIDER, code=name
-        ) from exc
+        # A reply the SDK could not read (ValueErrors, outside AzureError's tree).
+        raise unreadable(exc, operation) from exc

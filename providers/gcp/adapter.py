@@ -20,7 +20,7 @@ from google.cloud import compute_v1
 from spotd import interconnect
 from spotd.cache import TtlCache
 from spotd.domain import Instance, LaunchRequest, Market, Offering, Pool
-from spotd.errors import InvalidRequestError, NotFoundError, ProviderError, ProviderUnavailable
+from spotd.errors import NotFoundError, ProviderError, ProviderUnavailable, invalid_request
 from spotd.facts import NOTICE_SECONDS as NOTICE_SECONDS_BY_KIND
 
 from . import naming, resources
@@ -100,10 +100,8 @@ class GcpProvider:
         any node fails, the nodes created are deleted and the error raised.
         """
         self._check(request)
-        try:
+        with invalid_request(PROVIDER, "launch"):
             script = self._startup_script(request)
-        except ValueError as exc:
-            raise InvalidRequestError(f"gcp launch: {exc}", provider=PROVIDER) from exc
         zone = request.offering.pool.zone
         clients = self._clients()
         created: list[str] = []
