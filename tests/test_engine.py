@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterator, Sequence
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -337,6 +338,9 @@ def test_a_stored_job_whose_checkpoints_cannot_be_opened_fails_instead_of_waitin
 
 def test_capacity_error_moves_to_another_pool(fake: tuple[Engine, FakeProvider]) -> None:
     eng, provider = fake
+    # The clock runs 3600x: the default half-hour cooldown is half a real second, which a
+    # loaded machine can spend before the plan below is asked. 100 h is 100 s.
+    eng.settings = replace(eng.settings, cooldown_hours=100.0)
     provider.launch_errors.append(CapacityError("no room", provider="fake"))
     job = eng.submit(spec())
     run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
@@ -535,8 +539,6 @@ def test_exit_after_a_notice_is_a_preemption(fake: tuple[Engine, FakeProvider]) 
 
 
 def test_running_job_moves_when_the_saving_pays(tmp_path: Path) -> None:
-    from dataclasses import replace as dc_replace
-
     from spotd.policies.balanced import BalancedPolicy
     from spotd.providers.sim import SimClock
 
@@ -555,7 +557,7 @@ def test_running_job_moves_when_the_saving_pays(tmp_path: Path) -> None:
         # The pool it runs in gets four times dearer: moving now pays.
         original = provider.offerings
         provider.offerings = lambda: [  # type: ignore[method-assign]
-            dc_replace(o, spot_price=4.0) if o.pool == first.pool else o for o in original()
+            replace(o, spot_price=4.0) if o.pool == first.pool else o for o in original()
         ]
         eng.market.refresh_all()
         run_until(eng, job.id, lambda j: len(store.attempts(j.id)) == 2, timeout=5)
