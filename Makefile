@@ -1,11 +1,16 @@
 # Two entry points for a fresh machine; each installs what it needs into .venv.
-#   make demo   run the example job through preemptions on the simulated market
-#   make test   run the whole test suite (also what .ci/run calls)
+#   make demo      run the example job through preemptions on the simulated market
+#   make demo-ddp  the same with a real 2-node x 2-process PyTorch job (installs torch)
+#   make test      run the whole test suite (also what .ci/run calls)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+# torch first, pinned: any other torch from the registry is a CUDA build of several GB,
+# while this one is a CPU build these machines keep on disk.
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo demo-ddp test lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "spotd needs Python 3.11+"'
@@ -16,12 +21,21 @@ $(VENV)/.core: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.test: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+$(VENV)/.train: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet '$(TORCH)'
+	$(BIN)/python -m pip install --quiet -e '.[train]'
 	touch $@ $(VENV)/.core
+
+$(VENV)/.test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet '$(TORCH)'
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.core $(VENV)/.train
 
 demo: $(VENV)/.core
 	$(BIN)/spotd demo
+
+demo-ddp: $(VENV)/.train
+	$(BIN)/spotd demo --example ddp
 
 test: $(VENV)/.test
 	$(BIN)/python -m pytest -q

@@ -13,6 +13,11 @@ attempt, ``422`` on a malformed body):
 ``/v1/agent/heartbeat``  :class:`AgentReport`
 ``/v1/agent/notice``     :class:`NoticeReport`
 ``/v1/agent/exit``       :class:`ExitReport`
+``/v1/agent/preflight``  :class:`PreflightReport`
+
+and ``POST /v1/agent/join`` (:class:`JoinReport`), which answers ``200`` with the
+gang's :class:`Roster` once every node of the attempt has joined, else ``202``
+with a :class:`Waiting` body; the agent asks again until its gang timeout.
 
 What the daemon does with a report is up to the :class:`AgentReports` it is
 given; this module only authenticates and parses.
@@ -26,15 +31,23 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Literal, Protocol
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, Depends, HTTPException, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 NoticeKind = Literal["preemption", "rebalance"]
+ExitPhase = Literal["command", "rendezvous", "preflight"]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+GPU_UTIL_THRESHOLD_PCT = 85.0
+"""Under load, a GPU below this utilisation points at a bottleneck, most often the
+data pipeline (the practitioners' preflight rule)."""
 
 HEARTBEAT_PATH = "/v1/agent/heartbeat"
 NOTICE_PATH = "/v1/agent/notice"
 EXIT_PATH = "/v1/agent/exit"
+JOIN_PATH = "/v1/agent/join"
+PREFLIGHT_PATH = "/v1/agent/preflight"
 
 
 def agent_token(daemon_token: str, client_token: str) -> str:
@@ -58,6 +71,94 @@ class AgentReport(BaseModel):
     at: datetime
 
 
+class GpuReading(BaseModel):
+    """One GPU at one moment, as NVML saw it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    index: int
+    name: str = ""
+    util_pct: float
+    mem_used_gb: float = 0.0
+    mem_total_gb: float = 0.0
+
+
+class HeartbeatReport(AgentReport):
+    """The agent is alive; with what the job and its GPUs said since the last beat.
+
+    ``step``, ``total_steps`` and ``checkpoint`` come from the job's progress file
+    (``spotd.train`` writes it); ``gpus`` from NVML where a driver is present.
+    """
+
+    step: int | None = None
+    total_steps: int | None = None
+    checkpoint: str | None = None
+    gpus: tuple[GpuReading, ...] = ()
+
+
+class JoinReport(AgentReport):
+    """A booted node's address, and two ports free on it (job, preflight) should it be rank 0."""
+
+    address: str = Field(min_length=1)
+    ports: tuple[Port, Port]
+
+
+class Roster(BaseModel):
+    """The assembled gang, as every node of it gets it. Ranks follow the launch order."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    rank: int
+    nodes: int
+    addresses: tuple[str, ...]
+    master_addr: str
+    master_port: int
+    preflight_port: int
+    rdzv_id: str
+
+
+class Waiting(BaseModel):
+    """The gang is not complete yet."""
+
+    joined: int
+    nodes: int
+
+
+class PreflightCheck(BaseModel):
+    """One check of a node: passed, failed, or skipped (with why)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str
+    ok: bool
+    detail: str = ""
+    skipped: bool = False
+
+
+class PreflightFigures(BaseModel):
+    """What a gang's preflight measured; every node of the gang reports the same verdict."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    passed: bool
+    busbw_gbps: float | None = None
+    """All-reduce bus bandwidth in GB/s (nccl-tests' definition); None when not measured."""
+    min_busbw_gbps: float | None = None
+    """The threshold it was held to; None for none."""
+    backend: str = ""
+    world_size: int = 1
+    seconds: float = 0.0
+    checks: tuple[PreflightCheck, ...] = ()
+    reason: str = ""
+    """Why it failed, in one line; empty when it passed."""
+
+
+class PreflightReport(AgentReport):
+    """The preflight of this node's gang ended (``figures.passed`` says how)."""
+
+    figures: PreflightFigures
+
+
 class NoticeReport(AgentReport):
     """The provider announced it takes the VM back (``preemption``) or may soon (``rebalance``).
 
@@ -73,6 +174,8 @@ class ExitReport(AgentReport):
     """The job's command ended. ``exit_code`` is 128 + N when signal N killed it."""
 
     exit_code: int
+    phase: ExitPhase = "command"
+    """What ended: the job's command, or the agent before it (no gang, a failed preflight)."""
 
 
 class AgentReports(Protocol):
@@ -81,7 +184,7 @@ class AgentReports(Protocol):
     Called from FastAPI's worker threads, so implementations must be thread-safe.
     """
 
-    def heartbeat(self, report: AgentReport) -> None:
+    def heartbeat(self, report: HeartbeatReport) -> None:
         """The agent of ``report.job_id``/``report.attempt`` is alive."""
 
     def notice(self, report: NoticeReport) -> None:
@@ -89,6 +192,12 @@ class AgentReports(Protocol):
 
     def exited(self, report: ExitReport) -> None:
         """The job's command on the VM ended with ``report.exit_code``."""
+
+    def join(self, report: JoinReport) -> Roster | Waiting:
+        """A node booted: keep its address; the roster once the whole gang joined."""
+
+    def preflight(self, report: PreflightReport) -> None:
+        """The gang's preflight ended on this node (and, if it passed, the command started)."""
 
 
 # Module level: FastAPI resolves the string annotations below in module globals.
@@ -119,9 +228,22 @@ def create_agent_router(
             raise HTTPException(status_code=401, detail="wrong agent token for this attempt")
 
     @router.post(HEARTBEAT_PATH, status_code=204)
-    def heartbeat(report: AgentReport, creds: _Credentials) -> None:
+    def heartbeat(report: HeartbeatReport, creds: _Credentials) -> None:
         authorize(creds, report)
         reports.heartbeat(report)
+
+    @router.post(JOIN_PATH, response_model=Roster | Waiting)
+    def join(report: JoinReport, creds: _Credentials, response: Response) -> Roster | Waiting:
+        authorize(creds, report)
+        answer = reports.join(report)
+        if isinstance(answer, Waiting):
+            response.status_code = 202
+        return answer
+
+    @router.post(PREFLIGHT_PATH, status_code=204)
+    def preflight(report: PreflightReport, creds: _Credentials) -> None:
+        authorize(creds, report)
+        reports.preflight(report)
 
     @router.post(NOTICE_PATH, status_code=204)
     def notice(report: NoticeReport, creds: _Credentials) -> None:

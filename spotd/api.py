@@ -7,6 +7,7 @@ token being the content of the daemon's token file (mode 0600).
 from __future__ import annotations
 
 import hmac
+import json
 import time
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -18,9 +19,16 @@ from pydantic import BaseModel, ValidationError
 
 from spotd import __version__
 from spotd.agent_api import (
+    GPU_UTIL_THRESHOLD_PCT,
     AgentReport,
     ExitReport,
+    GpuReading,
+    HeartbeatReport,
+    JoinReport,
     NoticeReport,
+    PreflightReport,
+    Roster,
+    Waiting,
     create_agent_router,
 )
 from spotd.contracts import Store
@@ -34,6 +42,7 @@ from spotd.errors import (
     StoreError,
     SubmitRefused,
 )
+from spotd.gang import attempt_reports, roster_for
 from spotd.metrics import Outboxlike, create_metrics_router
 from spotd.spec import JobSpec
 from spotd.states import TERMINAL
@@ -62,8 +71,42 @@ class StoreReports:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    def heartbeat(self, report: AgentReport) -> None:
-        self._store.save_report(_base(report, heartbeat_at=report.at))
+    def heartbeat(self, report: HeartbeatReport) -> None:
+        fields: dict[str, Any] = {
+            "heartbeat_at": report.at,
+            "step": report.step,
+            "total_steps": report.total_steps,
+            "checkpoint": report.checkpoint,
+        }
+        if report.gpus:
+            fields.update(gpu_fields(report.gpus))
+        self._store.save_report(_base(report, **fields))
+
+    def join(self, report: JoinReport) -> Roster | Waiting:
+        # A node asks again until its gang is complete: the first ask is the join.
+        before = next(
+            (r for r in self._store.reports(report.job_id) if r.instance_id == report.instance_id
+             and r.provider == report.provider), None,
+        )  # fmt: skip
+        first = before is None or before.joined_at is None
+        self._store.save_report(
+            _base(report, address=report.address, joined_at=report.at if first else None,
+                  ports=",".join(map(str, report.ports)))
+        )  # fmt: skip
+        attempt = next(
+            (a for a in self._store.attempts(report.job_id) if a.seq == report.attempt), None
+        )
+        if attempt is None:  # authorised a moment ago: only a deleted job gets here
+            return Waiting(joined=0, nodes=0)
+        own = attempt_reports(attempt, self._store.reports(report.job_id))
+        return roster_for(attempt, own, report.instance_id)
+
+    def preflight(self, report: PreflightReport) -> None:
+        passed = report.figures.passed
+        self._store.save_report(
+            _base(report, preflight=report.figures.model_dump_json(),
+                  command_at=report.at if passed else None)
+        )  # fmt: skip
 
     def notice(self, report: NoticeReport) -> None:
         self._store.save_report(
@@ -72,7 +115,25 @@ class StoreReports:
         )
 
     def exited(self, report: ExitReport) -> None:
-        self._store.save_report(_base(report, exit_code=report.exit_code, exited_at=report.at))
+        self._store.save_report(
+            _base(report, exit_code=report.exit_code, exited_at=report.at,
+                  exit_phase=report.phase)
+        )  # fmt: skip
+
+
+def gpu_fields(readings: Sequence[GpuReading]) -> dict[str, Any]:
+    """One GPU sample as report fields: the readings, and its share of the running sums.
+
+    The sums follow the node's lowest GPU: one idle GPU of eight is a bottleneck
+    for a synchronous job all the same.
+    """
+    lowest = min(r.util_pct for r in readings)
+    return {
+        "gpus": json.dumps([r.model_dump() for r in readings]),
+        "gpu_util_sum": lowest,
+        "gpu_samples": 1,
+        "gpu_low_samples": int(lowest < GPU_UTIL_THRESHOLD_PCT),
+    }
 
 
 def _base(report: AgentReport, **fields: Any) -> InstanceReport:
@@ -132,7 +193,9 @@ def create_jobs_router(engine: Engine, *, dependencies: Sequence[Any] = ()) -> A
 
     def view(ref: str) -> JobView:
         job = engine.store.find_job(ref)
-        return job_view(job, engine.store.attempts(job.id), engine.clock.now())
+        return job_view(
+            job, engine.store.attempts(job.id), engine.clock.now(), engine.store.reports(job.id)
+        )
 
     @router.post("/v1/jobs", status_code=201)
     def submit(body: SubmitBody) -> JobView:

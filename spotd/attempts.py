@@ -16,7 +16,13 @@ from spotd.domain import AttemptEnd, AttemptRecord, Instance, InstanceReport, In
 
 # Attempt ends that say something about the pool, so it is avoided for a while.
 POOL_TROUBLE = frozenset(
-    {AttemptEnd.PREEMPTED, AttemptEnd.NO_CAPACITY, AttemptEnd.LOST, AttemptEnd.LAUNCH_FAILED}
+    {
+        AttemptEnd.PREEMPTED,
+        AttemptEnd.NO_CAPACITY,
+        AttemptEnd.LOST,
+        AttemptEnd.LAUNCH_FAILED,
+        AttemptEnd.PREFLIGHT_FAILED,
+    }
 )
 
 
@@ -66,7 +72,11 @@ def with_report(instance: Instance | None, report: InstanceReport | None) -> Ins
     if instance is None or report is None:
         return instance
     if report.exit_code is not None and instance.state is not InstanceState.PREEMPTED:
-        noticed = report.notice_at is not None and report.notice_kind != "rebalance"
+        # The provider's own notice counts as much as the agent's report of one: the
+        # job may exit on the signal before the agent's watcher has seen the notice.
+        noticed = instance.state is InstanceState.NOTICE or (
+            report.notice_at is not None and report.notice_kind != "rebalance"
+        )
         if noticed and report.exit_code != 0:
             return replace(instance, state=InstanceState.PREEMPTED, exit_code=report.exit_code)
         return replace(instance, state=InstanceState.EXITED, exit_code=report.exit_code)

@@ -8,7 +8,9 @@ import shlex
 import sys
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
@@ -24,7 +26,7 @@ from spotd.spec import load_job_file
 from spotd.views import JobView, MarketView
 
 if TYPE_CHECKING:
-    from spotd.planning import CandidateView
+    from spotd.planning import CandidateView, PlanView
 
 app = typer.Typer(
     help="spotd: run GPU training on spot capacity across clouds, and survive preemptions.",
@@ -166,6 +168,8 @@ def status(
         if line is not None:
             out.print(line)
         _print_attempts(jobs[0])
+        for line in _gang_lines(jobs[0]):
+            out.print(line, highlight=False)
 
 
 def _progress_line(job: JobView) -> str | None:
@@ -178,7 +182,10 @@ def _progress_line(job: JobView) -> str | None:
     if p.compute_hours is None and job.status == "succeeded":
         return "progress: complete"  # no hours stated to count against, and its command said so
     of = f" of {p.compute_hours:.1f}" if p.compute_hours is not None else ""
-    parts = [f"progress: {p.done_hours:.1f}{of} compute hours (estimate)"]
+    source = "estimate"
+    if p.from_job and p.step is not None:
+        source = f"the job's step {p.step:,} of {p.total_steps:,}"
+    parts = [f"progress: {p.done_hours:.1f}{of} compute hours ({source})"]
     late = False
     if p.hours_to_deadline is not None and p.hours_to_deadline < 0:
         parts.append(f"[red]deadline passed {-p.hours_to_deadline:.1f} h ago[/]")
@@ -194,6 +201,35 @@ def _progress_line(job: JobView) -> str | None:
         pace = f"{p.finish_in_hours:.1f} h to go at the current rate"
         parts.append(f"[red]{pace}[/]" if late else pace)
     return "; ".join(parts)
+
+
+def _gang_lines(job: JobView) -> list[str]:
+    """What the agents of the latest attempt said: gang, preflight, step, GPUs."""
+    if not job.attempts or job.attempts[-1].gang is None:
+        return []
+    from spotd.agent_api import GPU_UTIL_THRESHOLD_PCT
+    from spotd.gang import preflight_summary
+
+    a = job.attempts[-1]
+    gang = a.gang
+    assert gang is not None
+    lines = [f"attempt {a.seq}: {gang.joined} of {a.nodes} node(s) joined, {gang.started} "
+             f"started ({escape(', '.join(gang.addresses)) or 'no address yet'})"]  # fmt: skip
+    if gang.preflight is not None:
+        summary = escape(preflight_summary(gang.preflight))
+        lines.append(f"  {summary}" if gang.preflight.passed else f"  [red]{summary}[/]")
+    if gang.step is not None:
+        of = f" of {gang.total_steps:,}" if gang.total_steps else ""
+        kept = f", last checkpoint {escape(gang.checkpoint)}" if gang.checkpoint else ""
+        lines.append(f"  step {gang.step:,}{of} (from the job){kept}")
+    for g in gang.gpus:
+        utils = " ".join(f"{u:.0f}" for u in g.util_pct)
+        low = ""
+        if g.low_share:
+            share = f"{g.low_share:.0%} of {g.samples} samples"
+            low = f", under {GPU_UTIL_THRESHOLD_PCT:g} % in {share}"
+        lines.append(f"  GPUs of {escape(g.instance_id)}: {utils} % now{low}")
+    return lines
 
 
 def _print_attempts(job: JobView) -> None:
@@ -357,10 +393,47 @@ def plan(  # noqa: PLR0917 (typer options)
     out_of = [x for x in view.candidates if x.excluded is not None]
     if usable:
         out.print(_usable_table(usable[:top]))
+    if c is not None:
+        _print_environment(view, c)
     if excluded:
         out.print(_excluded_table(out_of))
     elif out_of:
         _print_exclusions(out_of, len(view.candidates))
+
+
+def _print_environment(view: PlanView, c: CandidateView) -> None:
+    """The fabric variables and the preflight floor the choice's gang would get."""
+    nodes = f"{c.nodes} node" + ("s" if c.nodes != 1 else "")
+    head = f"environment for {c.interconnect.fabric} ({c.instance_type}, {nodes})"
+    env = view.environment or {}
+    lines = [f"{head}:", *(f"  {name}={value}" for name, value in env.items())]
+    if not env:
+        why = "one node: nothing crosses the fabric" if c.nodes <= 1 else "[fabric_env] removes all"
+        lines = [f"{head}: none, {why}"]
+    # soft_wrap: one line each, never folded, so a NAME=value line pastes as is.
+    for line in [*lines, _preflight_line(view, c)]:
+        out.print(escape(line), highlight=False, soft_wrap=True)
+
+
+def _preflight_line(view: PlanView, c: CandidateView) -> str:
+    """What the preflight would hold the gang to, and whose figure that is."""
+    floor, source = view.preflight_min_busbw_gbps, view.preflight_threshold_source
+    if source == "disabled":
+        return "preflight: off ([preflight] enabled = false)"
+    if floor is not None:
+        # The fabric's figure is NCCL's: a gang without GPUs (the simulated market) runs
+        # gloo and is held to none.
+        whose = (
+            "the job's [preflight] min_busbw_gbps" if source == "spec"
+            else "the fabric's floor, for NCCL on GPU nodes"
+        )  # fmt: skip
+        return f"preflight: all-reduce bus bandwidth must exceed {floor:g} GB/s ({whose})"
+    if c.nodes <= 1:
+        return "preflight: no bus bandwidth floor (one node)"
+    return (
+        f"preflight: no bus bandwidth floor ({c.interconnect.fabric} has no default; "
+        "set [preflight] min_busbw_gbps for one)"
+    )
 
 
 def _offering_cell(x: CandidateView) -> str:
@@ -549,17 +622,34 @@ def agent(ctx: typer.Context) -> None:
     raise typer.Exit(agent_main(list(ctx.args)))
 
 
+class DemoExample(StrEnum):
+    """The jobs ``spotd demo`` can run."""
+
+    TINY = "tiny"
+    """examples/train_tiny.py: one node, numpy."""
+    DDP = "ddp"
+    """examples/train_ddp.py: 2 nodes x 2 processes, PyTorch DDP on gloo, DCP checkpoints."""
+
+
 @app.command()
 def demo(
     as_json: JsonOpt = False,
-    seed: Annotated[int, typer.Option(help="Seed of the simulated market.")] = 11,
-    steps: Annotated[int, typer.Option(help="Training steps of the example job.")] = 300,
+    example: Annotated[
+        DemoExample, typer.Option(help="tiny: one numpy node; ddp: 2 nodes x 2 PyTorch ranks.")
+    ] = DemoExample.TINY,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated market (tiny).")] = 11,
+    steps: Annotated[
+        int | None, typer.Option(help="Training steps (default: 300 tiny, 120 ddp).")
+    ] = None,
     keep: Annotated[Path | None, typer.Option(help="Keep the demo's files in this folder.")] = None,
 ) -> None:
-    """Run the example job on the simulated market through preemptions, then summarise."""
+    """Run an example job on the simulated market through preemptions, then summarise."""
+    if example is DemoExample.DDP:
+        _demo_ddp(as_json, steps, keep)
+        return
     from spotd.demo import DemoOptions, run_demo
 
-    options = DemoOptions(seed=seed, steps=steps, keep=keep, quiet=as_json)
+    options = DemoOptions(seed=seed, steps=steps or 300, keep=keep, quiet=as_json)
     summary = _guard(lambda: run_demo(options, console=err))
     if as_json:
         sys.stdout.write(summary.model_dump_json(indent=2) + "\n")
@@ -568,6 +658,21 @@ def demo(
 
         print_summary(summary, out)
     if summary.status != "succeeded":
+        raise typer.Exit(1)
+
+
+def _demo_ddp(as_json: bool, steps: int | None, keep: Path | None) -> None:
+    from spotd.demo_ddp import DdpDemoOptions, print_ddp_summary, run_ddp_demo
+
+    options = DdpDemoOptions(keep=keep, quiet=as_json)
+    if steps is not None:
+        options = replace(options, steps=steps)
+    summary = _guard(lambda: run_ddp_demo(options, console=err))
+    if as_json:
+        sys.stdout.write(summary.model_dump_json(indent=2) + "\n")
+    else:
+        print_ddp_summary(summary, out)
+    if summary.status != "succeeded" or not summary.digest_matches:
         raise typer.Exit(1)
 
 

@@ -91,6 +91,20 @@ class Metered(Protocol):
         ...
 
 
+@runtime_checkable
+class AgentHost(Protocol):
+    """A provider whose nodes run spotd's agent only once told where the daemon is.
+
+    The cloud adapters get the daemon's URL from the configuration at build
+    time (their boot scripts carry it); the simulated market learns it when
+    the daemon has bound its port, which may be any free one.
+    """
+
+    def link_agents(self, daemon_url: str, daemon_token: str) -> None:
+        """Run the agent around the job on nodes launched from now on."""
+        ...
+
+
 class Policy(Protocol):
     """Decides where a job runs. The daemon, ``spotd plan`` and the simulator share them."""
 

@@ -24,6 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from spotd.api import create_app
 from spotd.config import Settings
+from spotd.contracts import AgentHost
 from spotd.engine import Engine
 from spotd.mail import schedule_mail
 from spotd.tokens import ensure_token
@@ -72,6 +73,7 @@ class Daemon:
             target=self._server.run, kwargs={"sockets": [sock]}, name="spotd-api", daemon=True
         )
         self._server_thread.start()
+        self._link_agents(token)
         self._write_address()
         self._schedule()
         if self.mailer is not None:
@@ -146,6 +148,16 @@ class Daemon:
                 log.exception("reconcile pass failed; next pass retries")
 
     # -- helpers --------------------------------------------------------------
+
+    def _link_agents(self, token: str) -> None:
+        """Tell the providers whose nodes need it where this daemon answers."""
+        host = self.settings.daemon.host
+        if host in ("0.0.0.0", "::", ""):  # noqa: S104 - the bind-all address, read not bound
+            host = "127.0.0.1"
+        url = f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        for provider in self.engine.providers.values():
+            if isinstance(provider, AgentHost):
+                provider.link_agents(url, token)
 
     def _bind(self) -> socket.socket:
         host, port = self.settings.daemon.host, self.settings.daemon.port

@@ -153,6 +153,8 @@ class AttemptEnd(StrEnum):
     CANCELLED = "cancelled"
     OVER_BUDGET = "over-budget"
     MIGRATED = "migrated"
+    PREFLIGHT_FAILED = "preflight-failed"
+    """The gang's preflight (all-reduce bandwidth, node checks) fell short."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,3 +373,32 @@ class InstanceReport:
     notice_deadline: datetime | None = None
     exit_code: int | None = None
     exited_at: datetime | None = None
+    address: str | None = None
+    """The node's address in its gang, as its agent reported on joining."""
+    ports: str | None = None
+    """Two ports free on the node when it joined, ``"job,preflight"``."""
+    joined_at: datetime | None = None
+    command_at: datetime | None = None
+    """When the agent started the job's command (after rendezvous and preflight)."""
+    exit_phase: str | None = None
+    """What the exit ended: ``command``, or the agent's ``rendezvous`` or ``preflight``."""
+    preflight: str | None = None
+    """The gang's preflight figures as JSON (``spotd.agent_api.PreflightFigures``)."""
+    step: int | None = None
+    total_steps: int | None = None
+    checkpoint: str | None = None
+    """The job's last complete checkpoint, as the job reported it."""
+    gpus: str | None = None
+    """The latest GPU readings as JSON (a list of ``spotd.agent_api.GpuReading``)."""
+    gpu_util_sum: float | None = None
+    """Sum over samples of the lowest GPU's utilisation in %; in a report, this one's share."""
+    gpu_samples: int | None = None
+    gpu_low_samples: int | None = None
+    """Samples in which some GPU was under the utilisation threshold."""
+
+    @property
+    def gpu_util_mean_pct(self) -> float | None:
+        """Mean over samples of the lowest GPU's utilisation, None without samples."""
+        if not self.gpu_samples or self.gpu_util_sum is None:
+            return None
+        return self.gpu_util_sum / self.gpu_samples

@@ -48,9 +48,17 @@ from spotd.errors import (
     StoreError,
     SubmitRefused,
 )
+from spotd.fabric_env import fabric_environment
+from spotd.gang import (
+    GangState,
+    assembly_seconds,
+    gang_environment,
+    gang_state,
+    preflight_summary,
+)
 from spotd.ledger import NodeUsage, record_ledger, usage_from_instances
 from spotd.market import MarketCache, unoffered_gpus
-from spotd.progress import done_hours, work_per_hour
+from spotd.progress import job_done_hours, work_per_hour
 from spotd.spec import JobSpec, deadline_controlled
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition, transition
 from spotd.stats import HistoryStats, expected_preemptions
@@ -101,6 +109,38 @@ class EngineSettings:
 def checkpoint_uri(job: JobRecord, settings: EngineSettings) -> str:
     """Where the job's checkpoints go: its spec's URI or a folder of the daemon's."""
     return job.spec.checkpoint.uri or str(settings.checkpoints_dir / job.id)
+
+
+def job_environment(
+    job: JobRecord,
+    attempt: AttemptRecord,
+    offering: Offering,
+    *,
+    checkpoint_uri: str,
+    interval_hours: float,
+) -> dict[str, str]:
+    """Everything the nodes of ``attempt`` are told before they boot.
+
+    In order, later winning: the fabric's NCCL and libfabric variables (with
+    the job's per-fabric overrides), the job's own ``[env]``, what the gang
+    needs to assemble and pass preflight, and spotd's own variables. The
+    agent adds the rest once the gang has assembled (rank, master, roster).
+    """
+    env = fabric_environment(
+        offering.interconnect, job.spec.fabric_env, nodes=attempt.nodes,
+        instance_type=offering.pool.instance_type,
+    )  # fmt: skip
+    env.update(job.spec.env)
+    env.update(gang_environment(job.spec, attempt, offering))
+    env.update(
+        SPOTD_JOB_ID=job.id,
+        SPOTD_ATTEMPT=str(attempt.seq),
+        SPOTD_NUM_NODES=str(attempt.nodes),
+        SPOTD_CHECKPOINT_URI=checkpoint_uri,
+        SPOTD_RESUME_FROM=attempt.resume_from or "",
+        SPOTD_CHECKPOINT_INTERVAL_SECONDS=str(round(interval_hours * 3600)),
+    )
+    return env
 
 
 class Engine:
@@ -206,7 +246,7 @@ class Engine:
                 timedelta(hours=self.settings.cooldown_hours),
                 (o.pool for o in self.market.offerings()),
             ),
-            done_hours=done_hours(job.spec, attempts, now),
+            done_hours=job_done_hours(job.spec, attempts, self._reports(job.id), now)[0],
             changeover_hours=self.settings.changeover_hours,
             stats=self.stats.at(now),
             checkpoint_at=attempts[-1].pool if attempts else None,
@@ -353,16 +393,10 @@ class Engine:
         interval = attempt.checkpoint_interval_hours
         if interval is None:  # placed by a version that did not keep it
             interval = self._interval_hours(job.spec, offering, attempt.market)
-        env = dict(job.spec.env)
-        env.update(
-            SPOTD_JOB_ID=job.id,
-            SPOTD_ATTEMPT=str(attempt.seq),
-            SPOTD_NUM_NODES=str(attempt.nodes),
-            SPOTD_CHECKPOINT_URI=checkpoint_uri(job, self.settings),
-            SPOTD_RESUME_FROM=attempt.resume_from or "",
-            SPOTD_CHECKPOINT_INTERVAL_SECONDS=str(round(interval * 3600)),
-        )
-        return env
+        return job_environment(
+            job, attempt, offering, checkpoint_uri=checkpoint_uri(job, self.settings),
+            interval_hours=interval,
+        )  # fmt: skip
 
     def _interval_hours(self, spec: JobSpec, offering: Offering, market: Market) -> float:
         """The checkpoint interval the job should keep: its own, or Young's for this pool.
@@ -391,15 +425,21 @@ class Engine:
         now = self.clock.now()
         if self._over_budget(job, self._attempts(job.id), now, attempt):
             return
+        gang = gang_state(attempt, self._reports(job.id))
+        if self._gang_failed(job, attempt, gang, instances):
+            return
         if any(i is None or i.ended for i in instances):
             self._attempt_ended(job, attempt, instances)
         elif job.status is JobStatus.PROVISIONING and all(
             i is not None and i.state in (InstanceState.RUNNING, InstanceState.NOTICE)
             for i in instances
-        ):
+        ) and (attempt.nodes == 1 or gang.assembled(attempt.nodes)):
             self.store.mark_attempt_running(attempt.id, at=now)
             self._forget(job.id)
-            self._move(job, JobStatus.RUNNING, "all nodes running", detail=str(attempt.pool))
+            detail = str(attempt.pool)
+            if gang.preflight is not None:
+                detail += f"; {preflight_summary(gang.preflight)}"
+            self._move(job, JobStatus.RUNNING, "all nodes running", detail=detail)
         elif job.status is JobStatus.RUNNING and any(
             i is not None and i.state is InstanceState.NOTICE for i in instances
         ):
@@ -408,6 +448,58 @@ class Engine:
             )
         elif job.status is JobStatus.RUNNING:
             self._maybe_move(job, attempt)
+
+    def _gang_failed(
+        self,
+        job: JobRecord,
+        attempt: AttemptRecord,
+        gang: GangState,
+        instances: Sequence[Instance | None],
+    ) -> bool:
+        """End the attempt if its preflight failed or its gang did not assemble in time.
+
+        Checked before the nodes' exits: an agent that gave up on its gang or
+        on a failed preflight exits too, and that is no verdict on the job's
+        command. No job ever runs on a partial gang.
+        """
+        if gang.preflight_failed:
+            self._preflight_failed(job, attempt, gang)
+            return True
+        if gang.gave_up == "rendezvous" or self._assembly_overdue(job, attempt, gang):
+            running = sum(1 for i in instances if i is not None and not i.ended)
+            self._finish(
+                job, attempt=attempt, status=JobStatus.RECOVERING, end=AttemptEnd.LOST,
+                detail=f"{attempt.pool}: gang did not assemble in "
+                f"{assembly_seconds(job.spec):g} s ({running} of {attempt.nodes} node(s) up, "
+                f"{gang.joined} joined, {gang.started} passed preflight)",
+            )  # fmt: skip
+            return True
+        return False
+
+    def _assembly_overdue(self, job: JobRecord, attempt: AttemptRecord, gang: GangState) -> bool:
+        """A multi-node attempt still assembling past its gang and preflight timeouts."""
+        if job.status is not JobStatus.PROVISIONING or attempt.nodes == 1:
+            return False
+        if gang.assembled(attempt.nodes):
+            return False
+        waited = (self.clock.now() - attempt.started_at).total_seconds()
+        # The timeouts are real seconds; the engine's clock may run faster (simulator).
+        return waited >= assembly_seconds(job.spec) / self.clock.seconds_to_real(1.0)
+
+    def _preflight_failed(self, job: JobRecord, attempt: AttemptRecord, gang: GangState) -> None:
+        """The pool failed the gang's checks: cool it and go elsewhere. A check that
+        every pool would fail alike (the checkpoint location) fails the job instead."""
+        summary = "preflight failed (its figures never reached the daemon)"
+        if gang.preflight is not None:
+            summary = preflight_summary(gang.preflight)
+        detail = f"{attempt.pool}: {summary}"
+        if gang.job_at_fault:
+            self._finish(job, attempt=attempt, status=JobStatus.FAILED,
+                         end=AttemptEnd.PREFLIGHT_FAILED, detail=detail,
+                         failure=FailureCause.INVALID_SPEC)  # fmt: skip
+            return
+        self._finish(job, attempt=attempt, status=JobStatus.RECOVERING,
+                     end=AttemptEnd.PREFLIGHT_FAILED, detail=detail)  # fmt: skip
 
     def _maybe_move(self, job: JobRecord, attempt: AttemptRecord) -> None:
         """Ask the policy, now and then, whether the running job should be elsewhere.
@@ -484,8 +576,11 @@ class Engine:
             if i.state is InstanceState.EXITED and i.exit_code not in (None, 0)
         ]
         preempted = [i for i in ended if i.state is InstanceState.PREEMPTED]
+        # A gang's other nodes stop with the noticed one (their ranks agreed to
+        # checkpoint and leave); their exit is part of the preemption, not a failure.
+        noticed = [i for i in instances if i is not None and i.state is InstanceState.NOTICE]
         done = [i for i in ended if i.state is InstanceState.EXITED and i.exit_code == 0]
-        if failed and not preempted:
+        if failed and not preempted and not noticed:
             codes = ", ".join(f"{i.id}: {i.exit_code}" for i in failed)
             self._finish(
                 job,
@@ -495,7 +590,8 @@ class Engine:
                 detail=f"command exited with {codes}",
                 failure=FailureCause.USER_COMMAND_FAILED,
             )
-        elif preempted:
+        elif preempted or (noticed and failed):
+            preempted = preempted or noticed
             self._finish(
                 job,
                 attempt=attempt,

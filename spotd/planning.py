@@ -7,7 +7,9 @@ from datetime import timedelta
 from pydantic import BaseModel
 
 from spotd.config import Settings
-from spotd.domain import Candidate, Decision, PlacementContext
+from spotd.domain import Candidate, Decision, Offering, PlacementContext
+from spotd.fabric_env import fabric_environment
+from spotd.gang import preflight_threshold
 from spotd.market import MarketCache
 from spotd.registry import load_policy
 from spotd.spec import JobSpec
@@ -40,12 +42,23 @@ class CandidateView(BaseModel):
 
 
 class PlanView(BaseModel):
-    """The policy's choice (None when nothing passes) and every candidate, ranked."""
+    """The policy's choice (None when nothing passes) and every candidate, ranked.
+
+    ``environment`` and the preflight figures are those of the choice: what its
+    gang would get from spotd's fabric table and the job's ``[fabric_env]``
+    (the job's own ``[env]`` is set over it at launch). All None without a choice.
+    """
 
     policy: str
     job: str
     choice: CandidateView | None
     candidates: list[CandidateView]
+    environment: dict[str, str] | None = None
+    """Fabric variables for the choice (``spotd.fabric_env.fabric_environment``)."""
+    preflight_min_busbw_gbps: float | None = None
+    """All-reduce bus bandwidth (GB/s) the gang's preflight must exceed; None for no floor."""
+    preflight_threshold_source: str | None = None
+    """Where that floor comes from: ``spec``, ``fabric``, ``none`` (no floor) or ``disabled``."""
 
 
 def candidate_view(c: Candidate) -> CandidateView:
@@ -71,13 +84,40 @@ def candidate_view(c: Candidate) -> CandidateView:
 
 
 def plan_view(policy: str, spec: JobSpec, decision: Decision) -> PlanView:
-    """The view of a decision."""
+    """The view of a decision, with the fabric environment and preflight floor of its choice."""
+    env: dict[str, str] | None = None
+    threshold: float | None = None
+    source: str | None = None
+    if decision.choice is not None:
+        offering = decision.choice.offering
+        env = fabric_environment(
+            offering.interconnect,
+            spec.fabric_env,
+            nodes=spec.resources.nodes,
+            instance_type=offering.pool.instance_type,
+        )
+        threshold, source = preflight_floor(spec, offering)
     return PlanView(
         policy=policy,
         job=spec.name,
         choice=candidate_view(decision.choice) if decision.choice else None,
         candidates=[candidate_view(c) for c in decision.candidates],
+        environment=env,
+        preflight_min_busbw_gbps=threshold,
+        preflight_threshold_source=source,
     )
+
+
+def preflight_floor(spec: JobSpec, offering: Offering) -> tuple[float | None, str]:
+    """The bus bandwidth floor (GB/s) the gang's preflight would be held to, and its source.
+
+    The figure :func:`spotd.gang.preflight_threshold` hands the gang (``spec``,
+    ``fabric``, or ``none`` where there is none); ``disabled`` with the preflight off.
+    """
+    if not spec.preflight.enabled:
+        return None, "disabled"
+    floor, source = preflight_threshold(spec, offering)
+    return floor, source if floor is not None else "none"
 
 
 def plan_job(spec: JobSpec, settings: Settings, policy_name: str | None = None) -> PlanView:

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from spotd import facts
 from spotd.checkpoints import checkpoint_interval, checkpoint_write_hours
-from spotd.domain import AttemptEnd, AttemptRecord, Offering
+from spotd.domain import AttemptEnd, AttemptRecord, InstanceReport, Offering
 from spotd.spec import JobSpec
 
 STOPPED_EARLY = frozenset({
@@ -30,6 +30,7 @@ STOPPED_EARLY = frozenset({
     AttemptEnd.LOST,
     AttemptEnd.NO_CAPACITY,
     AttemptEnd.LAUNCH_FAILED,
+    AttemptEnd.PREFLIGHT_FAILED,
 })
 """Ends after which the job resumes from a checkpoint, so the work since it is lost."""
 
@@ -112,3 +113,39 @@ def done_hours(spec: JobSpec, attempts: Sequence[AttemptRecord], now: datetime) 
         done += kept * (1.0 if a.work_per_hour is None else a.work_per_hour)
     total = spec.deadline.compute_hours if spec.deadline else None
     return min(done, total) if total is not None else done
+
+
+def reported_steps(reports: Sequence[InstanceReport]) -> tuple[int, int] | None:
+    """The job's own count, (step, total steps), from its latest report that had both.
+
+    ``spotd.train`` writes it from global rank 0 and the agent passes it on
+    with its heartbeats, so it is the job's word rather than an estimate.
+    """
+    counted = [
+        r for r in reports
+        if r.step is not None and r.total_steps and r.heartbeat_at is not None
+    ]  # fmt: skip
+    if not counted:
+        return None
+    latest = max(counted, key=lambda r: (r.attempt, r.heartbeat_at or datetime.min))
+    assert latest.step is not None and latest.total_steps is not None
+    return latest.step, latest.total_steps
+
+
+def job_done_hours(
+    spec: JobSpec,
+    attempts: Sequence[AttemptRecord],
+    reports: Sequence[InstanceReport],
+    now: datetime,
+) -> tuple[float, bool]:
+    """Compute hours behind the job and whether the job itself said so.
+
+    With ``deadline.compute_hours`` and a step count from the job, the share of
+    steps done; otherwise the daemon's estimate (:func:`done_hours`).
+    """
+    total = spec.deadline.compute_hours if spec.deadline else None
+    steps = reported_steps(reports)
+    if total is not None and steps is not None:
+        step, of = steps
+        return total * min(1.0, step / of), True
+    return done_hours(spec, attempts, now), False

@@ -18,18 +18,23 @@ Definitions:
   is not counted: the daemon cannot see it.
 - least reliable pool: most preemptions per running hour of its attempts
   in the period (only pools with a preemption).
+- underused GPUs: attempts whose agents sampled a GPU under 85 % utilisation
+  (NVML, with the heartbeats); the share of samples, and that share of the
+  attempt's compute GPU-hours and spend.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
+from spotd.agent_api import GPU_UTIL_THRESHOLD_PCT
 from spotd.contracts import Store
-from spotd.domain import AttemptEnd, AttemptRecord, JobRecord
+from spotd.domain import AttemptEnd, AttemptRecord, InstanceReport, JobRecord
+from spotd.gang import attempt_reports
 from spotd.ledger import LedgerEntry
 
 
@@ -90,6 +95,24 @@ class DailySpend(_Frozen):
     on_demand_usd: float
 
 
+class Underused(_Frozen):
+    """An attempt whose GPUs were under the threshold in some of its samples.
+
+    The share is of its agents' samples in which a node's lowest GPU was under
+    :data:`~spotd.agent_api.GPU_UTIL_THRESHOLD_PCT` (a synchronous job waits
+    for its slowest GPU); ``gpu_hours`` and ``usd`` are that share of what the
+    attempt's compute cost.
+    """
+
+    job_id: str
+    name: str
+    attempt: int
+    low_share: float
+    mean_lowest_pct: float
+    gpu_hours: float
+    usd: float
+
+
 class Report(_Frozen):
     """Everything ``spotd report`` shows, in any format."""
 
@@ -105,6 +128,8 @@ class Report(_Frozen):
     by_day: list[Rollup]
     daily: list[DailySpend]
     findings: list[str]
+    underused: list[Underused] = []
+    """Attempts whose GPUs sat under the utilisation threshold, worst first."""
 
 
 def build_report(
@@ -115,7 +140,8 @@ def build_report(
     ids = sorted({e.job_id for e in entries} | ({job_id} if job_id else set()))
     jobs = {i: store.get_job(i) for i in ids}
     attempts = store.attempts_for(ids)
-    return report_from(entries, jobs, attempts, since=since, until=until)
+    reports = store.reports_for(ids)
+    return report_from(entries, jobs, attempts, since=since, until=until, reports=reports)
 
 
 def report_from(
@@ -125,11 +151,14 @@ def report_from(
     *,
     since: datetime,
     until: datetime,
+    reports: Mapping[str, Sequence[InstanceReport]] | None = None,
 ) -> Report:
-    """The report of ledger lines and the attempts of their jobs (pure)."""
+    """The report of ledger lines and the attempts of their jobs, with what their
+    agents reported of the GPUs (pure)."""
     period = Period(since=since, until=until)
     rows = _job_rows(entries, jobs, attempts, period)
     totals = _totals(entries, rows)
+    underused = _underused(entries, jobs, attempts, reports or {})
     return Report(
         period=period,
         totals=totals,
@@ -142,8 +171,52 @@ def report_from(
         by_market=rollup(entries, lambda e: e.market),
         by_day=rollup(entries, lambda e: e.start.date().isoformat(), by_key=True),
         daily=_daily(entries),
-        findings=findings(totals, rows, _pool_reliability(attempts.values(), period), period),
+        findings=[
+            *findings(totals, rows, _pool_reliability(attempts.values(), period), period),
+            *_underused_sentences(underused),
+        ],
+        underused=underused,
     )
+
+
+def _underused(
+    entries: Sequence[LedgerEntry],
+    jobs: Mapping[str, JobRecord],
+    attempts: Mapping[str, Sequence[AttemptRecord]],
+    reports: Mapping[str, Sequence[InstanceReport]],
+) -> list[Underused]:
+    found = []
+    for job_id, records in attempts.items():
+        for a in records:
+            own = attempt_reports(a, reports.get(job_id, ())).values()
+            samples = sum(r.gpu_samples or 0 for r in own)
+            low = sum(r.gpu_low_samples or 0 for r in own)
+            if not samples or not low:
+                continue
+            compute = [e for e in entries if e.job_id == job_id and e.attempt == a.seq
+                       and e.kind == "compute"]  # fmt: skip
+            share = low / samples
+            found.append(Underused(
+                job_id=job_id, name=jobs[job_id].name if job_id in jobs else job_id,
+                attempt=a.seq, low_share=share,
+                mean_lowest_pct=sum(r.gpu_util_sum or 0.0 for r in own) / samples,
+                gpu_hours=share * sum(e.gpu_hours for e in compute),
+                usd=share * sum(e.usd for e in compute),
+            ))  # fmt: skip
+    return sorted(found, key=lambda u: (-u.usd, u.job_id, u.attempt))
+
+
+def _underused_sentences(underused: Sequence[Underused]) -> list[str]:
+    if not underused:
+        return []
+    worst = underused[0]
+    more = f" ({len(underused) - 1} more attempts too)" if len(underused) > 1 else ""
+    return [
+        f"GPUs of {worst.name} ({worst.job_id}) attempt {worst.attempt} sat under "
+        f"{GPU_UTIL_THRESHOLD_PCT:g} % in {worst.low_share:.0%} of samples (lowest GPU "
+        f"{worst.mean_lowest_pct:.0f} % on average): {worst.gpu_hours:,.1f} GPU-hours, "
+        f"{usd(worst.usd)} USD; the data pipeline is the usual bottleneck{more}."
+    ]
 
 
 def rollup(

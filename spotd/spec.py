@@ -35,8 +35,10 @@ from pydantic import (
     AfterValidator,
     AllowInfNan,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     Strict,
     ValidationError,
     ValidationInfo,
@@ -44,6 +46,7 @@ from pydantic import (
     field_validator,
 )
 
+from spotd.domain import Fabric
 from spotd.errors import JobSpecError
 from spotd.toml_lines import KeyLines
 
@@ -142,15 +145,19 @@ Email = Annotated[str, Strict(), AfterValidator(_check_email)]
 Glob = Annotated[str, Strict(), AfterValidator(_check_glob)]
 
 
-def _parse_duration(value: object) -> timedelta:
-    """``"90s"``, ``"15m"``, ``"1h30m"``, ``"2h"``, an int of seconds, or a timedelta."""
+def _parse_duration(value: object, *, auto: bool = False) -> timedelta:
+    """``"90s"``, ``"15m"``, ``"1h30m"``, ``"2h"``, an int of seconds, or a timedelta.
+
+    ``auto``: the field also takes ``"auto"``, so the error names it too.
+    """
+    either = '"auto" or ' if auto else ""
     if isinstance(value, timedelta):
         if value.microseconds or value.total_seconds() <= 0:
             raise ValueError(f"must be a whole number of seconds > 0, got {value}")
         return value
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(
-            f'expected "auto", a duration like "15m" or "1h30m", or an integer of '
+            f'expected {either}a duration like "15m" or "1h30m", or an integer of '
             f"seconds, got {_describe(value)}"
         )
     if isinstance(value, int):
@@ -159,7 +166,7 @@ def _parse_duration(value: object) -> timedelta:
         match = _DURATION_RE.fullmatch(value.strip())
         if value.strip() == "" or match is None:
             raise ValueError(
-                f'expected "auto" or a duration like "90s", "15m", "1h30m" or "2h", '
+                f'expected {either}a duration like "90s", "15m", "1h30m" or "2h", '
                 f"got {_describe(value)}"
             )
         hours, minutes, secs = (int(g) if g else 0 for g in match.groups())
@@ -317,7 +324,7 @@ class CheckpointSpec(_Spec):
     def _parse_interval(cls, value: object) -> Literal["auto"] | timedelta:
         if value == "auto":
             return "auto"
-        return _parse_duration(value)
+        return _parse_duration(value, auto=True)
 
     @field_serializer("interval", when_used="json")
     def _interval_seconds(self, value: Literal["auto"] | timedelta) -> str | int:
@@ -369,6 +376,41 @@ class DeadlineSpec(_Spec):
             raise ValueError(f"{value.isoformat()} is out of range") from None
 
 
+def _whole_seconds(value: timedelta) -> int:
+    # Whole seconds (the parser enforces it), which TOML and the parser read back.
+    return value.days * 86400 + value.seconds
+
+
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(_parse_duration),
+    PlainSerializer(_whole_seconds, return_type=int, when_used="json"),
+]
+"""A duration written as ``checkpoint.interval`` is (``"90s"``, ``"1h30m"``, seconds)."""
+
+
+class GangSpec(_Spec):
+    """How the nodes of a multi-node attempt find each other (see docs/training.md)."""
+
+    timeout: Duration = timedelta(minutes=15)
+    """How long a node's agent waits for its gang's roster. The daemon gives the
+    gang this plus ``preflight.timeout`` from the launch to boot, join and pass
+    preflight; a gang not assembled by then is ended as lost and relaunched."""
+    master_port: Annotated[int, Strict(), Field(ge=1, le=65535)] | None = None
+    """The rendezvous port on the rank-0 node; None lets that node's agent pick a free one."""
+
+
+class PreflightSpec(_Spec):
+    """The checks every new gang passes before the job's command starts."""
+
+    enabled: bool = Field(default=True, strict=True)
+    min_busbw_gbps: PositiveFloat | None = None
+    """Lowest all-reduce bus bandwidth in GB/s the gang must show; None takes the
+    fabric's figure from spotd's table (for NCCL on GPUs; a CPU gang has none)."""
+    timeout: Duration = timedelta(minutes=5)
+    """Longest the checks may take before the attempt counts as failed."""
+
+
 class BudgetSpec(_Spec):
     """The most the job may cost."""
 
@@ -400,6 +442,10 @@ class JobSpec(_Spec):
     deadline: DeadlineSpec | None = None
     budget: BudgetSpec | None = None
     notify: NotifySpec = NotifySpec()
+    gang: GangSpec = GangSpec()
+    preflight: PreflightSpec = PreflightSpec()
+    fabric_env: dict[Fabric, dict[EnvName, EnvValue]] = Field(default_factory=dict)
+    """Per fabric kind, variables merged over spotd's table (an empty value removes one)."""
 
     @field_validator("name")
     @classmethod
@@ -461,6 +507,9 @@ class JobSpec(_Spec):
                 self.deadline,
                 self.budget,
                 self.notify,
+                self.gang,
+                self.preflight,
+                frozenset((k, frozenset(v.items())) for k, v in self.fabric_env.items()),
             )
         )
 

@@ -2,16 +2,55 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel
 
-from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord, Offering
+from spotd.agent_api import GpuReading, PreflightFigures
+from spotd.domain import (
+    AttemptEnd,
+    AttemptRecord,
+    EventRecord,
+    InstanceReport,
+    JobRecord,
+    Offering,
+)
+from spotd.gang import attempt_reports, gang_state
 from spotd.market import Snapshot
-from spotd.progress import done_hours, running_rate
+from spotd.progress import job_done_hours, reported_steps, running_rate
 from spotd.states import JobStatus
+
+
+class GpuView(BaseModel):
+    """A node's GPUs: the latest sample, and over the attempt."""
+
+    instance_id: str
+    util_pct: list[float]
+    """Each GPU's utilisation in the latest sample."""
+    mean_lowest_pct: float | None
+    """The node's lowest GPU, averaged over its samples."""
+    low_share: float | None
+    """Share of samples in which some GPU was under the threshold."""
+    samples: int
+
+
+class GangView(BaseModel):
+    """An attempt's nodes as their agents reported them."""
+
+    addresses: list[str]
+    """Every node's address, in rank order, once it joined."""
+    joined: int
+    started: int
+    preflight: PreflightFigures | None
+    step: int | None
+    """The job's own step count (from rank 0's progress file)."""
+    total_steps: int | None
+    checkpoint: str | None
+    """The last complete checkpoint the job reported."""
+    gpus: list[GpuView]
 
 
 class AttemptView(BaseModel):
@@ -36,6 +75,8 @@ class AttemptView(BaseModel):
     """Reference compute hours a running hour here does (None: not known)."""
     checkpoint_interval_hours: float | None = None
     saves_on_notice: bool | None = None
+    gang: GangView | None = None
+    """What the attempt's agents reported; None where none did (or an older daemon)."""
 
 
 class EventView(BaseModel):
@@ -67,6 +108,11 @@ class ProgressView(BaseModel):
     hours_to_deadline: float | None
     slack_hours: float | None
     finish_in_hours: float | None = None
+    step: int | None = None
+    """The job's own step count, where it reports one (``spotd.train``)."""
+    total_steps: int | None = None
+    from_job: bool = False
+    """``done_hours`` is the job's own count (steps done of its total), not an estimate."""
 
 
 class JobView(BaseModel):
@@ -87,7 +133,42 @@ class JobView(BaseModel):
     """None from a daemon older than the field."""
 
 
-def attempt_view(a: AttemptRecord, now: datetime) -> AttemptView:
+def gang_view(a: AttemptRecord, reports: Sequence[InstanceReport]) -> GangView | None:
+    """What the attempt's agents said, None when none said anything."""
+    own = attempt_reports(a, reports)
+    if not own:
+        return None
+    state = gang_state(a, reports)
+    ranked = [own[i] for i in a.instance_ids if i in own]
+    progress = max(ranked, key=lambda r: r.step if r.step is not None else -1)
+    return GangView(
+        addresses=[r.address for r in ranked if r.address],
+        joined=state.joined,
+        started=state.started,
+        preflight=state.preflight,
+        step=progress.step,
+        total_steps=progress.total_steps,
+        checkpoint=progress.checkpoint,
+        gpus=[g for g in map(_gpu_view, ranked) if g is not None],
+    )
+
+
+def _gpu_view(r: InstanceReport) -> GpuView | None:
+    if not r.gpus or not r.gpu_samples:
+        return None
+    latest = [GpuReading.model_validate(g) for g in json.loads(r.gpus)]
+    return GpuView(
+        instance_id=r.instance_id,
+        util_pct=[g.util_pct for g in latest],
+        mean_lowest_pct=r.gpu_util_mean_pct,
+        low_share=(r.gpu_low_samples or 0) / r.gpu_samples,
+        samples=r.gpu_samples,
+    )
+
+
+def attempt_view(
+    a: AttemptRecord, now: datetime, reports: Sequence[InstanceReport] = ()
+) -> AttemptView:
     """The view of one attempt; an open attempt is costed up to ``now``."""
     return AttemptView(
         seq=a.seq,
@@ -108,12 +189,18 @@ def attempt_view(a: AttemptRecord, now: datetime) -> AttemptView:
         work_per_hour=a.work_per_hour,
         checkpoint_interval_hours=a.checkpoint_interval_hours,
         saves_on_notice=a.saves_on_notice,
+        gang=gang_view(a, reports),
     )
 
 
-def job_view(job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime) -> JobView:
-    """The view of a job and its attempts."""
-    views = [attempt_view(a, now) for a in attempts]
+def job_view(
+    job: JobRecord,
+    attempts: Sequence[AttemptRecord],
+    now: datetime,
+    reports: Sequence[InstanceReport] = (),
+) -> JobView:
+    """The view of a job and its attempts (with what their agents reported)."""
+    views = [attempt_view(a, now, reports) for a in attempts]
     return JobView(
         id=job.id,
         name=job.name,
@@ -126,16 +213,22 @@ def job_view(job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime) -
         cost_usd=round(sum(v.cost_usd for v in views), 6),
         attempts=views,
         spec=job.spec.model_dump(mode="json"),
-        progress=progress_view(job, attempts, now),
+        progress=progress_view(job, attempts, now, reports),
     )
 
 
-def progress_view(job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime) -> ProgressView:
-    """The job's estimated progress and, while it is active with a deadline, its time
-    left and slack."""
+def progress_view(
+    job: JobRecord,
+    attempts: Sequence[AttemptRecord],
+    now: datetime,
+    reports: Sequence[InstanceReport] = (),
+) -> ProgressView:
+    """The job's progress (its own count where it reports one, else the daemon's
+    estimate) and, while it is active with a deadline, its time left and slack."""
     deadline = job.spec.deadline
     total = deadline.compute_hours if deadline else None
-    done = done_hours(job.spec, attempts, now)
+    done, from_job = job_done_hours(job.spec, attempts, reports, now)
+    steps = reported_steps(reports)
     if job.status is JobStatus.SUCCEEDED and total is not None:
         done = total  # its command said so; the estimate may have lagged
     finish_by = deadline.finish_by if deadline else None
@@ -152,6 +245,9 @@ def progress_view(job: JobRecord, attempts: Sequence[AttemptRecord], now: dateti
         hours_to_deadline=None if to_go is None else round(to_go, 4),
         slack_hours=None if slack is None else round(slack, 4),
         finish_in_hours=None if finish_in is None else round(finish_in, 4),
+        step=steps[0] if steps else None,
+        total_steps=steps[1] if steps else None,
+        from_job=from_job,
     )
 
 

@@ -74,3 +74,84 @@ def test_plan_shows_the_usable_offerings_and_counts_the_rest_by_reason(tmp_path:
     every = CliRunner().invoke(app, [*args, "--excluded"], terminal_width=200)
     assert "EXCLUDED BECAUSE" in every.stdout
     assert every.stdout.count("8 GPUs per node, job needs 1") == int(counted[0].split()[0])
+
+
+def _plan(tmp_path: Path, job: Path, *extra: str) -> str:
+    args = ["plan", str(job), "-c", str(_config(tmp_path)), *extra]
+    result = CliRunner().invoke(app, args, terminal_width=120)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_plan_shows_the_fabric_environment_of_its_choice_after_the_table(tmp_path: Path) -> None:
+    lines = _plan(tmp_path, EXAMPLES / "multinode-70b.toml", "--top", "3").splitlines()
+    table = next(i for i, line in enumerate(lines) if line.startswith("OFFERING"))
+    block = next(i for i, line in enumerate(lines) if line.startswith("environment for "))
+    summary = next(i for i, line in enumerate(lines) if "candidates excluded" in line)
+    assert table + 3 < block < summary, "after the table, before the exclusions"
+    # The example's 4 nodes of H100/H200 on AWS or Azure: EFA or InfiniBand.
+    fabric = lines[block].split()[2]
+    assert fabric in {"efa", "infiniband"}
+    variables = lines[block + 1 : summary - 1]
+    assert variables and all(v.startswith("  ") and "=" in v for v in variables)
+    assert ("  FI_PROVIDER=efa" if fabric == "efa" else "  NCCL_IB_TIMEOUT=22") in variables
+    # The example holds its gangs to the figure the team measured, over the fabric's floor.
+    assert lines[summary - 1] == (
+        "preflight: all-reduce bus bandwidth must exceed 40 GB/s "
+        "(the job's [preflight] min_busbw_gbps)"
+    )
+
+
+def test_plan_json_carries_the_environment_and_the_preflight_floor(tmp_path: Path) -> None:
+    from spotd.domain import Fabric, Interconnect
+    from spotd.fabric_env import default_min_busbw_gbps, fabric_environment
+    from spotd.spec import load_job_file
+
+    job = EXAMPLES / "multinode-70b.toml"
+    view = json.loads(_plan(tmp_path, job, "--json"))
+    choice = view["choice"]
+    link = Interconnect(Fabric(choice["interconnect"]["fabric"]),
+                        choice["interconnect"]["gbps_per_gpu"])  # fmt: skip
+    spec = load_job_file(job)
+    assert view["environment"] == fabric_environment(
+        link, spec.fabric_env, nodes=4, instance_type=choice["instance_type"]
+    )
+    assert view["environment"]
+    assert view["preflight_min_busbw_gbps"] == spec.preflight.min_busbw_gbps == 40
+    assert view["preflight_threshold_source"] == "spec"
+    # Without the job's own figure, the fabric's floor.
+    unset = tmp_path / "no-floor.toml"
+    unset.write_text(job.read_text().replace("min_busbw_gbps = 40.0", ""))
+    view = json.loads(_plan(tmp_path, unset, "--json"))
+    assert view["preflight_min_busbw_gbps"] == default_min_busbw_gbps(link)
+    assert view["preflight_threshold_source"] == "fabric"
+
+
+def test_plan_applies_the_jobs_fabric_overrides_and_threshold(tmp_path: Path) -> None:
+    job = tmp_path / "ib.toml"
+    job.write_text(
+        'name = "ib"\ncommand = ["true"]\n'
+        '[resources]\ngpus = ["H100"]\ngpus_per_node = 8\nnodes = 2\nmin_gbps_per_gpu = 400\n'
+        '[market]\nproviders = ["sim-azure"]\n'
+        '[fabric_env.infiniband]\nNCCL_DEBUG = "WARN"\nNCCL_SOCKET_IFNAME = ""\n'
+        "[preflight]\nmin_busbw_gbps = 300.0\n"
+    )
+    view = json.loads(_plan(tmp_path, job, "--json"))
+    assert view["choice"]["interconnect"]["fabric"] == "infiniband"
+    env = view["environment"]
+    assert env["NCCL_DEBUG"] == "WARN" and env["NCCL_IB_RETRY_CNT"] == "7"
+    assert "NCCL_SOCKET_IFNAME" not in env
+    assert (view["preflight_min_busbw_gbps"], view["preflight_threshold_source"]) == (300.0, "spec")
+    text = _plan(tmp_path, job)
+    assert "  NCCL_DEBUG=WARN\n" in text and "NCCL_SOCKET_IFNAME" not in text
+    assert "must exceed 300 GB/s (the job's [preflight] min_busbw_gbps)" in text
+
+
+def test_plan_of_one_node_shows_no_fabric_environment(tmp_path: Path) -> None:
+    view = json.loads(_plan(tmp_path, EXAMPLES / "job.toml", "--json"))
+    assert view["choice"] is not None
+    assert view["environment"] == {}
+    assert view["preflight_min_busbw_gbps"] is None
+    text = _plan(tmp_path, EXAMPLES / "job.toml")
+    assert ": none, one node: nothing crosses the fabric" in text
+    assert "preflight: no bus bandwidth floor (one node)" in text

@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 from engine_support import FakeProvider, fast_settings, run_until, spec
 
-from spotd.domain import AttemptEnd, AttemptRecord, Instance, InstanceState, JobRecord, Market
+from spotd.agent_api import PreflightCheck, PreflightFigures
+from spotd.domain import (
+    AttemptEnd,
+    AttemptRecord,
+    Instance,
+    InstanceReport,
+    InstanceState,
+    JobRecord,
+    Market,
+)
 from spotd.engine import (
     MISSING_BEFORE_LOST,
     TAG_ATTEMPT,
@@ -599,3 +608,60 @@ def test_steady_passes_reuse_attempts_and_see_changes_made_elsewhere(
         eng.tick()
     (lost, *_) = eng.store.attempts(job.id)
     assert lost.end_reason is AttemptEnd.LOST, "the pass acted on the new instance list"
+
+
+# -- gangs: what the agents' reports decide -----------------------------------------
+
+
+def _report(attempt: AttemptRecord, iid: str, **fields: object) -> InstanceReport:
+    return InstanceReport(instance_id=iid, provider=attempt.pool.provider, job_id=attempt.job_id,
+                          attempt=attempt.seq, **fields)  # type: ignore[arg-type]  # fmt: skip
+
+
+def _failed_preflight(check: str) -> str:
+    return PreflightFigures(
+        passed=False, reason=f"node 0: {check} failed",
+        checks=(PreflightCheck(name=check, ok=False, detail="x"),),
+    ).model_dump_json()  # fmt: skip
+
+
+def test_a_failed_preflight_recovers_elsewhere_and_cools_the_pool(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, _ = fake
+    job, attempt = _running(eng)
+    eng.store.save_report(_report(attempt, attempt.instance_ids[0],
+                                  preflight=_failed_preflight("allreduce_busbw")))  # fmt: skip
+    job = run_until(eng, job.id, lambda j: j.status is not JobStatus.RUNNING, timeout=5)
+    first = eng.store.attempts(job.id)[0]
+    assert first.end_reason is AttemptEnd.PREFLIGHT_FAILED
+    assert job.status in (JobStatus.RECOVERING, JobStatus.PROVISIONING)
+    assert first.pool in eng.context(job).cooldown
+
+
+def test_an_unwritable_checkpoint_location_fails_the_job_not_the_pool(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, _ = fake
+    job, attempt = _running(eng)
+    eng.store.save_report(_report(attempt, attempt.instance_ids[0],
+                                  preflight=_failed_preflight("checkpoint_writable")))  # fmt: skip
+    job = run_until(eng, job.id, _terminal, timeout=5)
+    assert (job.status, job.failure) == (JobStatus.FAILED, FailureCause.INVALID_SPEC)
+    assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.PREFLIGHT_FAILED
+
+
+def test_an_agent_that_quit_before_the_command_is_no_user_failure(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, provider = fake
+    job, attempt = _running(eng)
+    (iid,) = attempt.instance_ids
+    # Its preflight figures never arrived; its exit (76, phase preflight) did.
+    provider.states[iid] = InstanceState.EXITED
+    provider.exit_codes[iid] = 76
+    eng.store.save_report(_report(attempt, iid, exit_code=76, exit_phase="preflight",
+                                  exited_at=eng.clock.now()))  # fmt: skip
+    job = run_until(eng, job.id, lambda j: j.status is not JobStatus.RUNNING, timeout=5)
+    assert job.status is not JobStatus.FAILED
+    assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.PREFLIGHT_FAILED

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
@@ -19,7 +20,15 @@ from sqlmodel import SQLModel
 
 import spotd.store.sql as sql
 from spotd.contracts import Store
-from spotd.domain import AttemptClose, AttemptEnd, JobRecord, Market, NewAttempt, Pool
+from spotd.domain import (
+    AttemptClose,
+    AttemptEnd,
+    InstanceReport,
+    JobRecord,
+    Market,
+    NewAttempt,
+    Pool,
+)
 from spotd.errors import JobNotFound, LostTransition, StoreError
 from spotd.spec import JobSpec, parse_job_toml
 from spotd.states import FailureCause, JobStatus, Transition
@@ -579,11 +588,13 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 
 # -- schema ----------------------------------------------------------------------
 
+LATEST = "0005"
+
 
 def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
     store = open_store(store_url)
     try:
-        assert schema_revision(store.engine) == "0004"
+        assert schema_revision(store.engine) == LATEST
         names = set(inspect(store.engine).get_table_names())
         assert {"jobs", "events", "attempts", "alembic_version"} <= names
         with store.engine.connect() as conn:
@@ -595,7 +606,7 @@ def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
 
     again = open_store(store_url)
     try:
-        assert schema_revision(again.engine) == "0004"
+        assert schema_revision(again.engine) == LATEST
         assert again.get_job(job.id).id == job.id
 
         downgrade_schema(again.engine, "base")
@@ -623,7 +634,7 @@ def test_attempts_keep_their_work_rate_and_older_ones_survive_the_upgrade(
                 " VALUES (:job, 1, 'aws', 'r', 'z', 't', 'spot', 1, 2.0, 'tok', '[]', :t)"
             ), {"job": old_job.id, "t": T0})  # fmt: skip
         upgrade_schema(store.engine)
-        assert schema_revision(store.engine) == "0004"
+        assert schema_revision(store.engine) == LATEST
         (old,) = store.attempts(old_job.id)
         assert (old.client_token, old.work_per_hour, old.saves_on_notice) == ("tok", None, None)
 
@@ -668,3 +679,29 @@ def test_is_a_store(store: SqlStore) -> None:
     """mypy checks the assignment: SqlStore has every method of the Store protocol."""
     as_protocol: Store = store
     assert as_protocol is store
+
+
+def test_gang_reports_merge_and_sum_and_older_rows_survive_the_upgrade(store_url: str) -> None:
+    """0005 adds what a gang's agents report; GPU samples add up, other fields replace."""
+    store = open_store(store_url)
+    try:
+        job = store.create_job(make_spec(), now=T0)
+        downgrade_schema(store.engine, "0004")
+        store.save_report(InstanceReport("i-old", "aws", job.id, 1, heartbeat_at=at(1)))
+        upgrade_schema(store.engine)
+        (old,) = store.reports(job.id)
+        assert (old.heartbeat_at, old.address, old.gpu_samples) == (at(1), None, None)
+
+        beat = InstanceReport("i-1", "aws", job.id, 1, heartbeat_at=at(2), step=10,
+                              gpu_util_sum=90.0, gpu_samples=1, gpu_low_samples=0)  # fmt: skip
+        store.save_report(InstanceReport("i-1", "aws", job.id, 1, address="10.0.0.1",
+                                         ports="29500,29501", joined_at=at(1)))  # fmt: skip
+        store.save_report(beat)
+        store.save_report(replace(beat, heartbeat_at=at(3), step=20, gpu_util_sum=40.0,
+                                  gpu_low_samples=1))  # fmt: skip
+        (mine,) = [r for r in store.reports(job.id) if r.instance_id == "i-1"]
+        assert (mine.address, mine.ports, mine.step) == ("10.0.0.1", "29500,29501", 20)
+        assert (mine.gpu_samples, mine.gpu_low_samples) == (2, 1)
+        assert mine.gpu_util_mean_pct == 65.0
+    finally:
+        store.close()

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def start_ticks(pid: int) -> int | None:
@@ -39,6 +40,56 @@ def signal_group(pgid: int, sig: signal.Signals, expected_start: int | None = No
             return
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL every process of session ``sid`` (what powering a node off does).
+
+    A process that started a session of its own escapes, as it would a
+    process-group signal; jobs do not do that.
+    """
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[-1].split()
+            if int(fields[3]) == sid:
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile, or not ours to read
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux; False elsewhere).
+
+    A launcher may start its workers in sessions of their own (torchrun does):
+    they escape a signal to the job's group or session, but as orphans they
+    are re-parented here, so :func:`kill_descendants` still finds them.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def kill_descendants(pid: int) -> None:
+    """SIGKILL every process below ``pid`` in the process tree."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[-1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    below, todo = [], list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        below.append(child)
+        todo.extend(children.get(child, ()))
+    for child in below:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(child, signal.SIGKILL)
 
 
 def die_with_parent() -> Callable[[], None] | None:

@@ -25,11 +25,14 @@ from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
+from spotd.agent_api import agent_token
+from spotd.bootstrap import TAG_ATTEMPT, TAG_JOB
 from spotd.domain import Instance, InstanceState, LaunchRequest, Market, Offering
 from spotd.errors import CapacityError, ProviderError
 from spotd.ledger import NodeUsage
 
 from . import billing, catalog
+from .addresses import next_address
 from .catalog import CatalogEntry
 from .clock import SimClock
 from .market import SimMarket
@@ -86,6 +89,7 @@ class SimProvider:
         self._paths.ensure()
         self._children: list[subprocess.Popen[bytes]] = []
         self._children_lock = threading.Lock()
+        self._agent_link: tuple[str, str] | None = None
 
     def __repr__(self) -> str:
         return f"SimProvider({self.name!r}, state_dir={str(self._paths.root)!r})"
@@ -173,6 +177,19 @@ class SimProvider:
             waiting = [s for s in waiting if not _ended(self._status(s))]
         if waiting:
             _log.warning("%s: VMs still stopping: %s", self.name, [s.id for s in waiting])
+
+    def link_agents(self, daemon_url: str, daemon_token: str) -> None:
+        """Run spotd's agent around the job on nodes launched from now on, as a cloud
+        node's boot script does: it joins the gang, runs preflight, relays notices
+        and reports to the daemon at ``daemon_url``."""
+        if not daemon_token:
+            raise ValueError("an empty daemon token would make every agent token guessable")
+        self._agent_link = (daemon_url, daemon_token)
+
+    def stall(self, instance_id: str) -> None:
+        """Chaos: the node never finishes booting (its job never starts) until terminated."""
+        if self._spec(instance_id) is not None:
+            self._paths.stall_request(instance_id).touch()
 
     def reclaim(self, instance_id: str) -> None:
         """The market's side: take one spot node back now, with the usual notice.
@@ -264,6 +281,12 @@ class SimProvider:
         spec = InstanceSpec.load(path)
         if spec is not None:
             return spec
+        address = next_address(self._paths.address_counter)
+        env = {**request.env, "SPOTD_NODE_RANK": str(rank), "SPOTD_INSTANCE_ID": instance_id}
+        command = tuple(request.command)
+        if self._agent_link is not None:
+            env.update(self._agent_env(request, instance_id, address))
+            command = (self._python, "-m", "spotd.agent", "--", *command)
         spec = InstanceSpec(
             id=instance_id,
             provider=self.name,
@@ -272,12 +295,9 @@ class SimProvider:
             nodes=request.nodes,
             node_rank=rank,
             tags=dict(request.tags),
-            command=tuple(request.command),
-            env={
-                **request.env,
-                "SPOTD_NODE_RANK": str(rank),
-                "SPOTD_INSTANCE_ID": instance_id,
-            },
+            command=command,
+            env=env,
+            address=address,
             workdir=request.workdir or str(self._paths.root / "work" / instance_id),
             price=self._price(entry, request.market, launched_at),
             client_token=request.client_token,
@@ -288,6 +308,29 @@ class SimProvider:
         )
         spec.save(path)
         return spec
+
+    def _agent_env(self, request: LaunchRequest, instance_id: str, address: str) -> dict[str, str]:
+        """The agent's settings on one node: what a cloud's boot script writes."""
+        assert self._agent_link is not None
+        daemon_url, daemon_token = self._agent_link
+        run_dir = self._paths.run_dir(instance_id)
+        return {
+            "SPOTD_AGENT_PROVIDER": "sim",
+            "SPOTD_AGENT_PROVIDER_NAME": self.name,
+            "SPOTD_AGENT_DAEMON_URL": daemon_url,
+            "SPOTD_AGENT_TOKEN": agent_token(daemon_token, request.client_token),
+            "SPOTD_AGENT_JOB_ID": request.tags.get(TAG_JOB, ""),
+            "SPOTD_AGENT_ATTEMPT": request.tags.get(TAG_ATTEMPT, ""),
+            "SPOTD_AGENT_INSTANCE_ID": instance_id,
+            "SPOTD_AGENT_ADDRESS": address,
+            "SPOTD_AGENT_RUN_DIR": str(run_dir),
+            "SPOTD_AGENT_SIM_STATE": str(self._paths.state(instance_id)),
+            # Simulated hours pass in real seconds: beat and ask often.
+            "SPOTD_AGENT_HEARTBEAT_SECONDS": "1",
+            "SPOTD_AGENT_JOIN_POLL_SECONDS": "0.2",
+            "SPOTD_AGENT_RETRY_MAX_SECONDS": "2",
+            "SPOTD_AGENT_REPORT_TIMEOUT_SECONDS": "15",
+        }
 
     def _price(self, entry: CatalogEntry, market: Market, at: datetime) -> float:
         if market is Market.ON_DEMAND:

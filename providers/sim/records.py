@@ -42,6 +42,8 @@ class InstanceSpec:
     notice_seconds: float
     launched_at: datetime
     market_config: MarketConfig
+    address: str = ""
+    """The node's own loopback address (:mod:`spotd.providers.sim.addresses`)."""
 
     def to_json(self) -> dict[str, object]:
         """A JSON object that :meth:`from_json` reads back."""
@@ -62,6 +64,7 @@ class InstanceSpec:
             "notice_seconds": self.notice_seconds,
             "launched_at": self.launched_at.isoformat(),
             "market_config": self.market_config.to_json(),
+            "address": self.address,
         }
 
     @classmethod
@@ -85,6 +88,7 @@ class InstanceSpec:
             notice_seconds=float(str(data["notice_seconds"])),
             launched_at=datetime.fromisoformat(str(data["launched_at"])),
             market_config=MarketConfig.from_json(_mapping(data["market_config"])),
+            address=str(data.get("address") or ""),
         )
 
     def save(self, path: Path) -> None:
@@ -118,6 +122,9 @@ class VmStatus:
     child_pid: int | None = None
     child_start: int | None = None
     reason: str = ""
+    kill_at: datetime | None = None
+    """Wall-clock time (not sim time) the VM kills the job after a notice: what an
+    agent on the node tells the job as its deadline."""
 
     @property
     def ended(self) -> bool:
@@ -137,6 +144,7 @@ class VmStatus:
             "child_pid": self.child_pid,
             "child_start": self.child_start,
             "reason": self.reason,
+            "kill_at": _iso(self.kill_at),
         }
 
     @classmethod
@@ -153,6 +161,7 @@ class VmStatus:
             child_pid=_opt_int(data.get("child_pid")),
             child_start=_opt_int(data.get("child_start")),
             reason=str(data.get("reason") or ""),
+            kill_at=_opt_time(data.get("kill_at")),
         )
 
     def save(self, path: Path) -> None:

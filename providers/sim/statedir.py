@@ -131,6 +131,17 @@ class StateDir:
     def reclaim_request(self, instance_id: str) -> Path:
         return self.root / f"{instance_id}.reclaim"
 
+    def stall_request(self, instance_id: str) -> Path:
+        return self.root / f"{instance_id}.stall"
+
+    def run_dir(self, instance_id: str) -> Path:
+        """The agent's folder on the node: hostfile, notice and progress files."""
+        return self.root / "run" / instance_id
+
+    @property
+    def address_counter(self) -> Path:
+        return self.root / "addresses.next"
+
     def job_log(self, instance_id: str) -> Path:
         return self.root / f"{instance_id}.log"
 

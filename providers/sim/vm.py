@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 
@@ -24,7 +24,14 @@ from spotd.domain import InstanceState, Market
 
 from .clock import SimClock
 from .market import SimMarket
-from .procs import die_with_parent, signal_group, start_ticks
+from .procs import (
+    become_subreaper,
+    die_with_parent,
+    kill_descendants,
+    kill_session,
+    signal_group,
+    start_ticks,
+)
 from .records import InstanceSpec, VmStatus
 from .statedir import LOCK_FD_ENV, StateDir, open_lock, try_lock
 
@@ -77,15 +84,19 @@ class _Vm:
     def _boot(self) -> bool:
         """Wait out the boot time; False when the node ended before the job started."""
         ready_at = self.spec.launched_at.timestamp() + self.spec.boot_seconds
-        while (left := ready_at - self.clock.now().timestamp()) > 0:
+        while (left := ready_at - self.clock.now().timestamp()) > 0 or self._stalled():
             if self._stop_requested():
                 self._end(InstanceState.TERMINATED, reason=self.stop_reason)
                 return False
             if self._capacity_lost():
                 self._end(InstanceState.PREEMPTED, reason="spot capacity reclaimed while booting")
                 return False
-            time.sleep(min(POLL_SECONDS, self.clock.seconds_to_real(left)))
+            time.sleep(min(POLL_SECONDS, max(0.0, self.clock.seconds_to_real(left))))
         return True
+
+    def _stalled(self) -> bool:
+        """A node told to hang in boot (SimProvider.stall) never starts its job."""
+        return self.paths.stall_request(self.spec.id).exists()
 
     def _start_job(self) -> bool:
         """Start the job in its own session; False when it could not start."""
@@ -147,10 +158,14 @@ class _Vm:
 
     def _give_notice(self) -> float:
         """Record the notice and SIGTERM the job; return the real deadline."""
-        self.status = replace(self.status, state=InstanceState.NOTICE, notice_at=self.clock.now())
+        real_left = self.clock.seconds_to_real(self.spec.notice_seconds)
+        self.status = replace(
+            self.status, state=InstanceState.NOTICE, notice_at=self.clock.now(),
+            kill_at=datetime.now(UTC) + timedelta(seconds=real_left),
+        )  # fmt: skip
         self._save()
         self._signal_job(signal.SIGTERM)
-        return time.monotonic() + self.clock.seconds_to_real(self.spec.notice_seconds)
+        return time.monotonic() + real_left
 
     def _stop_job(self) -> int:
         """SIGTERM, a short grace, then SIGKILL; return the job's exit code."""
@@ -164,7 +179,16 @@ class _Vm:
     def _kill_job(self) -> int:
         assert self.child is not None
         self._signal_job(signal.SIGKILL)
-        return self.child.wait()
+        code = self.child.wait()
+        self._power_off()
+        return code
+
+    def _power_off(self) -> None:
+        """Kill whatever the job left in its session: an agent runs the job's command
+        in a process group of its own, which a signal to the agent's group misses."""
+        if self.status.child_pid is not None:
+            kill_session(self.status.child_pid)
+        kill_descendants(os.getpid())
 
     def _signal_job(self, sig: signal.Signals) -> None:
         if self.status.child_pid is not None:
@@ -177,6 +201,7 @@ class _Vm:
             self._signal_job(signal.SIGKILL)
             if self.child.poll() is None:
                 self.child.wait()
+            self._power_off()
         self.status = replace(
             self.status, state=state, exit_code=exit_code, ended_at=self.clock.now(),
             reason=reason,
@@ -222,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         # A VM already ran this node; a node never boots twice.
         _say(f"{instance_id}: already started once")
         return 0
+    # Like a VM's init: whatever the job leaves behind ends with the node.
+    become_subreaper()
     return _Vm(spec, paths, SimClock.open(paths.root)).run()
 
 

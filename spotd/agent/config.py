@@ -15,18 +15,21 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 
 from spotd.errors import ConfigError
 
-ProviderKind = Literal["aws", "gcp", "azure", "none"]
+ProviderKind = Literal["aws", "gcp", "azure", "sim", "none"]
 AzureAck = Literal["after-exit", "immediate"]
 
 DEFAULT_METADATA_URLS: dict[str, str] = {
     "aws": "http://169.254.169.254",
     "azure": "http://169.254.169.254",
     "gcp": "http://metadata.google.internal",
+    "sim": "",
     "none": "",
 }
 """Where each provider's metadata service answers on its VMs."""
 
-DEFAULT_POLL_SECONDS: dict[str, float] = {"aws": 5.0, "gcp": 1.0, "azure": 1.0, "none": 60.0}
+DEFAULT_POLL_SECONDS: dict[str, float] = {
+    "aws": 5.0, "gcp": 1.0, "azure": 1.0, "sim": 0.1, "none": 60.0,
+}
 """Seconds between polls. AWS documents 5 s; GCP's interval only applies when its
 long poll fails; Azure gives as little as 30 s of notice, so poll each second."""
 
@@ -63,6 +66,17 @@ class AgentConfig(BaseModel):
     """How long the exit report is retried before ``on_exit`` runs anyway."""
     retry_initial_seconds: float = Field(default=0.5, gt=0)
     retry_max_seconds: float = Field(default=30.0, gt=0)
+    provider_name: str = ""
+    """The provider's name in the daemon (``sim-aws``); empty: the same as ``provider``."""
+    address: str = ""
+    """This node's address for its gang; empty: the address on the route to the daemon."""
+    run_dir: str = ""
+    """Where the agent keeps the hostfile and the notice and progress files; empty: a
+    new temporary folder."""
+    join_poll_seconds: float = Field(default=1.0, gt=0)
+    """Seconds between two asks for the gang's roster."""
+    sim_state: str = ""
+    """Simulated market only: the node's status file, which says when the notice came."""
     on_exit: tuple[str, ...] | None = None
     """A command run after the job ended and its exit was reported (e.g. a shutdown)."""
     job_env: dict[str, str] = Field(default_factory=dict, repr=False)
@@ -86,6 +100,11 @@ class AgentConfig(BaseModel):
         """The metadata base URL, defaulted per provider, without a trailing slash."""
         url = self.metadata_url or DEFAULT_METADATA_URLS[self.provider]
         return url.rstrip("/")
+
+    @property
+    def reporting_as(self) -> str:
+        """The provider name the agent's reports carry, as the daemon knows the provider."""
+        return self.provider_name or self.provider
 
     @property
     def poll_interval(self) -> float:
@@ -131,6 +150,11 @@ _VARIABLES: dict[str, tuple[str, str | None]] = {
     "report_timeout_seconds": ("SPOTD_AGENT_REPORT_TIMEOUT_SECONDS", None),
     "retry_initial_seconds": ("SPOTD_AGENT_RETRY_INITIAL_SECONDS", None),
     "retry_max_seconds": ("SPOTD_AGENT_RETRY_MAX_SECONDS", None),
+    "provider_name": ("SPOTD_AGENT_PROVIDER_NAME", None),
+    "address": ("SPOTD_AGENT_ADDRESS", None),
+    "run_dir": ("SPOTD_AGENT_RUN_DIR", None),
+    "join_poll_seconds": ("SPOTD_AGENT_JOIN_POLL_SECONDS", None),
+    "sim_state": ("SPOTD_AGENT_SIM_STATE", None),
     "on_exit": ("SPOTD_AGENT_ON_EXIT", None),
 }
 _ARGV_FIELDS = frozenset({"command", "on_exit"})

@@ -15,14 +15,22 @@ from collections import deque
 from collections.abc import Callable
 
 import httpx
+from pydantic import ValidationError
 
 from spotd.agent_api import (
     EXIT_PATH,
     HEARTBEAT_PATH,
+    JOIN_PATH,
     NOTICE_PATH,
+    PREFLIGHT_PATH,
     AgentReport,
     ExitReport,
+    HeartbeatReport,
+    JoinReport,
     NoticeReport,
+    PreflightReport,
+    Roster,
+    Waiting,
 )
 from spotd.errors import SpotdError
 
@@ -43,7 +51,15 @@ def path_of(report: AgentReport) -> str:
         return NOTICE_PATH
     if isinstance(report, ExitReport):
         return EXIT_PATH
+    if isinstance(report, PreflightReport):
+        return PREFLIGHT_PATH
+    if isinstance(report, JoinReport):
+        return JOIN_PATH
     return HEARTBEAT_PATH
+
+
+_BEATS = (AgentReport, HeartbeatReport)
+"""Reports of which only the latest queued one matters."""
 
 
 class DaemonReporter:
@@ -64,7 +80,23 @@ class DaemonReporter:
 
     def send(self, report: AgentReport) -> None:
         """Deliver one report; raises ReportFailed or ReportRejected."""
-        path = path_of(report)
+        self._post(path_of(report), report)
+
+    def join(self, report: JoinReport) -> Roster | Waiting:
+        """Join the gang: its roster once complete, else how many have joined.
+
+        Raises ReportFailed (retry) or ReportRejected (give up), as :meth:`send`.
+        """
+        response = self._post(JOIN_PATH, report)
+        try:
+            if response.status_code == 202:
+                return Waiting.model_validate_json(response.content)
+            return Roster.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise ReportFailed(f"{JOIN_PATH}: unreadable answer: {exc}") from exc
+
+    def _post(self, path: str, report: AgentReport) -> httpx.Response:
+        """POST ``report``; the answer when it is a success, else the error to raise."""
         try:
             response = self._client.post(
                 f"{self.daemon_url}{path}",
@@ -77,6 +109,7 @@ class DaemonReporter:
             raise ReportFailed(f"{path}: HTTP {response.status_code}")
         if response.status_code >= 300:
             raise ReportRejected(f"{path}: HTTP {response.status_code}: {response.text[:200]}")
+        return response
 
     def close(self) -> None:
         """Close the client if this reporter made it."""
@@ -112,8 +145,8 @@ class Outbox:
     def put(self, report: AgentReport) -> None:
         """Queue ``report``; returns at once."""
         with self._cond:
-            if type(report) is AgentReport:
-                stale = [r for r in self._queue if type(r) is AgentReport]
+            if type(report) in _BEATS:
+                stale = [r for r in self._queue if type(r) in _BEATS]
                 for old in stale:
                     self._queue.remove(old)
             self._queue.append(report)

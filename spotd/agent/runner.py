@@ -21,9 +21,20 @@ from datetime import UTC, datetime
 from types import FrameType
 
 from spotd.agent.config import AgentConfig
+from spotd.agent.files import read_progress, write_notice
+from spotd.agent.gang import Join
+from spotd.agent.gpu import GpuSource, open_gpu_source
 from spotd.agent.reporter import DaemonReporter, Outbox
+from spotd.agent.startup import EXIT_NO_GANG, prepare, run_dir_of
 from spotd.agent.watchers import Notice, NoticeWatcher, make_watcher
-from spotd.agent_api import AgentReport, ExitReport, NoticeReport
+from spotd.agent_api import (
+    AgentReport,
+    ExitPhase,
+    ExitReport,
+    GpuReading,
+    HeartbeatReport,
+    NoticeReport,
+)
 from spotd.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -43,9 +54,20 @@ def exit_code_of(returncode: int) -> int:
 class _Agent:
     """One run of one job; see :func:`run_agent`."""
 
-    def __init__(self, config: AgentConfig, watcher: NoticeWatcher, send: Sender | None) -> None:
+    def __init__(
+        self,
+        config: AgentConfig,
+        watcher: NoticeWatcher,
+        send: Sender | None,
+        join: Join | None = None,
+        gpus: GpuSource | None = None,
+    ) -> None:
         self.config = config
         self.watcher = watcher
+        self.join = join
+        self.gpus = gpus
+        self.run_dir = run_dir_of(config)
+        self.job_env = dict(config.job_env)
         self.outbox: Outbox | None = None
         if send is not None:
             self.outbox = Outbox(
@@ -58,6 +80,9 @@ class _Agent:
         self.proc: subprocess.Popen[bytes] | None = None
         self.noticed: set[str] = set()
         self.signalled = False
+        self.start_lock = threading.Lock()
+        self.aborted = threading.Event()
+        """Set by SIGTERM or SIGINT to the agent: the node is going."""
         self.watch_thread = threading.Thread(
             target=self._watch, name="spotd-agent-watch", daemon=True
         )
@@ -71,9 +96,14 @@ class _Agent:
                  self.instance_id, self.config.command)
         if self.outbox is not None:
             self.outbox.start()
+        # Watch and beat from boot: a notice during rendezvous or preflight counts too.
+        self.watch_thread.start()
+        self.beat_thread.start()
         try:
-            code = self._run_job()
-            self._finish(code)
+            with _forwarding_signals(self._on_signal):
+                code, phase = self._start_and_wait()
+            self._stop_threads()
+            self._finish(code, phase)
         finally:
             self.stopping.set()
             if self.outbox is not None:
@@ -81,29 +111,54 @@ class _Agent:
         self._run_on_exit()
         return code
 
-    def _run_job(self) -> int:
+    def _start_and_wait(self) -> tuple[int, ExitPhase]:
+        """Gang and preflight, then the job to its end: its exit code and phase."""
         try:
-            self.proc = subprocess.Popen(
-                self.config.command, env=self.config.job_env, process_group=0
-            )
+            start = prepare(self.config, instance_id=self.instance_id, run_dir=self.run_dir,
+                            join=self.join, put=self._put, gpus=self.gpus,
+                            stop=self.aborted)  # fmt: skip
+        except Exception:
+            # Whatever broke (an address, a port, a disk), the node cannot run the
+            # job: say so as a failed start, so the attempt is placed again.
+            log.exception("the node could not be prepared for the job")
+            return EXIT_NO_GANG, "rendezvous"
+        self.job_env = start.env
+        if not start.ready:
+            return start.exit_code, start.phase
+        with self.start_lock:
+            if "preemption" in self.noticed or self.aborted.is_set():
+                log.warning("the node is going before the job started; not starting it")
+                return exit_code_of(-signal.SIGTERM), "command"
+            failed = self._spawn()
+        if failed is not None:
+            return failed, "command"
+        code = exit_code_of(self._wait())
+        log.info("job exited with %d", code)
+        return code, "command"
+
+    def _spawn(self) -> int | None:
+        """Start the job; None once it runs, else the shell's code for why it cannot."""
+        try:
+            self.proc = subprocess.Popen(self.config.command, env=self.job_env, process_group=0)
         except OSError as exc:
             log.error("cannot start the job %s: %s", self.config.command, exc)
             return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
-        self.watch_thread.start()
-        self.beat_thread.start()
-        with _forwarding_signals(self.proc.pid):
-            code = exit_code_of(self.proc.wait())
+        return None
+
+    def _wait(self) -> int:
+        assert self.proc is not None
+        return self.proc.wait()
+
+    def _stop_threads(self) -> None:
         self.stopping.set()
         # So that no heartbeat is queued behind the exit report.
         self.beat_thread.join()
-        log.info("job exited with %d", code)
-        return code
 
-    def _finish(self, code: int) -> None:
+    def _finish(self, code: int, phase: ExitPhase = "command") -> None:
         """Report the exit, then release the provider's event (after the report:
         on Azure the acknowledgement may end the VM at once)."""
         if self.outbox is not None:
-            self.outbox.put(ExitReport(exit_code=code, **self._ids()))
+            self.outbox.put(ExitReport(exit_code=code, phase=phase, **self._ids()))
             if not self.outbox.drain(self.config.report_timeout_seconds):
                 log.warning("daemon did not take the reports within %.0f s; going on",
                             self.config.report_timeout_seconds)
@@ -111,8 +166,7 @@ class _Agent:
             self.watcher.job_ended()
         # A GCP long poll may still hang in the watch thread: leave its client to
         # the process exit rather than close it under a running request.
-        if self.watch_thread.ident is not None:  # not started when the job failed to start
-            self.watch_thread.join(timeout=1.0)
+        self.watch_thread.join(timeout=1.0)
         if not self.watch_thread.is_alive():
             self.watcher.close()
 
@@ -131,10 +185,18 @@ class _Agent:
     def _on_notice(self, notice: Notice) -> None:
         if notice.kind in self.noticed:
             return  # the provider repeats its notice at every poll; act once
-        self.noticed.add(notice.kind)
         log.warning("%s notice: %s (deadline %s)", notice.kind, notice.detail, notice.deadline)
-        if notice.kind == "preemption":
-            self._signal_job()
+        # Under the start lock: the job either starts before this and is signalled,
+        # or sees the notice and never starts.
+        with self.start_lock:
+            self.noticed.add(notice.kind)
+            if notice.kind == "preemption":
+                # The file first: a job woken by the signal reads how long it has left.
+                try:
+                    write_notice(self.run_dir, notice)
+                except OSError as exc:
+                    log.error("cannot write the notice file: %s", exc)
+                self._signal_job()
         if self.outbox is not None:
             self.outbox.put(NoticeReport(
                 kind=notice.kind, deadline=notice.deadline, detail=notice.detail, **self._ids()
@@ -152,18 +214,50 @@ class _Agent:
         except ProcessLookupError:
             log.info("job already gone; %s not sent", sig.name)
 
+    def _on_signal(self, signum: int) -> None:
+        """SIGTERM or SIGINT to the agent (the node shutting down): pass it to the job
+        at once; before the job started, give up starting it. The watch thread
+        writes the notice file when the provider announces one."""
+        self.aborted.set()
+        if self.proc is None:
+            return
+        if signum == self.config.checkpoint_signum:
+            # Once is enough: a launcher that gets its stop signal twice (torchrun) may
+            # cut its workers' shutdown, and with it their checkpoint.
+            self.signalled = True
+        with suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signum)
+
     def _beat(self) -> None:
         while not self.stopping.is_set():
-            if self.outbox is not None:
-                self.outbox.put(AgentReport(**self._ids()))
+            self._put(self._heartbeat())
             self.stopping.wait(self.config.heartbeat_seconds)
+
+    def _heartbeat(self) -> HeartbeatReport:
+        """A heartbeat with the job's progress file and a GPU sample, where there are."""
+        progress = read_progress(self.run_dir)
+        gpus: tuple[GpuReading, ...] = ()
+        # Only while the job runs: an idle GPU during rendezvous is not the job's.
+        if self.gpus is not None and self.proc is not None and self.proc.poll() is None:
+            try:
+                gpus = tuple(self.gpus.sample())
+            except Exception:
+                log.exception("GPU sample failed")  # one bad sample must not stop the beats
+        return HeartbeatReport(
+            step=progress.step, total_steps=progress.total_steps,
+            checkpoint=progress.checkpoint, gpus=gpus, **self._ids(),
+        )  # fmt: skip
+
+    def _put(self, report: AgentReport) -> None:
+        if self.outbox is not None:
+            self.outbox.put(report)
 
     def _ids(self) -> dict[str, object]:
         return {
             "job_id": self.config.job_id,
             "attempt": self.config.attempt,
             "instance_id": self.instance_id,
-            "provider": self.config.provider,
+            "provider": self.config.reporting_as,
             "at": datetime.now(UTC),
         }
 
@@ -191,8 +285,9 @@ class _Agent:
 
 
 @contextmanager
-def _forwarding_signals(pgid: int) -> Iterator[None]:
-    """Forward SIGTERM and SIGINT sent to the agent to the job's process group.
+def _forwarding_signals(handle: Callable[[int], None]) -> Iterator[None]:
+    """Hand SIGTERM and SIGINT sent to the agent to ``handle`` (which forwards them
+    to the job's process group).
 
     Only the main thread may install handlers; elsewhere (tests) this does nothing.
     """
@@ -203,8 +298,7 @@ def _forwarding_signals(pgid: int) -> Iterator[None]:
     def forward(signum: int, frame: FrameType | None) -> None:
         del frame
         log.info("agent got %s; forwarding it to the job", signal.Signals(signum).name)
-        with suppress(ProcessLookupError):
-            os.killpg(pgid, signum)
+        handle(signum)
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -219,23 +313,27 @@ def run_agent(
     *,
     watcher: NoticeWatcher | None = None,
     send: Sender | None = None,
+    join: Join | None = None,
 ) -> int:
     """Run the job of ``config`` to its end and return its exit code.
 
     ``watcher`` defaults to the one for ``config.provider``; ``send`` (one
-    delivery of one report, raising ``ReportFailed`` to be retried) defaults to
-    a :class:`DaemonReporter` on ``config.daemon_url``, or to no reporting when
-    that is unset.
+    delivery of one report, raising ``ReportFailed`` to be retried) and ``join``
+    (one ask for the gang's roster) default to a :class:`DaemonReporter` on
+    ``config.daemon_url``, or to no reporting and no gang when that is unset.
     """
     reporter: DaemonReporter | None = None
     if send is None and config.daemon_url:
         reporter = DaemonReporter(config.daemon_url, config.token.get_secret_value())
-        send = reporter.send
+        send, join = reporter.send, reporter.join
+    gpus = open_gpu_source(config.job_env)
     try:
-        return _Agent(config, watcher or make_watcher(config), send).run()
+        return _Agent(config, watcher or make_watcher(config), send, join, gpus).run()
     finally:
         if reporter is not None:
             reporter.close()
+        if gpus is not None:
+            gpus.close()
 
 
 USAGE = "usage: python -m spotd.agent [--] COMMAND [ARG...]   (settings: SPOTD_AGENT_* variables)"
@@ -253,6 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.getLevelNamesMapping().get(level, logging.INFO),
         format="%(asctime)s spotd-agent %(levelname)s %(name)s: %(message)s",
     )
+    # One line per report would bury the job's own output in `spotd logs`.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     try:
         config = AgentConfig.from_env(os.environ, command or None)
     except ConfigError as exc:

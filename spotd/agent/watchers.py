@@ -478,4 +478,9 @@ def make_watcher(config: AgentConfig) -> NoticeWatcher:
         return AzureNoticeWatcher(
             base_url=base, poll_interval=interval, vm_name=config.vm_name, ack=config.azure_ack
         )
+    if config.provider == "sim":
+        # The simulated node's "metadata service" is its status file.
+        from spotd.providers.sim.notice import SimNoticeWatcher
+
+        return SimNoticeWatcher(config.sim_state, poll_interval=interval)
     return NullWatcher(interval)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, insert, select
+from sqlalchemy import Connection, Row, and_, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from spotd.domain import InstanceReport, Market, Offering, Pool, PricePoint
@@ -19,7 +19,22 @@ REPORT_FIELDS = (
     "notice_deadline",
     "exit_code",
     "exited_at",
+    "address",
+    "ports",
+    "joined_at",
+    "command_at",
+    "exit_phase",
+    "preflight",
+    "step",
+    "total_steps",
+    "checkpoint",
+    "gpus",
+    "gpu_util_sum",
+    "gpu_samples",
+    "gpu_low_samples",
 )
+SUMMED_FIELDS = frozenset({"gpu_util_sum", "gpu_samples", "gpu_low_samples"})
+"""Fields a report adds to the row's value instead of replacing it (running sums)."""
 
 
 def insert_prices(conn: Connection, offerings: Sequence[Offering], at: datetime) -> int:
@@ -74,7 +89,10 @@ def upsert_report(conn: Connection, report: InstanceReport) -> None:
     # Both dialects have INSERT ... ON CONFLICT DO UPDATE, with the same API.
     dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     stmt = dialect_insert(REPORTS).values(**values)
-    update = changed or {"job_id": stmt.excluded.job_id}
+    update: dict[str, Any] = {
+        f: func.coalesce(REPORTS.c[f], 0) + v if f in SUMMED_FIELDS else v
+        for f, v in changed.items()
+    } or {"job_id": stmt.excluded.job_id}
     conn.execute(
         stmt.on_conflict_do_update(index_elements=["instance_id", "provider"], set_=update)
     )

@@ -150,6 +150,19 @@ class InstanceReportRow(SQLModel, table=True):
     notice_deadline: datetime | None = Field(default=None, sa_type=UtcDateTime)
     exit_code: int | None = None
     exited_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    address: str | None = None
+    ports: str | None = None
+    joined_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    command_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    exit_phase: str | None = None
+    preflight: str | None = Field(default=None, sa_type=Text)
+    step: int | None = None
+    total_steps: int | None = None
+    checkpoint: str | None = Field(default=None, sa_type=Text)
+    gpus: str | None = Field(default=None, sa_type=Text)
+    gpu_util_sum: float | None = None
+    gpu_samples: int | None = None
+    gpu_low_samples: int | None = None
 
 
 def _table(name: str) -> Table:
