@@ -9,7 +9,8 @@ before it signals the job of a preemption notice::
 not say), so the job knows whether an emergency checkpoint can still finish.
 
 ``progress.json`` (``SPOTD_PROGRESS_FILE``): written by the job (``spotd.train``
-does, from global rank 0), read by the agent for every heartbeat::
+does, from global rank 0: :mod:`spotd.train.progress`; it reads the notice with
+:func:`spotd.train.read_notice`), read by the agent for every heartbeat::
 
     {"step": 1200, "total_steps": 5000, "checkpoint": "s3://.../step-00001200", "at": "..."}
 """
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from spotd.agent.watchers import Notice
+from spotd.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +47,7 @@ def write_notice(run_dir: Path, notice: Notice) -> None:
         "deadline": notice.deadline.isoformat() if notice.deadline else None,
         "detail": notice.detail,
     }
-    path = run_dir / NOTICE_FILE
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(body))
-    tmp.replace(path)
+    write_atomic(run_dir / NOTICE_FILE, json.dumps(body).encode())
 
 
 def read_progress(run_dir: Path) -> Progress:

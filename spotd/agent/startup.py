@@ -159,7 +159,8 @@ def _preflight(
         skipped = PreflightCheck(name="preflight", ok=True, skipped=True, detail=why)
         return PreflightFigures(passed=True, world_size=roster.nodes, checks=(skipped,))
     plan = preflight_plan(config, env, roster, gpus)
-    log.info("preflight: %s across %d rank(s)", plan.backend, plan.nodes * plan.local_procs)
+    log.info("preflight: %s across %d rank(s)", plan.backend or "gloo or nccl",
+             plan.nodes * plan.local_procs)  # fmt: skip
     return run_preflight(plan, gpus)
 
 
