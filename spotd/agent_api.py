@@ -1,4 +1,4 @@
-"""The daemon's side of the on-VM agent: report models, agent tokens and routes.
+"""What the on-VM agent and the daemon say to each other: report models and agent tokens.
 
 An agent speaks for exactly one attempt of one job. Its bearer token is
 ``agent_token(daemon_token, client_token)``: an HMAC of the attempt's launch
@@ -19,20 +19,18 @@ and ``POST /v1/agent/join`` (:class:`JoinReport`), which answers ``200`` with th
 gang's :class:`Roster` once every node of the attempt has joined, else ``202``
 with a :class:`Waiting` body; the agent asks again until its gang timeout.
 
-What the daemon does with a report is up to the :class:`AgentReports` it is
-given; this module only authenticates and parses.
+The routes themselves are the daemon's (:mod:`spotd.agent_routes`): this module
+is the wire format both sides share, and imports no web framework, so the agent
+on a node starts quickly.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Literal, Protocol
 
-from fastapi import APIRouter, Depends, HTTPException, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 NoticeKind = Literal["preemption", "rebalance"]
@@ -198,61 +196,3 @@ class AgentReports(Protocol):
 
     def preflight(self, report: PreflightReport) -> None:
         """The gang's preflight ended on this node (and, if it passed, the command started)."""
-
-
-# Module level: FastAPI resolves the string annotations below in module globals.
-_bearer = HTTPBearer(auto_error=False)
-_Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-
-
-def create_agent_router(
-    daemon_token: str,
-    reports: AgentReports,
-    attempt_token_of: Callable[[str, int], str | None],
-) -> APIRouter:
-    """The agent routes, delivering to ``reports``.
-
-    ``attempt_token_of(job_id, attempt)`` returns the client token the attempt
-    was launched with, or None when no such attempt exists.
-    """
-    router = APIRouter(tags=["agent"])
-
-    def authorize(creds: HTTPAuthorizationCredentials | None, report: AgentReport) -> None:
-        client_token = attempt_token_of(report.job_id, report.attempt)
-        # One answer for "unknown attempt" and "wrong token": a caller learns
-        # nothing about which attempts exist.
-        if creds is None or client_token is None:
-            raise HTTPException(status_code=401, detail="missing bearer token or unknown attempt")
-        expected = agent_token(daemon_token, client_token)
-        if not hmac.compare_digest(creds.credentials.encode(), expected.encode()):
-            raise HTTPException(status_code=401, detail="wrong agent token for this attempt")
-
-    @router.post(HEARTBEAT_PATH, status_code=204)
-    def heartbeat(report: HeartbeatReport, creds: _Credentials) -> None:
-        authorize(creds, report)
-        reports.heartbeat(report)
-
-    @router.post(JOIN_PATH, response_model=Roster | Waiting)
-    def join(report: JoinReport, creds: _Credentials, response: Response) -> Roster | Waiting:
-        authorize(creds, report)
-        answer = reports.join(report)
-        if isinstance(answer, Waiting):
-            response.status_code = 202
-        return answer
-
-    @router.post(PREFLIGHT_PATH, status_code=204)
-    def preflight(report: PreflightReport, creds: _Credentials) -> None:
-        authorize(creds, report)
-        reports.preflight(report)
-
-    @router.post(NOTICE_PATH, status_code=204)
-    def notice(report: NoticeReport, creds: _Credentials) -> None:
-        authorize(creds, report)
-        reports.notice(report)
-
-    @router.post(EXIT_PATH, status_code=204)
-    def exited(report: ExitReport, creds: _Credentials) -> None:
-        authorize(creds, report)
-        reports.exited(report)
-
-    return router

@@ -29,8 +29,8 @@ from spotd.agent_api import (
     PreflightReport,
     Roster,
     Waiting,
-    create_agent_router,
 )
+from spotd.agent_routes import create_agent_router
 from spotd.contracts import Store
 from spotd.domain import InstanceReport
 from spotd.engine import Engine

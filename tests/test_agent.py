@@ -43,8 +43,8 @@ from spotd.agent_api import (
     ExitReport,
     NoticeReport,
     agent_token,
-    create_agent_router,
 )
+from spotd.agent_routes import create_agent_router
 from spotd.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from gang_support import FABRIC_MARKS, assert_gang_env, gang_request, script_env
 
 from spotd.agent_api import agent_token
 from spotd.bootstrap import BootKind, bootstrap_for, render_bootstrap
@@ -199,59 +200,13 @@ def test_tag_names_match_the_engine() -> None:
 
 # -- multi-node: what every node of a gang is told before it boots -------------
 
-FABRIC_MARKS = {
-    Fabric.EFA: ("FI_PROVIDER", "efa"),
-    Fabric.INFINIBAND: ("NCCL_IB_TIMEOUT", "22"),
-    Fabric.ROCE: ("NCCL_IB_GID_INDEX", "3"),
-    Fabric.TCPX: ("NCCL_NET", "GPUDirectTCPX_v7"),
-    Fabric.TCPXO: ("NCCL_NET", "FasTrak"),
-    Fabric.ETHERNET: ("NCCL_SOCKET_IFNAME", "^lo,docker"),
-}
 
-
-def gang_request(kind: BootKind, instance_type: str) -> LaunchRequest:
-    """The request the engine makes for a 2-node attempt on a type of the catalog."""
-    from datetime import UTC, datetime
-
-    from spotd.domain import AttemptRecord, JobRecord
-    from spotd.engine import job_environment
+def catalog_offering(kind: BootKind, instance_type: str) -> Offering:
     from spotd.interconnect import CATALOG
-    from spotd.spec import JobSpec
-    from spotd.states import JobStatus
 
     facts = CATALOG[kind][instance_type]
-    pool = Pool(kind, "r", "r-a", instance_type)
-    offering = Offering(pool, facts.gpu, facts.gpus_per_node, facts.gpu_memory_gb,
-                        facts.interconnect, 10.0, 30.0)  # fmt: skip
-    spec = JobSpec.model_validate({
-        "name": "gang", "command": ["torchrun", "--nproc-per-node", "8", "train.py"],
-        "resources": {"gpus": [facts.gpu], "gpus_per_node": facts.gpus_per_node, "nodes": 2},
-    })  # fmt: skip
-    now = datetime(2026, 12, 1, tzinfo=UTC)
-    job = JobRecord(id="j-gang", name="gang", spec=spec, status=JobStatus.PROVISIONING,
-                    failure=None, submitted_at=now, updated_at=now)  # fmt: skip
-    attempt = AttemptRecord(
-        id=1, job_id=job.id, seq=3, pool=pool, market=Market.SPOT, nodes=2,
-        price_per_node_hour=10.0, client_token="j-gang-a3", instance_ids=(), resume_from=None,
-        started_at=now, running_at=None, ended_at=None, end_reason=None,
-    )  # fmt: skip
-    env = job_environment(job, attempt, offering, checkpoint_uri="s3://b/ck", interval_hours=0.5)
-    return LaunchRequest(offering=offering, market=Market.SPOT, nodes=2, client_token="j-gang-a3",
-                         tags={"spotd-job": job.id, "spotd-attempt": "3"},
-                         command=spec.command, env=env)  # fmt: skip
-
-
-def env_section(script: str) -> dict[str, str]:
-    """The variables the boot script writes into the agent's env file, unquoted."""
-    import shlex
-
-    values = {}
-    for line in section(script, "env").splitlines():
-        if line.startswith("printf "):
-            (export,) = shlex.split(line.split(" ", 2)[2].rsplit(" >>", 1)[0])
-            name, _, value = export.removeprefix("export ").partition("=")
-            values[name] = shlex.split(value)[0] if value else ""
-    return values
+    return Offering(Pool(kind, "r", "r-a", instance_type), facts.gpu, facts.gpus_per_node,
+                    facts.gpu_memory_gb, facts.interconnect, 10.0, 30.0)  # fmt: skip
 
 
 def gang_types() -> list[tuple[BootKind, str]]:
@@ -265,23 +220,17 @@ def gang_types() -> list[tuple[BootKind, str]]:
 def test_every_gang_boot_script_carries_rendezvous_and_fabric_variables(
     kind: BootKind, instance_type: str
 ) -> None:
-    from spotd.interconnect import CATALOG
-
-    req = gang_request(kind, instance_type)
+    offering = catalog_offering(kind, instance_type)
+    req = gang_request(offering)
     script = bootstrap_for(kind, daemon_url="https://d:8443", daemon_token=DAEMON_TOKEN)(req)
-    env = env_section(script)
+    env = script_env(script)
     # Rendezvous: the daemon to join, the gang's size and id; the rank and master come
     # from the daemon's roster once every node joined.
     assert env["SPOTD_AGENT_DAEMON_URL"] == "https://d:8443"
-    assert env["PET_NNODES"] == env["SPOTD_NUM_NODES"] == "2"
-    assert env["PET_RDZV_ID"] == env["SPOTD_RDZV_ID"] == "j-gang-a3"
-    assert float(env["SPOTD_GANG_TIMEOUT_SECONDS"]) > 0
-    assert env["SPOTD_PREFLIGHT"] == "1"
-    assert env["SPOTD_EXPECT_GPUS"] == str(CATALOG[kind][instance_type].gpus_per_node)
-    fabric = CATALOG[kind][instance_type].interconnect.fabric
-    name, value = FABRIC_MARKS[fabric]
-    assert env[name] == value, (instance_type, fabric)
-    if fabric is not Fabric.ETHERNET:
+    assert env["PET_RDZV_ID"] == "j-gang-a3"
+    assert env["SPOTD_EXPECT_GPUS"] == str(offering.gpus_per_node)
+    assert_gang_env(env, offering.interconnect.fabric)
+    if offering.interconnect.fabric is not Fabric.ETHERNET:
         assert float(env["SPOTD_PREFLIGHT_MIN_BUSBW_GBPS"]) > 0
 
 

@@ -179,13 +179,15 @@ def test_gpu_utilisation_is_watched_shown_and_flagged_in_the_report(
     ))
     client = client_of(daemon)
     spec = JobSpec.model_validate({
-        "name": "starved", "command": [sys.executable, "-c", "import time; time.sleep(4)"],
+        "name": "starved", "command": [sys.executable, "-c", "import time; time.sleep(10)"],
         "env": {"SPOTD_AGENT_NVML_RECORD": str(record)},
         "resources": {"gpus": ["A100"], "gpus_per_node": 8},
     })  # fmt: skip
     job = client.submit(spec)
     job = wait_for(client, job.id, ended, 90)
     assert job.status == "succeeded", client.events(job.id)
+    # The report prices the share from the attempt's running (compute) hours: it ran.
+    assert job.attempts[-1].running_at is not None, client.events(job.id)
     gang = job.attempts[-1].gang
     assert gang is not None and gang.gpus
     (node,) = gang.gpus

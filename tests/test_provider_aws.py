@@ -36,6 +36,7 @@ from fakes.aws_fake import (
     new_session,
     price_list_item,
 )
+from gang_support import assert_gang_env, gang_request, script_env
 from moto import mock_aws
 from pydantic import ValidationError
 
@@ -625,3 +626,20 @@ def test_missing_credentials_are_an_auth_error(tmp_path: Path) -> None:
         with pytest.raises(AuthError) as err:
             _offline_provider(session).describe(["i-0123456789abcdef0"])
     assert err.value.code == "NoCredentialsError"
+
+
+def test_a_gangs_user_data_carries_rendezvous_and_efa_variables(env: Env) -> None:
+    render = bootstrap_for("aws", daemon_url="https://d:8443", daemon_token="the-daemon-token")
+    provider = env.provider(user_data=render, instance_types=["p4d.24xlarge"])
+    env.fake.add_spot_price("us-east-1a", "p4d.24xlarge", 9.8)
+    (o, *_) = by_zone(provider.offerings(), "p4d.24xlarge").values()
+    assert o.interconnect.fabric is Fabric.EFA
+    provider.launch(gang_request(o, tags={"spotd-job": "j-aws", "spotd-attempt": "3"}))
+    (params,) = env.fake.params("RunInstances")
+    assert params["MinCount"] == params["MaxCount"] == 2
+    script = base64.b64decode(params["UserData"]).decode()
+    gang = script_env(script)
+    assert_gang_env(gang, Fabric.EFA)
+    # p4d has EFA with RDMA read: the table's row for its family applies.
+    assert gang["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert "the-daemon-token" not in script

@@ -29,6 +29,7 @@ from fakes.azure_fake import (
     made_up_prices,
     price_row,
 )
+from gang_support import assert_gang_env, gang_request, script_env
 from harnesses.azure import FAKE_TOKEN, FakeCredential, bootstrap, make_provider, settings_for
 from pydantic import ValidationError
 
@@ -530,3 +531,27 @@ def test_plain_http_is_allowed_only_to_loopback() -> None:
     assert is_loopback_http("http://localhost:1")
     assert not is_loopback_http("http://management.example.com")
     assert not is_loopback_http("https://127.0.0.1:8080")
+
+
+def test_a_gangs_custom_data_carries_rendezvous_and_infiniband_variables(
+    fake: FakeAzure,
+) -> None:
+    from spotd.bootstrap import bootstrap_for
+    from spotd.providers.azure.clients import compute_client
+
+    settings = settings_for(fake)
+    render = bootstrap_for("azure", daemon_url="https://d:8443", daemon_token="the-daemon-token")
+    p = AzureProvider(settings, custom_data=render,
+                      compute=compute_client(settings, FakeCredential(), polling_interval=0),
+                      prices=RetailPrices(settings.prices_url))  # fmt: skip
+    o = offering(p, "Standard_ND96asr_v4", "eastus-1")
+    assert o.interconnect.fabric is Fabric.INFINIBAND
+    p.launch(gang_request(o, tags=TAGS))
+    puts = fake.requests_of("PUT", "/virtualMachines/")
+    assert len(puts) == 2
+    for put in puts:
+        script = base64.b64decode((put.body or {})["properties"]["osProfile"]["customData"])
+        env = script_env(script.decode())
+        assert_gang_env(env, Fabric.INFINIBAND)
+        assert env["NCCL_IB_RETRY_CNT"] == "7" and env["NCCL_IB_HCA"] == "mlx5_ib"
+        assert b"the-daemon-token" not in script

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from fakes.gcp_fake import LOCATIONS, MACHINE_TYPES, PRICES, PROJECT, GcpFake
+from gang_support import assert_gang_env, gang_request, script_env
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as gauth_exc
 from google.oauth2.credentials import Credentials
@@ -574,3 +575,25 @@ def _anon() -> Any:
     from google.auth.credentials import AnonymousCredentials
 
     return AnonymousCredentials()
+
+
+@pytest.mark.parametrize(
+    ("zone", "machine", "fabric"),
+    [("us-central1-a", "a3-highgpu-8g", Fabric.TCPX), ("us-central1-b", "a3-megagpu-8g",
+     Fabric.TCPXO), ("us-east4-a", "a3-ultragpu-8g", Fabric.ROCE)],
+)  # fmt: skip
+def test_a_gangs_startup_script_carries_rendezvous_and_fabric_variables(
+    fake: GcpFake, zone: str, machine: str, fabric: Fabric
+) -> None:
+    render = bootstrap_for("gcp", daemon_url="https://d:8443", daemon_token="the-daemon-token")
+    p = GcpProvider(settings_for(fake), startup_script=render, credentials=_anon())
+    o = offering(p, zone, machine)
+    assert o.interconnect.fabric is fabric
+    p.launch(gang_request(o, tags={"spotd-job": "j-gang", "spotd-attempt": "3"}))
+    inserts = fake.recorded("POST", f"/zones/{zone}/instances")
+    assert len(inserts) == 2
+    for insert in inserts:
+        items = {i["key"]: i["value"] for i in (insert.body or {})["metadata"]["items"]}
+        env = script_env(items["startup-script"])
+        assert_gang_env(env, fabric)
+        assert "the-daemon-token" not in items["startup-script"]
