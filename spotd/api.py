@@ -83,14 +83,9 @@ class StoreReports:
         self._store.save_report(_base(report, **fields))
 
     def join(self, report: JoinReport) -> Roster | Waiting:
-        # A node asks again until its gang is complete: the first ask is the join.
-        before = next(
-            (r for r in self._store.reports(report.job_id) if r.instance_id == report.instance_id
-             and r.provider == report.provider), None,
-        )  # fmt: skip
-        first = before is None or before.joined_at is None
+        # The store keeps the first ask's time: the node asks until its gang is complete.
         self._store.save_report(
-            _base(report, address=report.address, joined_at=report.at if first else None,
+            _base(report, address=report.address, joined_at=report.at,
                   ports=",".join(map(str, report.ports)))
         )  # fmt: skip
         attempt = next(

@@ -78,14 +78,7 @@ def render_bootstrap(
     if kind not in CARRIERS:
         raise ValueError(f"no bootstrap for provider kind {kind!r}")
     job_id, attempt = _ids(request.tags)
-    settings = {
-        "SPOTD_AGENT_PROVIDER": kind,
-        "SPOTD_AGENT_METADATA_URL": DEFAULT_METADATA_URLS[kind],
-        "SPOTD_AGENT_DAEMON_URL": daemon_url,
-        "SPOTD_AGENT_TOKEN": agent_token,
-        "SPOTD_AGENT_JOB_ID": job_id,
-        "SPOTD_AGENT_ATTEMPT": attempt,
-    }
+    settings = agent_settings(kind, request, daemon_url=daemon_url, agent_token=agent_token)
     script = _environment().get_template("bootstrap.sh.j2").render(
         kind=kind,
         carrier=CARRIERS[kind],
@@ -102,6 +95,25 @@ def render_bootstrap(
             f"limit of {MAX_BYTES[kind]}: move large env values elsewhere"
         )
     return script
+
+
+def agent_settings(
+    kind: str, request: LaunchRequest, *, daemon_url: str, agent_token: str
+) -> dict[str, str]:
+    """The agent's own settings on a node of ``request``: where its notices come from,
+    the daemon it reports to, the token it speaks with, and its job and attempt.
+
+    Raises ValueError when the request lacks the job or attempt tag.
+    """
+    job_id, attempt = _ids(request.tags)
+    return {
+        "SPOTD_AGENT_PROVIDER": kind,
+        "SPOTD_AGENT_METADATA_URL": DEFAULT_METADATA_URLS[kind],
+        "SPOTD_AGENT_DAEMON_URL": daemon_url,
+        "SPOTD_AGENT_TOKEN": agent_token,
+        "SPOTD_AGENT_JOB_ID": job_id,
+        "SPOTD_AGENT_ATTEMPT": attempt,
+    }
 
 
 def env_lines(env: Mapping[str, str]) -> list[str]:

@@ -213,8 +213,9 @@ def _gang_lines(job: JobView) -> list[str]:
     a = job.attempts[-1]
     gang = a.gang
     assert gang is not None
-    lines = [f"attempt {a.seq}: {gang.joined} of {a.nodes} node(s) joined, {gang.started} "
-             f"started ({escape(', '.join(gang.addresses)) or 'no address yet'})"]  # fmt: skip
+    where = escape(", ".join(gang.addresses)) or "no address yet"
+    lines = [f"attempt {a.seq}: {gang.joined} of {a.nodes} node(s) joined, "
+             f"{gang.started} passed preflight ({where})"]  # fmt: skip
     if gang.preflight is not None:
         summary = escape(preflight_summary(gang.preflight))
         lines.append(f"  {summary}" if gang.preflight.passed else f"  [red]{summary}[/]")

@@ -40,7 +40,7 @@ from spotd.policies.on_demand import OnDemandPolicy
 from spotd.providers.sim import SimProvider
 from spotd.spec import JobSpec
 from spotd.states import JobStatus
-from spotd.views import JobView
+from spotd.views import EventView, JobView
 
 TRAINER = Path(spotd.examples.__file__).parent / "train_tiny.py"
 DIGEST = re.compile(r"^digest: ([0-9a-f]{64})$", re.MULTILINE)
@@ -190,11 +190,7 @@ def _follow(client: Client, job_id: str, options: DemoOptions, console: Console)
         events = client.events(job_id)
         for e in events[shown:]:
             if not options.quiet:
-                console.print(
-                    f"  {e.at:%H:%M:%S} {e.from_status or '':>13} -> {e.to_status:<13} "
-                    f"{escape(e.cause)}: {escape(e.detail)}",
-                    highlight=False,
-                )
+                console.print(event_line(e), highlight=False)
         shown = len(events)
         job = client.job(job_id)
         if JobStatus(job.status).terminal:
@@ -203,6 +199,14 @@ def _follow(client: Client, job_id: str, options: DemoOptions, console: Console)
             client.cancel(job_id)
             raise SpotdError(f"demo job {job_id} did not finish in {options.timeout_seconds:g} s")
         time.sleep(0.25)
+
+
+def event_line(e: EventView) -> str:
+    """One transition as the demos print it (rich markup escaped)."""
+    return (
+        f"  {e.at:%H:%M:%S} {e.from_status or '':>13} -> {e.to_status:<13} "
+        f"{escape(e.cause)}: {escape(e.detail)}"
+    )
 
 
 def _on_demand_cost(daemon: Daemon, job: JobView, options: DemoOptions) -> float:

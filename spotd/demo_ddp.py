@@ -18,14 +18,12 @@ weights' digest is compared with an uninterrupted run of the same world size.
 from __future__ import annotations
 
 import logging
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -45,6 +43,7 @@ from spotd.config import (
     SimSettings,
 )
 from spotd.daemon import Daemon
+from spotd.demo import DIGEST, EPOCH, event_line
 from spotd.errors import SpotdError
 from spotd.providers.sim import SimProvider
 from spotd.spec import JobSpec
@@ -52,8 +51,6 @@ from spotd.states import JobStatus
 from spotd.views import AttemptView, JobView
 
 TRAINER = Path(spotd.examples.__file__).parent / "train_ddp.py"
-DIGEST = re.compile(r"^digest: ([0-9a-f]{64})$", re.MULTILINE)
-EPOCH = datetime(2026, 1, 5, tzinfo=UTC)
 NODES, PROCS = 2, 2
 
 
@@ -216,8 +213,7 @@ def _follow(
     while True:
         events = client.events(job_id)
         for e in events[shown:]:
-            _say(options, console, f"  {e.at:%H:%M:%S} {e.from_status or '':>13} -> "
-                 f"{e.to_status:<13} {escape(e.cause)}: {escape(e.detail)}")  # fmt: skip
+            _say(options, console, event_line(e))
         shown = len(events)
         job = client.job(job_id)
         if JobStatus(job.status).terminal:

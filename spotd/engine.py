@@ -58,7 +58,7 @@ from spotd.gang import (
 )
 from spotd.ledger import NodeUsage, record_ledger, usage_from_instances
 from spotd.market import MarketCache, unoffered_gpus
-from spotd.progress import job_done_hours, work_per_hour
+from spotd.progress import job_done_hours, reported_steps, work_per_hour
 from spotd.spec import JobSpec, deadline_controlled
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition, transition
 from spotd.stats import HistoryStats, expected_preemptions
@@ -246,7 +246,9 @@ class Engine:
                 timedelta(hours=self.settings.cooldown_hours),
                 (o.pool for o in self.market.offerings()),
             ),
-            done_hours=job_done_hours(job.spec, attempts, self._reports(job.id), now)[0],
+            done_hours=job_done_hours(
+                job.spec, attempts, reported_steps(self._reports(job.id)), now
+            ),
             changeover_hours=self.settings.changeover_hours,
             stats=self.stats.at(now),
             checkpoint_at=attempts[-1].pool if attempts else None,

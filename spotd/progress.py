@@ -135,17 +135,14 @@ def reported_steps(reports: Sequence[InstanceReport]) -> tuple[int, int] | None:
 def job_done_hours(
     spec: JobSpec,
     attempts: Sequence[AttemptRecord],
-    reports: Sequence[InstanceReport],
+    steps: tuple[int, int] | None,
     now: datetime,
-) -> tuple[float, bool]:
-    """Compute hours behind the job and whether the job itself said so.
-
-    With ``deadline.compute_hours`` and a step count from the job, the share of
-    steps done; otherwise the daemon's estimate (:func:`done_hours`).
-    """
+) -> float:
+    """Compute hours behind the job: the share of its own steps done (``steps`` from
+    :func:`reported_steps`) where it has ``deadline.compute_hours`` and reports them,
+    else the daemon's estimate (:func:`done_hours`)."""
     total = spec.deadline.compute_hours if spec.deadline else None
-    steps = reported_steps(reports)
     if total is not None and steps is not None:
         step, of = steps
-        return total * min(1.0, step / of), True
-    return done_hours(spec, attempts, now), False
+        return total * min(1.0, step / of)
+    return done_hours(spec, attempts, now)

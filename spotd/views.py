@@ -227,8 +227,8 @@ def progress_view(
     estimate) and, while it is active with a deadline, its time left and slack."""
     deadline = job.spec.deadline
     total = deadline.compute_hours if deadline else None
-    done, from_job = job_done_hours(job.spec, attempts, reports, now)
     steps = reported_steps(reports)
+    done = job_done_hours(job.spec, attempts, steps, now)
     if job.status is JobStatus.SUCCEEDED and total is not None:
         done = total  # its command said so; the estimate may have lagged
     finish_by = deadline.finish_by if deadline else None
@@ -247,7 +247,7 @@ def progress_view(
         finish_in_hours=None if finish_in is None else round(finish_in, 4),
         step=steps[0] if steps else None,
         total_steps=steps[1] if steps else None,
-        from_job=from_job,
+        from_job=steps is not None and total is not None,
     )
 
 

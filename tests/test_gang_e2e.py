@@ -195,6 +195,11 @@ def test_gpu_utilisation_is_watched_shown_and_flagged_in_the_report(
     assert node.samples >= 2 and node.low_share == 1.0 and node.mean_lowest_pct == 31.0
     assert any("GPUs of" in line and "97 97 31 % now" in line for line in _gang_lines(job))
     store = daemon.engine.store
+    # The engine bills an attempt right after the transition that ended it (once its
+    # nodes are stopped): a status read may come between the two.
+    limit = time.monotonic() + 20
+    while not store.ledger(job_id=job.id) and time.monotonic() < limit:
+        time.sleep(0.1)
     now = daemon.engine.clock.now()
     report = build_report(store, since=now - timedelta(days=1), until=now + timedelta(hours=1),
                           job_id=job.id)  # fmt: skip

@@ -17,6 +17,7 @@ from spotd.domain import (
     AttemptEnd,
     AttemptRecord,
     Fabric,
+    InstanceReport,
     Interconnect,
     Market,
     Offering,
@@ -25,7 +26,13 @@ from spotd.domain import (
 from spotd.engine import Engine, EngineSettings
 from spotd.policies import costmodel
 from spotd.policies.cheapest import CheapestPolicy
-from spotd.progress import done_hours, lost_hours, work_per_hour
+from spotd.progress import (
+    done_hours,
+    job_done_hours,
+    lost_hours,
+    reported_steps,
+    work_per_hour,
+)
 from spotd.spec import JobSpec
 from spotd.states import JobStatus
 from spotd.store import open_store
@@ -229,3 +236,28 @@ def test_the_engine_counts_a_slow_placement_at_its_own_rate(tmp_path: Path) -> N
         assert eng.context(record).done_hours < 0.32 * ran
     finally:
         store.close()
+
+
+# -- progress as the job itself reports it ------------------------------------------
+
+
+def beat(seq: int, minute: int, step: int | None, total: int | None = 1000) -> InstanceReport:
+    return InstanceReport(f"i-{seq}", "aws", "j", seq, heartbeat_at=T0 + timedelta(minutes=minute),
+                          step=step, total_steps=total)  # fmt: skip
+
+
+def test_the_jobs_latest_count_is_taken_newest_attempt_first() -> None:
+    reports = [beat(2, 5, 300), beat(1, 90, 700), beat(2, 9, 450), beat(2, 12, None)]
+    # Attempt 2 resumed from an earlier checkpoint than attempt 1 reached: its word counts.
+    assert reported_steps(reports) == (450, 1000)
+    assert reported_steps([beat(1, 3, 10, total=None)]) is None
+    assert reported_steps([]) is None
+
+
+def test_done_hours_follow_the_jobs_steps_where_it_reports_them() -> None:
+    spec, ran = job(compute_hours=100), [attempt(30, end=None)]
+    now = T0 + timedelta(hours=30)
+    assert job_done_hours(spec, ran, (250, 1000), now) == 25.0
+    assert job_done_hours(spec, ran, (1200, 1000), now) == 100.0  # never past the whole job
+    # Without the job's word, the daemon's own estimate.
+    assert job_done_hours(spec, ran, None, now) == done_hours(spec, ran, now)

@@ -696,11 +696,14 @@ def test_gang_reports_merge_and_sum_and_older_rows_survive_the_upgrade(store_url
                               gpu_util_sum=90.0, gpu_samples=1, gpu_low_samples=0)  # fmt: skip
         store.save_report(InstanceReport("i-1", "aws", job.id, 1, address="10.0.0.1",
                                          ports="29500,29501", joined_at=at(1)))  # fmt: skip
+        # Asked again: the join stays the first ask's.
+        store.save_report(InstanceReport("i-1", "aws", job.id, 1, joined_at=at(4)))
         store.save_report(beat)
         store.save_report(replace(beat, heartbeat_at=at(3), step=20, gpu_util_sum=40.0,
                                   gpu_low_samples=1))  # fmt: skip
         (mine,) = [r for r in store.reports(job.id) if r.instance_id == "i-1"]
         assert (mine.address, mine.ports, mine.step) == ("10.0.0.1", "29500,29501", 20)
+        assert mine.joined_at == at(1)
         assert (mine.gpu_samples, mine.gpu_low_samples) == (2, 1)
         assert mine.gpu_util_mean_pct == 65.0
     finally:

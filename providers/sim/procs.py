@@ -42,21 +42,6 @@ def signal_group(pgid: int, sig: signal.Signals, expected_start: int | None = No
         os.killpg(pgid, sig)
 
 
-def kill_session(sid: int) -> None:
-    """SIGKILL every process of session ``sid`` (what powering a node off does).
-
-    A process that started a session of its own escapes, as it would a
-    process-group signal; jobs do not do that.
-    """
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[-1].split()
-            if int(fields[3]) == sid:
-                os.kill(int(stat.parent.name), signal.SIGKILL)
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile, or not ours to read
-
-
 def become_subreaper() -> bool:
     """Make this process the reaper of its orphaned descendants (Linux; False elsewhere).
 

@@ -26,7 +26,7 @@ from datetime import datetime
 from pathlib import Path
 
 from spotd.agent_api import agent_token
-from spotd.bootstrap import TAG_ATTEMPT, TAG_JOB
+from spotd.bootstrap import agent_settings
 from spotd.domain import Instance, InstanceState, LaunchRequest, Market, Offering
 from spotd.errors import CapacityError, ProviderError
 from spotd.ledger import NodeUsage
@@ -314,13 +314,10 @@ class SimProvider:
         assert self._agent_link is not None
         daemon_url, daemon_token = self._agent_link
         run_dir = self._paths.run_dir(instance_id)
+        token = agent_token(daemon_token, request.client_token)
         return {
-            "SPOTD_AGENT_PROVIDER": "sim",
+            **agent_settings("sim", request, daemon_url=daemon_url, agent_token=token),
             "SPOTD_AGENT_PROVIDER_NAME": self.name,
-            "SPOTD_AGENT_DAEMON_URL": daemon_url,
-            "SPOTD_AGENT_TOKEN": agent_token(daemon_token, request.client_token),
-            "SPOTD_AGENT_JOB_ID": request.tags.get(TAG_JOB, ""),
-            "SPOTD_AGENT_ATTEMPT": request.tags.get(TAG_ATTEMPT, ""),
             "SPOTD_AGENT_INSTANCE_ID": instance_id,
             "SPOTD_AGENT_ADDRESS": address,
             "SPOTD_AGENT_RUN_DIR": str(run_dir),

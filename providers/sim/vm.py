@@ -28,7 +28,6 @@ from .procs import (
     become_subreaper,
     die_with_parent,
     kill_descendants,
-    kill_session,
     signal_group,
     start_ticks,
 )
@@ -179,15 +178,13 @@ class _Vm:
     def _kill_job(self) -> int:
         assert self.child is not None
         self._signal_job(signal.SIGKILL)
-        code = self.child.wait()
-        self._power_off()
-        return code
+        return self.child.wait()
 
     def _power_off(self) -> None:
-        """Kill whatever the job left in its session: an agent runs the job's command
-        in a process group of its own, which a signal to the agent's group misses."""
-        if self.status.child_pid is not None:
-            kill_session(self.status.child_pid)
+        """Kill whatever the job left behind: an agent runs the job's command in a
+        process group of its own, and a launcher may put its workers in sessions of
+        their own, which a signal to the job's group misses. As this VM's orphans
+        come to it (a child subreaper), all of them are its descendants."""
         kill_descendants(os.getpid())
 
     def _signal_job(self, sig: signal.Signals) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import shlex
 import signal
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -105,6 +106,16 @@ class AgentConfig(BaseModel):
     def reporting_as(self) -> str:
         """The provider name the agent's reports carry, as the daemon knows the provider."""
         return self.provider_name or self.provider
+
+    def speaker(self, instance_id: str) -> dict[str, object]:
+        """The fields every report of this agent starts with: who speaks, and now."""
+        return {
+            "job_id": self.job_id,
+            "attempt": self.attempt,
+            "instance_id": instance_id,
+            "provider": self.reporting_as,
+            "at": datetime.now(UTC),
+        }
 
     @property
     def poll_interval(self) -> float:

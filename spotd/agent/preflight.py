@@ -36,14 +36,20 @@ import uuid
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass, field
-from typing import IO, Literal, Self
+from typing import IO, Self
 
 import fsspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from spotd import checkpoints
 from spotd.agent.gpu import GpuSource
-from spotd.agent.preflight_worker import SPEC_VARIABLE, WorkerFailure, WorkerResult, WorkerSpec
+from spotd.agent.preflight_worker import (
+    SPEC_VARIABLE,
+    Backend,
+    WorkerFailure,
+    WorkerResult,
+    WorkerSpec,
+)
 from spotd.agent_api import GpuReading, PreflightCheck, PreflightFigures
 
 __all__ = [
@@ -53,8 +59,6 @@ __all__ = [
     "gpu_model_matches",
     "run_preflight",
 ]
-
-Backend = Literal["nccl", "gloo"]
 
 DEFAULT_SIZE_MB: dict[Backend, float] = {"gloo": 8.0, "nccl": 256.0}
 """All-reduce buffer per backend: CPU links saturate with little; NVLink needs a big one."""

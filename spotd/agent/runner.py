@@ -17,7 +17,6 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
 from types import FrameType
 
 from spotd.agent.config import AgentConfig
@@ -158,7 +157,7 @@ class _Agent:
         """Report the exit, then release the provider's event (after the report:
         on Azure the acknowledgement may end the VM at once)."""
         if self.outbox is not None:
-            self.outbox.put(ExitReport(exit_code=code, phase=phase, **self._ids()))
+            self.outbox.put(ExitReport(exit_code=code, phase=phase, **self._speaker()))
             if not self.outbox.drain(self.config.report_timeout_seconds):
                 log.warning("daemon did not take the reports within %.0f s; going on",
                             self.config.report_timeout_seconds)
@@ -199,7 +198,7 @@ class _Agent:
                 self._signal_job()
         if self.outbox is not None:
             self.outbox.put(NoticeReport(
-                kind=notice.kind, deadline=notice.deadline, detail=notice.detail, **self._ids()
+                kind=notice.kind, deadline=notice.deadline, detail=notice.detail, **self._speaker()
             ))
 
     def _signal_job(self) -> None:
@@ -245,21 +244,15 @@ class _Agent:
                 log.exception("GPU sample failed")  # one bad sample must not stop the beats
         return HeartbeatReport(
             step=progress.step, total_steps=progress.total_steps,
-            checkpoint=progress.checkpoint, gpus=gpus, **self._ids(),
+            checkpoint=progress.checkpoint, gpus=gpus, **self._speaker(),
         )  # fmt: skip
 
     def _put(self, report: AgentReport) -> None:
         if self.outbox is not None:
             self.outbox.put(report)
 
-    def _ids(self) -> dict[str, object]:
-        return {
-            "job_id": self.config.job_id,
-            "attempt": self.config.attempt,
-            "instance_id": self.instance_id,
-            "provider": self.config.reporting_as,
-            "at": datetime.now(UTC),
-        }
+    def _speaker(self) -> dict[str, object]:
+        return self.config.speaker(self.instance_id)
 
     def _resolve_instance_id(self) -> str:
         if self.config.instance_id:

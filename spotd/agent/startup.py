@@ -20,7 +20,6 @@ import tempfile
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 from spotd.agent.config import AgentConfig
@@ -35,6 +34,7 @@ from spotd.agent.gang import (
 )
 from spotd.agent.gpu import GpuSource
 from spotd.agent.preflight import PreflightPlan, run_preflight
+from spotd.agent.preflight_worker import Backend
 from spotd.agent.reporter import ReportFailed, ReportRejected
 from spotd.agent_api import (
     AgentReport,
@@ -109,7 +109,7 @@ def prepare(
     log.info("gang assembled: rank %d of %d, master %s:%s", roster.rank, roster.nodes,
              roster.master_addr, env["SPOTD_MASTER_PORT"])  # fmt: skip
     figures = _preflight(config, env, roster, gpus)
-    put(PreflightReport(figures=figures, **_ids(config, instance_id)))
+    put(PreflightReport(figures=figures, **config.speaker(instance_id)))
     if not figures.passed:
         log.error("preflight failed: %s", figures.reason)
         return Startup(env, "preflight", EXIT_PREFLIGHT_FAILED)
@@ -126,7 +126,7 @@ def _assemble(
         ports = (plan.fixed_port, plan.fixed_port)
     else:
         ports = (free_port(address), free_port(address))
-    report = JoinReport(address=address, ports=ports, **_ids(config, instance_id))
+    report = JoinReport(address=address, ports=ports, **config.speaker(instance_id))
     if plan.nodes == 1:
         # A gang of one is complete as it is: no need to wait on the daemon (which
         # may be restarting) before the job can start. It still hears of the join.
@@ -173,7 +173,7 @@ def preflight_plan(
     # the utilisation watch): one process per node, and the preflight's default
     # backend, gloo there.
     visible = _gpu_count(gpus) if not simulated else 0
-    backend = "nccl" if visible else "gloo"
+    backend: Backend = "nccl" if visible else "gloo"
     threshold_text = env.get("SPOTD_PREFLIGHT_MIN_BUSBW_GBPS", "")
     threshold = float(threshold_text) if threshold_text else None
     if backend == "gloo" and env.get("SPOTD_PREFLIGHT_THRESHOLD_SOURCE") == "fabric":
@@ -186,7 +186,7 @@ def preflight_plan(
         port=roster.preflight_port,
         node_addr=roster.addresses[roster.rank],
         local_procs=max(1, visible),
-        backend=None if simulated else backend,
+        backend=backend,
         min_busbw_gbps=threshold,
         timeout_seconds=float(
             env.get("SPOTD_PREFLIGHT_TIMEOUT_SECONDS", "") or DEFAULT_PREFLIGHT_SECONDS
@@ -208,13 +208,3 @@ def _gpu_count(gpus: GpuSource | None) -> int:
         # The node checks will say what is wrong with the driver; plan for none.
         log.exception("GPU count unreadable")
         return 0
-
-
-def _ids(config: AgentConfig, instance_id: str) -> dict[str, object]:
-    return {
-        "job_id": config.job_id,
-        "attempt": config.attempt,
-        "instance_id": instance_id,
-        "provider": config.reporting_as,
-        "at": datetime.now(UTC),
-    }

@@ -35,6 +35,9 @@ REPORT_FIELDS = (
 )
 SUMMED_FIELDS = frozenset({"gpu_util_sum", "gpu_samples", "gpu_low_samples"})
 """Fields a report adds to the row's value instead of replacing it (running sums)."""
+FIRST_FIELDS = frozenset({"joined_at"})
+"""Fields the first report that gives them sets for good (a node asks to join until
+its gang is complete: the first ask is the join)."""
 
 
 def insert_prices(conn: Connection, offerings: Sequence[Offering], at: datetime) -> int:
@@ -77,7 +80,8 @@ def select_history(conn: Connection, pool: Pool, since: datetime) -> list[PriceP
 
 
 def upsert_report(conn: Connection, report: InstanceReport) -> None:
-    """Merge a report into the instance's row: fields left None keep their value."""
+    """Merge a report into the instance's row: fields left None keep their value,
+    running sums add up, and a first-only field keeps its first value."""
     values: dict[str, Any] = {
         "instance_id": report.instance_id,
         "provider": report.provider,
@@ -90,12 +94,20 @@ def upsert_report(conn: Connection, report: InstanceReport) -> None:
     dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     stmt = dialect_insert(REPORTS).values(**values)
     update: dict[str, Any] = {
-        f: func.coalesce(REPORTS.c[f], 0) + v if f in SUMMED_FIELDS else v
-        for f, v in changed.items()
+        f: _merged(f, v) for f, v in changed.items()
     } or {"job_id": stmt.excluded.job_id}
     conn.execute(
         stmt.on_conflict_do_update(index_elements=["instance_id", "provider"], set_=update)
     )
+
+
+def _merged(field: str, value: object) -> Any:
+    """What the row's ``field`` becomes when a report brings ``value``."""
+    if field in SUMMED_FIELDS:
+        return func.coalesce(REPORTS.c[field], 0) + value
+    if field in FIRST_FIELDS:
+        return func.coalesce(REPORTS.c[field], value)
+    return value
 
 
 def select_reports(conn: Connection, job_id: str) -> list[InstanceReport]:
