@@ -92,9 +92,11 @@ class DemoSummary(BaseModel):
     on_demand_cost_usd: float
     savings_pct: float
     ledger_usd: float
-    """The job's cost in spotd's ledger, rounded to the cent per provider as bills are."""
+    """The instances' cost in spotd's ledger, rounded to the cent per provider as bills are."""
     provider_bill_usd: float
     """What the simulated providers' own meters charge for the same instances."""
+    egress_usd: float
+    """The checkpoint's moves in the ledger, which no simulated meter bills."""
     digest: str | None
     uninterrupted_digest: str
     digest_matches: bool
@@ -228,22 +230,30 @@ class _Billing:
 
     per_attempt: dict[int, float]
     ledger_usd: float
-    """Rounded to the cent per provider, as each provider's bill is."""
+    """The instances' lines, rounded to the cent per provider as each provider's bill is."""
     bill_usd: float
+    egress_usd: float
 
 
 def _billing(daemon: Daemon, job_id: str) -> _Billing:
     """Read the job's ledger once and ask each simulated provider for its bill.
 
     A provider bills once for all of the job's instances with it, rounded to
-    the cent; the ledger is totalled the same way, per provider, rounded.
+    the cent; the ledger's instance lines are totalled the same way, per
+    provider, rounded. Its egress lines (the checkpoint's moves) are kept
+    apart: the simulated meters bill instances only, and a tenth of a cent of
+    egress would tip the rounding of a total that otherwise matches.
     """
     engine = daemon.engine
     per_attempt: dict[int, float] = {}
     per_provider: dict[str, float] = {}
+    egress = 0.0
     for entry in engine.store.ledger(job_id=job_id):
         per_attempt[entry.attempt] = per_attempt.get(entry.attempt, 0.0) + entry.usd
-        per_provider[entry.provider] = per_provider.get(entry.provider, 0.0) + entry.usd
+        if entry.kind == "egress":
+            egress += entry.usd
+        else:
+            per_provider[entry.provider] = per_provider.get(entry.provider, 0.0) + entry.usd
     instances: dict[str, list[str]] = {}
     for attempt in engine.store.attempts(job_id):
         instances.setdefault(attempt.pool.provider, []).extend(attempt.instance_ids)
@@ -253,7 +263,7 @@ def _billing(daemon: Daemon, job_id: str) -> _Billing:
         if isinstance(provider, SimProvider) and ids:
             bill += provider.bill(ids)
     ledger = sum(round(v, 2) for v in per_provider.values())
-    return _Billing(per_attempt, round(ledger, 2), round(bill, 2))
+    return _Billing(per_attempt, round(ledger, 2), round(bill, 2), round(egress, 4))
 
 
 def _summary(  # noqa: PLR0917 - one value per part of the summary
@@ -291,6 +301,7 @@ def _summary(  # noqa: PLR0917 - one value per part of the summary
         savings_pct=round(100.0 * (1 - cost / on_demand), 1) if on_demand else 0.0,
         ledger_usd=billed.ledger_usd,
         provider_bill_usd=billed.bill_usd,
+        egress_usd=billed.egress_usd,
         digest=digests[-1] if digests else None,
         uninterrupted_digest=expected[-1],
         digest_matches=bool(digests) and digests[-1] == expected[-1],
@@ -315,7 +326,9 @@ def print_summary(s: DemoSummary, console: Console) -> None:
         f"preemptions: {s.preemptions}   providers: {', '.join(s.providers)}\n"
         f"cost: {s.cost_usd:.2f} USD   on-demand: {s.on_demand_cost_usd:.2f} USD   "
         f"saved: {s.savings_pct:.1f} %\n"
-        f"ledger: {s.ledger_usd:.2f} USD   the providers' own bill: {s.provider_bill_usd:.2f} USD\n"
+        f"instances: {s.ledger_usd:.2f} USD in the ledger, "
+        f"{s.provider_bill_usd:.2f} USD by the providers' own meters\n"
+        f"checkpoint moves: {s.egress_usd:.4f} USD\n"
         f"digest: {s.digest}\n"
         f"uninterrupted: {s.uninterrupted_digest} ({ok})\n"
         f"{s.simulated_hours:.2f} simulated hours in {s.wall_seconds:.1f} s",
