@@ -356,7 +356,7 @@ def _spot_offerings(ctx: PlacementContext, offerings: OfferingIndex) -> list[Off
     for gpu in ctx.spec.resources.gpus:
         for off in offerings.bucket(gpu, ctx.spec.resources.gpus_per_node, Market.SPOT):
             reason = checks.reason(off, Market.SPOT)
-            if reason is None or reason.startswith(("no spot capacity", "pool cooling down")):
+            if reason is None or reason.kind.transient:
                 found.append(off)
     return found
 

@@ -112,10 +112,7 @@ def migration(ctx: PlacementContext, off: Offering) -> tuple[float, float]:
     if src is None or (src.region == off.pool.region and src.provider == off.pool.provider):
         return 0.0, 0.0
     size = ctx.spec.checkpoint.size_gb
-    if facts.provider_kind(src.provider) == facts.provider_kind(off.pool.provider):
-        per_gb = facts.INTER_REGION_USD_PER_GB
-    else:
-        per_gb = facts.EGRESS_USD_PER_GB.get(facts.provider_kind(src.provider), 0.12)
+    per_gb = facts.transfer_usd_per_gb(src.provider, off.pool.provider)
     return size * per_gb, size * 8 / facts.TRANSFER_GBPS / 3600
 
 

@@ -1,4 +1,5 @@
-"""Hard filters shared by the policies, each giving the reason it excludes an offering.
+"""Hard filters shared by the policies, each giving the reason it excludes an offering
+(an :class:`~spotd.domain.Exclusion`: the kind, for code, and the detail, for people).
 
 Figures: minimum scale-out bandwidth per GPU by model size (practitioner rule
 of 2026): up to the 7B class 200 Gbps, above it up to 30B 400 Gbps, over 30B
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from spotd.domain import Market, Offering, PlacementContext
+from spotd.domain import Exclusion, ExclusionKind, Market, Offering, PlacementContext
 from spotd.spec import JobSpec, MarketMode
 
 
@@ -41,82 +42,87 @@ def markets_for(spec: JobSpec) -> tuple[Market, ...]:
     return (Market.SPOT, Market.ON_DEMAND)
 
 
-Filter = Callable[[PlacementContext, Offering, Market], str | None]
+Filter = Callable[[PlacementContext, Offering, Market], Exclusion | None]
+
+K = ExclusionKind
 
 
-def gpu_model(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+def gpu_model(ctx: PlacementContext, off: Offering, market: Market) -> Exclusion | None:
     """Excluded where the offering's GPU is not one the job accepts."""
     wanted = ctx.spec.resources.gpus
     if off.gpu.upper() not in wanted:
-        return f"GPU {off.gpu} is not one of {', '.join(wanted)}"
+        return Exclusion(K.GPU_MODEL, f"GPU {off.gpu} is not one of {', '.join(wanted)}")
     return None
 
 
-def gpus_per_node(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+def gpus_per_node(ctx: PlacementContext, off: Offering, market: Market) -> Exclusion | None:
     """Excluded where a node has another number of GPUs than the job asks."""
     wanted = ctx.spec.resources.gpus_per_node
     if off.gpus_per_node != wanted:
-        return f"{off.gpus_per_node} GPUs per node, job needs {wanted}"
+        return Exclusion(K.GPUS_PER_NODE, f"{off.gpus_per_node} GPUs per node, job needs {wanted}")
     return None
 
 
-def provider_allowed(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+def provider_allowed(ctx: PlacementContext, off: Offering, market: Market) -> Exclusion | None:
     """Excluded where ``market.providers`` does not match the provider."""
     if not ctx.spec.allows_provider(off.pool.provider):
-        return f"provider {off.pool.provider} not allowed by market.providers"
-    return None
-
-
-def region_allowed(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
-    """Excluded where ``market.regions`` does not match the region."""
-    if not ctx.spec.allows_region(off.pool.region):
-        return f"region {off.pool.region} not allowed by market.regions"
-    return None
-
-
-def sold(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
-    """Excluded where the offering has no price in this market."""
-    if off.price(market) is None:
-        return f"not sold as {market}"
-    return None
-
-
-def spot_capacity(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
-    """Excluded on spot where the provider's capacity signal says none is left."""
-    # Gang scheduling: the signal is for the pool, and all nodes go in one zone.
-    if market is Market.SPOT and off.capacity is not None and off.capacity <= 0:
-        return "no spot capacity now (provider's capacity signal is 0)"
-    return None
-
-
-def fabric(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
-    """Excluded where the interconnect is slower than the job's size needs."""
-    need = min_gbps_per_gpu(ctx.spec)
-    have = off.interconnect.gbps_per_gpu
-    if have < need:
-        return (
-            f"{off.interconnect.fabric} at {have:g} Gbps/GPU is under the {need:g} Gbps/GPU "
-            f"a {ctx.spec.resources.nodes}-node job of this model size needs"
+        return Exclusion(
+            K.PROVIDER, f"provider {off.pool.provider} not allowed by market.providers"
         )
     return None
 
 
-def price_cap(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+def region_allowed(ctx: PlacementContext, off: Offering, market: Market) -> Exclusion | None:
+    """Excluded where ``market.regions`` does not match the region."""
+    if not ctx.spec.allows_region(off.pool.region):
+        return Exclusion(K.REGION, f"region {off.pool.region} not allowed by market.regions")
+    return None
+
+
+def sold(ctx: PlacementContext, off: Offering, market: Market) -> Exclusion | None:
+    """Excluded where the offering has no price in this market."""
+    if off.price(market) is None:
+        return Exclusion(K.NOT_SOLD, f"not sold as {market}")
+    return None
+
+
+def spot_capacity(ctx: PlacementContext, off: Offering, market: Market) -> Exclusion | None:
+    """Excluded on spot where the provider's capacity signal says none is left."""
+    # Gang scheduling: the signal is for the pool, and all nodes go in one zone.
+    if market is Market.SPOT and off.capacity is not None and off.capacity <= 0:
+        return Exclusion(K.NO_CAPACITY, "no spot capacity now (provider's capacity signal is 0)")
+    return None
+
+
+def fabric(ctx: PlacementContext, off: Offering, market: Market) -> Exclusion | None:
+    """Excluded where the interconnect is slower than the job's size needs."""
+    need = min_gbps_per_gpu(ctx.spec)
+    have = off.interconnect.gbps_per_gpu
+    if have < need:
+        return Exclusion(
+            K.FABRIC,
+            f"{off.interconnect.fabric} at {have:g} Gbps/GPU is under the {need:g} Gbps/GPU "
+            f"a {ctx.spec.resources.nodes}-node job of this model size needs",
+        )
+    return None
+
+
+def price_cap(ctx: PlacementContext, off: Offering, market: Market) -> Exclusion | None:
     """Excluded where the price per GPU-hour is over ``market.max_price_per_gpu_hour``."""
     cap = ctx.spec.market.max_price_per_gpu_hour
     price = off.price(market)
     if cap is not None and price is not None:
         per_gpu = price / off.gpus_per_node
         if per_gpu > cap:
-            return f"{per_gpu:.3f} USD/GPU-hour is over the cap of {cap:g}"
+            return Exclusion(K.PRICE_CAP, f"{per_gpu:.3f} USD/GPU-hour is over the cap of {cap:g}")
     return None
 
 
-def cooldown(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
+def cooldown(ctx: PlacementContext, off: Offering, market: Market) -> Exclusion | None:
     """Excluded on spot while the pool cools down after a preemption or failure."""
     reason = ctx.cooldown.get(off.pool)
     if reason is not None and market is Market.SPOT:
-        return f"pool cooling down: {reason}"
+        return Exclusion(K.COOLING_DOWN, f"pool cooling down: {reason}")
     return None
 
 
@@ -136,8 +142,8 @@ HARD_FILTERS: Sequence[Filter] = (
 """Every hard filter, in the order their reasons are reported."""
 
 
-def first_exclusion(ctx: PlacementContext, off: Offering, market: Market) -> str | None:
-    """The reason of the first hard filter that rejects, or None when all pass."""
+def first_exclusion(ctx: PlacementContext, off: Offering, market: Market) -> Exclusion | None:
+    """The exclusion of the first hard filter that rejects, or None when all pass."""
     for check in HARD_FILTERS:
         reason = check(ctx, off, market)
         if reason is not None:
@@ -145,14 +151,17 @@ def first_exclusion(ctx: PlacementContext, off: Offering, market: Market) -> str
     return None
 
 
-def over_budget(ctx: PlacementContext, expected_cost: float) -> str | None:
-    """Reason to exclude a candidate whose expected cost breaks the job's budget."""
+def over_budget(ctx: PlacementContext, expected_cost: float) -> Exclusion | None:
+    """The exclusion of a candidate whose expected cost breaks the job's budget."""
     budget = ctx.spec.budget
     if budget is None:
         return None
     left = budget.max_usd - ctx.spent_usd
     if expected_cost > left:
-        return f"expected cost {expected_cost:,.2f} USD is over the {left:,.2f} USD left in budget"
+        return Exclusion(
+            K.OVER_BUDGET,
+            f"expected cost {expected_cost:,.2f} USD is over the {left:,.2f} USD left in budget",
+        )
     return None
 
 
@@ -175,7 +184,7 @@ class Screen:
         self._providers: dict[str, bool] = {}
         self._regions: dict[str, bool] = {}
 
-    def reason(self, off: Offering, market: Market) -> str | None:
+    def reason(self, off: Offering, market: Market) -> Exclusion | None:
         """Why the offering is excluded in that market, or None."""
         ctx = self.ctx
         if off.gpu.upper() not in self._gpus:

@@ -44,6 +44,7 @@ from spotd.errors import (
 )
 from spotd.gang import attempt_reports, roster_for
 from spotd.metrics import Outboxlike, create_metrics_router
+from spotd.planning import PlanView, plan_submitted
 from spotd.spec import JobSpec
 from spotd.states import TERMINAL
 from spotd.views import EventView, JobView, MarketView, event_view, job_view, market_view
@@ -182,15 +183,16 @@ def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) 
 
 
 def create_jobs_router(engine: Engine, *, dependencies: Sequence[Any] = ()) -> APIRouter:
-    """The job routes (submit, list, show, events, cancel, logs) and the prices,
+    """The job routes (submit, list, show, events, plan, cancel, logs) and the prices,
     each guarded by ``dependencies``."""
     router = APIRouter(dependencies=list(dependencies))
 
     def view(ref: str) -> JobView:
         job = engine.store.find_job(ref)
         return job_view(
-            job, engine.store.attempts(job.id), engine.clock.now(), engine.store.reports(job.id)
-        )
+            job, engine.store.attempts(job.id), engine.clock.now(), engine.store.reports(job.id),
+            engine.store.ledger(job_id=job.id),
+        )  # fmt: skip
 
     @router.post("/v1/jobs", status_code=201)
     def submit(body: SubmitBody) -> JobView:
@@ -214,7 +216,10 @@ def create_jobs_router(engine: Engine, *, dependencies: Sequence[Any] = ()) -> A
         listed = engine.store.list_jobs()
         if not all:
             listed = [j for j in listed if j.status not in TERMINAL]
-        return [job_view(j, engine.store.attempts(j.id), now) for j in listed]
+        return [
+            job_view(j, engine.store.attempts(j.id), now, ledger=engine.store.ledger(job_id=j.id))
+            for j in listed
+        ]
 
     @router.get("/v1/jobs/{ref}")
     def job(ref: str) -> JobView:
@@ -224,6 +229,11 @@ def create_jobs_router(engine: Engine, *, dependencies: Sequence[Any] = ()) -> A
     def events(ref: str) -> list[EventView]:
         job = engine.store.find_job(ref)
         return [event_view(e) for e in engine.store.events(job.id)]
+
+    @router.get("/v1/jobs/{ref}/plan")
+    def plan(ref: str, policy: str | None = None) -> PlanView:
+        # The engine's context: the job's cooldowns, current placement and progress.
+        return plan_submitted(engine, engine.store.find_job(ref), policy)
 
     @router.post("/v1/jobs/{ref}/cancel")
     def cancel(ref: str) -> JobView:

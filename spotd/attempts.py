@@ -1,6 +1,7 @@
-"""What a job's attempts say: its cost, the pools to avoid, its open attempt.
+"""What a job's attempts say: the pools to avoid, its open attempt.
 
-Its progress is counted in :mod:`spotd.progress`.
+Its progress is counted in :mod:`spotd.progress`, its cost in :mod:`spotd.ledger`
+(:func:`spotd.ledger.spend_so_far`).
 
 Pure functions over attempt records (and agent reports), used by the engine
 and by anything else that needs the same answers (views, reports).
@@ -24,11 +25,6 @@ POOL_TROUBLE = frozenset(
         AttemptEnd.PREFLIGHT_FAILED,
     }
 )
-
-
-def job_cost(attempts: Sequence[AttemptRecord], now: datetime) -> float:
-    """What the job's attempts cost so far, open ones up to ``now``."""
-    return sum(a.cost_usd(until=now) for a in attempts)
 
 
 def cooldowns(

@@ -1,8 +1,8 @@
 """Boot scripts that install spotd on a new VM and start the agent around the job.
 
-One bash script serves all three carriers: EC2 user data, a GCE
-``startup-script`` and Azure custom data (cloud-init runs a custom data that
-starts with ``#!``). The template is rendered with autoescape off (this is
+One bash script serves every provider kind's carrier (``ProviderKind.boot``:
+its name and size limit, in the kind's package; cloud-init runs a custom data
+that starts with ``#!``). The template is rendered with autoescape off (this is
 shell, not HTML) and every value passes through :func:`shlex.quote`; the only
 text inserted verbatim is the operator's ``install`` line, which is a command.
 
@@ -18,23 +18,17 @@ import re
 import shlex
 from collections.abc import Callable, Mapping
 from functools import cache
-from typing import Literal
 
 import jinja2
 
-from spotd.agent.config import DEFAULT_METADATA_URLS
 from spotd.agent_api import agent_token as derive_agent_token
 from spotd.domain import LaunchRequest
+from spotd.errors import UnknownProviderKind
+from spotd.kinds import BootCarrier
+from spotd.registry import load_kind
 
-BootKind = Literal["aws", "gcp", "azure"]
-
-CARRIERS: dict[str, str] = {
-    "aws": "EC2 user data",
-    "gcp": "GCE startup-script",
-    "azure": "Azure custom data via cloud-init",
-}
-MAX_BYTES: dict[str, int] = {"aws": 16 * 1024, "gcp": 256 * 1024, "azure": 64 * 1024}
-"""Each carrier's size limit (AWS counts before base64, Azure after; we check raw)."""
+BootKind = str
+"""The name of a provider kind whose nodes get a boot script (its ``boot`` is set)."""
 
 DEFAULT_INSTALL = "pip install spotd"
 # The engine's tag names (spotd.engine.TAG_JOB / TAG_ATTEMPT, checked by a test),
@@ -75,13 +69,12 @@ def render_bootstrap(
     ValueError on an env name that is not a shell identifier, a missing tag, or
     a script over the carrier's size limit.
     """
-    if kind not in CARRIERS:
-        raise ValueError(f"no bootstrap for provider kind {kind!r}")
+    carrier = _carrier(kind)
     job_id, attempt = _ids(request.tags)
     settings = agent_settings(kind, request, daemon_url=daemon_url, agent_token=agent_token)
     script = _environment().get_template("bootstrap.sh.j2").render(
         kind=kind,
-        carrier=CARRIERS[kind],
+        carrier=carrier.description,
         install=install,
         # The agent's settings last, so a job env cannot override them.
         env_lines=env_lines({**request.env, **settings}),
@@ -89,12 +82,23 @@ def render_bootstrap(
         job_id=job_id,
         attempt=attempt,
     )
-    if len(script.encode()) > MAX_BYTES[kind]:
+    if len(script.encode()) > carrier.max_bytes:
         raise ValueError(
-            f"boot script is {len(script.encode())} bytes, over the {CARRIERS[kind]} "
-            f"limit of {MAX_BYTES[kind]}: move large env values elsewhere"
+            f"boot script is {len(script.encode())} bytes, over the {carrier.description} "
+            f"limit of {carrier.max_bytes}: move large env values elsewhere"
         )
     return script
+
+
+def _carrier(kind: str) -> BootCarrier:
+    """The boot carrier of provider kind ``kind``; ValueError when it has none."""
+    try:
+        carrier = load_kind(kind).boot
+    except UnknownProviderKind:
+        carrier = None
+    if carrier is None:
+        raise ValueError(f"no bootstrap for provider kind {kind!r}")
+    return carrier
 
 
 def agent_settings(
@@ -108,7 +112,7 @@ def agent_settings(
     job_id, attempt = _ids(request.tags)
     return {
         "SPOTD_AGENT_PROVIDER": kind,
-        "SPOTD_AGENT_METADATA_URL": DEFAULT_METADATA_URLS[kind],
+        "SPOTD_AGENT_METADATA_URL": load_kind(kind).metadata_url,
         "SPOTD_AGENT_DAEMON_URL": daemon_url,
         "SPOTD_AGENT_TOKEN": agent_token,
         "SPOTD_AGENT_JOB_ID": job_id,

@@ -365,7 +365,13 @@ def _usd(price: float | None) -> str:
 
 @app.command()
 def plan(  # noqa: PLR0917 (typer options)
-    job_file: Annotated[Path, typer.Argument(help="The job.toml to plan.")],
+    job: Annotated[
+        str,
+        typer.Argument(
+            help="A job.toml, or a submitted job's id, id prefix or name (an existing file wins).",
+            show_default=False,
+        ),
+    ],
     policy: Annotated[str | None, typer.Option(help="Policy name (default: configured).")] = None,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
@@ -374,10 +380,15 @@ def plan(  # noqa: PLR0917 (typer options)
         bool, typer.Option("--excluded", help="List every excluded offering and why.")
     ] = False,
 ) -> None:
-    """Show where a job would run and why, and why the other offerings were excluded."""
-    from spotd.planning import plan_job
+    """Show where a job would run and why, and why the other offerings were excluded.
 
-    view = _guard(lambda: plan_job(load_job_file(job_file), _settings(config), policy))
+    A job file is planned here as a new job (not running, nothing spent, no
+    cooldowns), without asking the daemon. A submitted job is planned by the
+    running daemon as its engine would place it now: with the job's cooldowns,
+    current placement, progress and spend. JOB names a file when that file
+    exists, or when it ends in .toml or has a folder part; else a submitted job.
+    """
+    view = _guard(lambda: _plan_view(job, config, policy))
     if as_json:
         out.print_json(view.model_dump_json())
         return
@@ -400,6 +411,22 @@ def plan(  # noqa: PLR0917 (typer options)
         out.print(_excluded_table(out_of))
     elif out_of:
         _print_exclusions(out_of, len(view.candidates))
+
+
+def _plan_view(job: str, config: Path | None, policy: str | None) -> PlanView:
+    """The plan of a job file (an existing file wins), or of a submitted job by the daemon."""
+    path = Path(job)
+    if path.is_file() or path.suffix == ".toml" or path.name != job:
+        from spotd.planning import plan_job
+
+        return plan_job(load_job_file(path), _settings(config), policy)
+    from spotd.client import Client
+
+    client = Client.from_settings(_settings(config))
+    try:
+        return client.plan(job, policy)
+    finally:
+        client.close()
 
 
 def _print_environment(view: PlanView, c: CandidateView) -> None:
@@ -468,28 +495,32 @@ def _excluded_table(rows: list[CandidateView]) -> Table:
     table.add_column("OFFERING", overflow="fold")
     table.add_column("MARKET")
     table.add_column("USD/H", justify="right")
+    table.add_column("KIND", no_wrap=True)
     table.add_column("EXCLUDED BECAUSE", overflow="fold")
     for x in rows:
-        table.add_row(_offering_cell(x), x.market, f"{x.price_per_hour:,.2f}",
+        table.add_row(_offering_cell(x), x.market, f"{x.price_per_hour:,.2f}", _kind(x),
                       escape(x.excluded or ""))  # fmt: skip
     return table
 
 
-_REASONS_SHOWN = 6
-"""Distinct exclusion reasons listed by default; ``--excluded`` lists every offering."""
+def _kind(x: CandidateView) -> str:
+    """The kind of rule that excluded ``x`` (``other`` from a daemon that does not say)."""
+    return str(x.excluded_kind) if x.excluded_kind is not None else "other"
 
 
 def _print_exclusions(rows: list[CandidateView], total: int) -> None:
-    """How many offerings each reason excluded, most first."""
-    ranked = Counter(x.excluded for x in rows).most_common()
-    shown, rest = ranked[:_REASONS_SHOWN], ranked[_REASONS_SHOWN:]
+    """How many offerings each kind of rule excluded, most first, with its commonest detail."""
+    by_kind: dict[str, Counter[str]] = {}
+    for x in rows:
+        by_kind.setdefault(_kind(x), Counter())[x.excluded or ""] += 1
+    ranked = sorted(by_kind.items(), key=lambda item: -item[1].total())
+    width = max(len(kind) for kind in by_kind)
     out.print(f"{len(rows)} of {total} candidates excluded (--excluded lists each):")
-    for reason, n in shown:
-        out.print(f"  {n:>4}  {escape(reason or '')}", highlight=False)
-    if rest:
-        reasons = "reason" if len(rest) == 1 else "reasons"
-        others = sum(n for _, n in rest)
-        out.print(f"  {others:>4}  for {len(rest)} other {reasons}", highlight=False)
+    for kind, details in ranked:
+        (detail, _), *others = details.most_common()
+        more = f" (+{len(others)} more)" if others else ""
+        out.print(f"  {details.total():>4}  {kind:<{width}}  {escape(detail)}{more}",
+                  highlight=False)  # fmt: skip
 
 
 def _period(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 from pydantic import TypeAdapter, ValidationError
@@ -12,6 +12,9 @@ from spotd.config import Settings
 from spotd.errors import ApiError
 from spotd.spec import JobSpec
 from spotd.views import EventView, JobView, MarketView
+
+if TYPE_CHECKING:
+    from spotd.planning import PlanView
 
 T = TypeVar("T")
 _JOB = TypeAdapter(JobView)
@@ -116,6 +119,14 @@ class Client:
     def events(self, ref: str) -> list[EventView]:
         """Every transition of a job, oldest first."""
         return self._typed(_EVENTS, "GET", f"/v1/jobs/{ref}/events")
+
+    def plan(self, ref: str, policy: str | None = None) -> PlanView:
+        """What the daemon's engine would choose for a submitted job now, and why
+        (``policy``: ask that installed policy instead of the daemon's)."""
+        from spotd.planning import PlanView  # the planner's imports: only for this call
+
+        params = {"policy": policy} if policy is not None else {}
+        return self._typed(TypeAdapter(PlanView), "GET", f"/v1/jobs/{ref}/plan", params=params)
 
     def cancel(self, ref: str) -> JobView:
         """Cancel a job and stop its instances."""

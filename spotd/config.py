@@ -13,12 +13,12 @@ import socket
 import threading
 import tomllib
 from collections.abc import Mapping
-from datetime import datetime
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -26,11 +26,10 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from spotd.errors import ConfigError
+from spotd.errors import ConfigError, UnknownProviderKind
+from spotd.kinds import AnyKind
 from spotd.mail import EmailSettings
-from spotd.providers.aws.settings import AwsSettings
-from spotd.providers.azure.settings import AzureSettings
-from spotd.providers.gcp.settings import GcpSettings
+from spotd.registry import kind_names, provider_kinds
 
 
 class DaemonSettings(BaseModel):
@@ -75,45 +74,52 @@ class SchedulingSettings(BaseModel):
     """Real seconds between two price polls of a cloud (the simulator is polled every tick)."""
 
 
-class SimSettings(BaseModel):
-    """The ``[providers.sim]`` table: the simulated market."""
+class ProvidersBase(BaseModel):
+    """The ``[providers]`` table: one ``[providers.<name>]`` table per installed kind.
 
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = True
-    seed: int = 7
-    speed: float = Field(default=60.0, gt=0)
-    """Simulated seconds per real second."""
-    mean_up_hours: float = Field(default=6.0, gt=0)
-    """Mean time a spot pool stays available."""
-    mean_down_hours: float = Field(default=2.0, gt=0)
-    """Mean time a spot pool stays out of capacity."""
-    boot_seconds: float = Field(default=300.0, ge=0)
-    """Simulated time from launch request to the job's command starting."""
-    traces: dict[str, Path] = Field(default_factory=dict)
-    """Pattern -> trace file (format of the shared traces) to drive matching pools instead.
-
-    A pattern without ``/`` is a glob on the zone (``us-east-1a``, ``us-east-*``);
-    one with ``/`` a glob on ``provider/zone/instance_type``. The first match wins.
+    The fields are the installed provider kinds (:mod:`spotd.registry`), each
+    typed by its kind's settings model, so a third-party kind's table is read,
+    validated and overridden from ``SPOTD_PROVIDERS__<NAME>__<KEY>`` like the
+    shipped ones'. A table of no installed kind is refused.
     """
-    epoch: datetime | None = None
-    """Simulated time at the first start on a fresh data_dir; default: the wall clock then."""
-
-
-class ProvidersSettings(BaseModel):
-    """The ``[providers]`` table: the simulated market and the three clouds."""
 
     model_config = ConfigDict(extra="forbid")
 
-    sim: SimSettings = Field(default_factory=SimSettings)
-    aws: AwsSettings = Field(default_factory=AwsSettings)
-    gcp: GcpSettings = Field(default_factory=GcpSettings)
-    azure: AzureSettings = Field(default_factory=AzureSettings)
+    if TYPE_CHECKING:
+        # The fields are made at run time from the installed kinds.
+        def __init__(self, **tables: Any) -> None: ...
 
-    @property
-    def clouds_enabled(self) -> list[str]:
-        """Names of the enabled cloud providers."""
-        return [n for n in ("aws", "gcp", "azure") if getattr(self, n).enabled]
+        def __getattr__(self, name: str) -> Any: ...
+
+    def table(self, kind: str) -> BaseModel:
+        """The settings table of the kind named ``kind``."""
+        if kind not in type(self).model_fields:
+            raise UnknownProviderKind(
+                f"no provider kind named {kind!r} (installed: {', '.join(kind_names())})"
+            )
+        table: BaseModel = getattr(self, kind)
+        return table
+
+    def enabled_kinds(self) -> list[tuple[AnyKind, BaseModel]]:
+        """The enabled kinds with their tables, by kind name."""
+        pairs = [(kind, self.table(kind.name)) for kind in provider_kinds()]
+        return [(kind, table) for kind, table in pairs if kind.is_enabled(table)]
+
+
+def _providers_model() -> type[ProvidersBase]:
+    fields: dict[str, Any] = {
+        kind.name: (kind.settings, Field(default_factory=kind.settings))
+        for kind in provider_kinds()
+    }
+    return create_model(
+        "ProvidersSettings", __base__=ProvidersBase, __module__=__name__, **fields
+    )
+
+
+if TYPE_CHECKING:
+    ProvidersSettings = ProvidersBase
+else:
+    ProvidersSettings = _providers_model()
 
 
 class AgentSettings(BaseModel):
@@ -179,9 +185,14 @@ class Settings(BaseSettings):
     def address_file(self) -> Path:
         return self.data_dir / "daemon.json"
 
+    def state_dir(self, kind: str) -> Path:
+        """The folder of provider kind ``kind``'s own state (the simulator's market)."""
+        return self.data_dir / kind
+
     @property
     def sim_state_dir(self) -> Path:
-        return self.data_dir / "sim"
+        """The simulated market's state: ``state_dir`` of the kind its table names."""
+        return self.state_dir("sim")
 
     @property
     def checkpoints_dir(self) -> Path:
@@ -220,13 +231,22 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
         except ValidationError as exc:
             written = _read_toml(path)
             problems = [
-                _problem(e["loc"], e["msg"], path, written, overrides) for e in exc.errors()
+                _problem(e["loc"], _message(e), path, written, overrides) for e in exc.errors()
             ]
             raise ConfigError("invalid configuration: " + "; ".join(problems)) from exc
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path or 'environment'}: {exc}") from exc
         finally:
             Settings._toml_path = None
+
+
+def _message(error: ErrorDetails) -> str:
+    """The error's message; for a ``[providers.<name>]`` table of no installed kind,
+    one naming the kinds that are installed."""
+    loc = error["loc"]
+    if error["type"] == "extra_forbidden" and len(loc) == 2 and loc[0] == "providers":
+        return f"no provider kind named {loc[1]!r} is installed (known: {', '.join(kind_names())})"
+    return error["msg"]
 
 
 def _problem(

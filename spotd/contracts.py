@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from spotd.domain import (
     AttemptRecord,
@@ -27,6 +28,9 @@ from spotd.ledger import LedgerEntry
 from spotd.spec import JobSpec
 
 if TYPE_CHECKING:
+    from spotd.agent.config import AgentConfig
+    from spotd.agent.watchers import NoticeWatcher
+    from spotd.kinds import BuiltProviders, ProviderContext
     from spotd.ledger import NodeUsage
 from spotd.states import JobStatus, Transition
 
@@ -228,4 +232,37 @@ class Notifier(Protocol):
         ``images`` maps a Content-ID to PNG bytes shown inline in ``html``,
         which refers to each as ``cid:<content-id>``.
         """
+        ...
+
+
+SettingsT_contra = TypeVar("SettingsT_contra", contravariant=True)
+
+
+class ProviderFactory(Protocol[SettingsT_contra]):
+    """A provider kind's ``build`` hook (:class:`spotd.kinds.ProviderKind`)."""
+
+    def __call__(self, settings: SettingsT_contra, context: ProviderContext, /) -> BuiltProviders:
+        """The kind's providers from its ``[providers.<name>]`` table.
+
+        Loads the kind's SDK if it has one. Raises ConfigError, or ValueError for a
+        setting the kind refuses (reported against its table).
+        """
+        ...
+
+
+class NoticeWatcherFactory(Protocol):
+    """A provider kind's ``notice_watcher`` hook: the agent's watcher on its nodes."""
+
+    def __call__(self, config: AgentConfig, /) -> NoticeWatcher:
+        """The watcher of ``config``'s metadata service (``config.metadata_base``) polling
+        every ``config.poll_interval`` seconds."""
+        ...
+
+
+class ClockOpener(Protocol):
+    """A provider kind's ``open_clock`` hook: the clock its records are on."""
+
+    def __call__(self, state_dir: Path, /) -> Clock | None:
+        """The kind's saved clock in ``state_dir``; None when it has not started.
+        Raises OSError or ValueError on an unreadable one."""
         ...

@@ -27,6 +27,7 @@ from spotd.config import Settings
 from spotd.contracts import AgentHost
 from spotd.engine import Engine
 from spotd.mail import schedule_mail
+from spotd.registry import find_kind_of
 from spotd.tokens import ensure_token
 from spotd.wiring import build_engine, build_mailer_for
 
@@ -126,9 +127,12 @@ class Daemon:
             max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
         )
         for name in self.engine.providers:
-            # The simulator's market moves with its fast clock; a cloud's API
-            # has rate limits and its prices move over minutes.
-            poll = every if name.startswith("sim-") else self.settings.scheduling.price_poll_seconds
+            # The provider's kind says how often (the simulator's market moves with
+            # its fast clock); a cloud's API has rate limits and its prices move
+            # over minutes: [scheduling] price_poll_seconds.
+            kind = find_kind_of(name)
+            own = None if kind is None else kind.price_poll_seconds
+            poll = self.settings.scheduling.price_poll_seconds if own is None else max(every, own)
             self.scheduler.add_job(
                 self.engine.market.refresh, "interval", args=[name], seconds=poll,
                 id=f"poll-{name}", max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),

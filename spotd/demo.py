@@ -31,13 +31,13 @@ from spotd.config import (
     ProvidersSettings,
     SchedulingSettings,
     Settings,
-    SimSettings,
 )
 from spotd.daemon import Daemon
-from spotd.domain import Market, PlacementContext
+from spotd.domain import Market
 from spotd.errors import SpotdError
 from spotd.policies.on_demand import OnDemandPolicy
-from spotd.providers.sim import SimProvider
+from spotd.policy_context import placement_context
+from spotd.providers.sim import SimProvider, SimSettings
 from spotd.spec import JobSpec
 from spotd.states import JobStatus
 from spotd.views import EventView, JobView
@@ -215,11 +215,19 @@ def _on_demand_cost(daemon: Daemon, job: JobView, options: DemoOptions) -> float
     """The same work on the cheapest adequate on-demand offering, booted once."""
     engine = daemon.engine
     spec = engine.store.get_job(job.id).spec
-    ctx = PlacementContext(job_id=job.id, spec=spec, now=engine.clock.now())
-    decision = OnDemandPolicy().place(ctx, engine.market.offerings())
+    # As a new job: the comparison is a run booted once, on demand, from the start.
+    offerings = engine.market.offerings()
+    ctx = placement_context(
+        job.id,
+        spec,
+        engine.clock.now(),
+        pools=(o.pool for o in offerings),
+        changeover_hours=engine.settings.changeover_hours,
+    )
+    decision = OnDemandPolicy().place(ctx, offerings)
     if decision.choice is None or decision.choice.market is not Market.ON_DEMAND:
         raise SpotdError("no on-demand offering to compare the demo with")
-    boot = daemon.settings.providers.sim.boot_seconds
+    boot: float = daemon.settings.providers.sim.boot_seconds
     work = options.steps * options.step_seconds * options.speed
     return decision.choice.price_per_hour * (boot + work) / 3600.0
 

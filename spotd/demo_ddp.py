@@ -40,12 +40,11 @@ from spotd.config import (
     ProvidersSettings,
     SchedulingSettings,
     Settings,
-    SimSettings,
 )
 from spotd.daemon import Daemon
 from spotd.demo import DIGEST, EPOCH, event_line
 from spotd.errors import SpotdError
-from spotd.providers.sim import SimProvider
+from spotd.providers.sim import SimProvider, SimSettings
 from spotd.spec import JobSpec
 from spotd.states import JobStatus
 from spotd.views import AttemptView, JobView

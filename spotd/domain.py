@@ -212,14 +212,6 @@ class AttemptRecord:
     def open(self) -> bool:
         return self.ended_at is None
 
-    def cost_usd(self, until: datetime | None = None) -> float:
-        """Cost from launch request to end (or ``until``), per-second billing."""
-        end = self.ended_at or until
-        if end is None:
-            return 0.0
-        hours = max(0.0, (end - self.started_at).total_seconds() / 3600.0)
-        return hours * self.price_per_node_hour * self.nodes
-
 
 @dataclass(frozen=True, slots=True)
 class EventRecord:
@@ -252,12 +244,59 @@ class JobRecord:
     reader holding the attempts of an equal version holds the current ones."""
 
 
+class ExclusionKind(StrEnum):
+    """Which rule ruled a candidate out: the hard filters, in the order they are
+    checked (``spotd.policies.filters.HARD_FILTERS``), then the budget."""
+
+    GPU_MODEL = "gpu-model"
+    """The offering's GPU is not one the job accepts."""
+    GPUS_PER_NODE = "gpus-per-node"
+    """A node has another number of GPUs than the job asks."""
+    FABRIC = "fabric"
+    """The scale-out interconnect is slower than the job's size needs."""
+    PROVIDER = "provider"
+    """``market.providers`` does not match the provider."""
+    REGION = "region"
+    """``market.regions`` does not match the region."""
+    NOT_SOLD = "not-sold"
+    """The offering has no price in this market."""
+    PRICE_CAP = "price-cap"
+    """The price per GPU-hour is over ``market.max_price_per_gpu_hour``."""
+    NO_CAPACITY = "no-capacity"
+    """The provider's spot capacity signal says none is left now."""
+    COOLING_DOWN = "cooling-down"
+    """The spot pool cools down after a preemption or failure of this job."""
+    OVER_BUDGET = "over-budget"
+    """The expected cost is over what is left of the job's budget."""
+
+    @property
+    def transient(self) -> bool:
+        """Whether it rules the offering out for now only (capacity or a cooldown comes
+        back), not for what the offering or the job is."""
+        return self in _TRANSIENT
+
+
+_TRANSIENT = frozenset({ExclusionKind.NO_CAPACITY, ExclusionKind.COOLING_DOWN})
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    """Why a candidate is ruled out: the rule (``kind``, for code to decide on) and
+    ``detail``, the sentence a person reads (``spotd plan``)."""
+
+    kind: ExclusionKind
+    detail: str
+
+    def __str__(self) -> str:
+        return self.detail
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """One way to run a job, as a policy scored it.
 
     ``price_per_hour`` is for all nodes. ``excluded`` is None for a usable
-    candidate and otherwise says which hard filter ruled it out and why.
+    candidate and otherwise says which rule ruled it out and why.
     ``breakdown`` carries the named parts of ``expected_cost_usd``.
     """
 
@@ -266,7 +305,7 @@ class Candidate:
     nodes: int
     price_per_hour: float
     expected_cost_usd: float
-    excluded: str | None = None
+    excluded: Exclusion | None = None
     breakdown: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -291,7 +330,8 @@ class PlacementContext:
     """What a policy knows of a job when it places (or re-places) it.
 
     ``cooldown`` maps pools that recently failed or preempted this job to the
-    reason, until their cooldown ends. ``spent_usd`` is the job's cost so far.
+    reason, until their cooldown ends. ``spent_usd`` is the job's cost so far by its
+    ledger (:func:`spotd.ledger.spend_so_far`).
     ``current`` and ``current_market`` say where the job runs now (None when
     it is not running), ``done_hours`` how much of ``spec.deadline.compute_hours``
     is behind it, and ``changeover_hours`` what a new start costs in time

@@ -10,6 +10,7 @@ instances that no open attempt owns are stopped by :meth:`Engine.reap`.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from spotd import checkpoints
-from spotd.attempts import cooldowns, job_cost, open_attempt, with_report
+from spotd.attempts import open_attempt, with_report
 from spotd.checkpoints import checkpoint_interval, saves_on_notice
 from spotd.contracts import Clock, Metered, Policy, Provider, Store
 from spotd.domain import (
@@ -56,9 +57,16 @@ from spotd.gang import (
     gang_state,
     preflight_summary,
 )
-from spotd.ledger import NodeUsage, record_ledger, usage_from_instances
+from spotd.ledger import (
+    LedgerEntry,
+    NodeUsage,
+    record_ledger,
+    spend_so_far,
+    usage_from_instances,
+)
 from spotd.market import MarketCache, unoffered_gpus
-from spotd.progress import job_done_hours, reported_steps, work_per_hour
+from spotd.policy_context import placement_context
+from spotd.progress import work_per_hour
 from spotd.spec import JobSpec, deadline_controlled
 from spotd.states import TERMINAL, FailureCause, JobStatus, Transition, transition
 from spotd.stats import HistoryStats, expected_preemptions
@@ -165,7 +173,11 @@ class Engine:
         self._replanned_at: dict[str, float] = {}
         self._kept: dict[str, tuple[int, list[AttemptRecord]]] = {}
         """The attempts of the jobs of the last pass, by job id, with the job's version."""
+        self._bills: dict[str, tuple[int, list[LedgerEntry]]] = {}
+        """The stored ledger lines of jobs, by job id, with the job's version they were read at."""
         self._pass: _Pass | None = None
+        self._placing = threading.Lock()
+        """Held while a policy places a job: the reconcile loop and the API may both ask."""
         self.on_end: Callable[[JobRecord], None] | None = None
         """Called with a job that just reached a terminal status (e.g. the mailer)."""
         self.stats = HistoryStats(
@@ -205,6 +217,7 @@ class Engine:
         # One query for all attempts, one for all agent reports, one describe
         # per provider: a pass over 10,000 jobs must not make 40,000 calls.
         self._pass = self._prefetch(jobs)
+        self._bills = {i: b for i, b in self._bills.items() if i in owned}
         try:
             for job in jobs:
                 self.step(job)
@@ -222,36 +235,30 @@ class Engine:
         except Exception:
             log.exception("job %s: unexpected error; the daemon goes on", job.id)
 
-    def plan(self, job: JobRecord) -> Decision:
-        """What the policy would choose for the job now."""
-        return self.policy.place(self.context(job), self.market.offerings())
+    def plan(self, job: JobRecord, policy: Policy | None = None) -> Decision:
+        """What the policy (the engine's, or ``policy``) would choose for the job now.
+
+        Safe to call from another thread (the API's ``spotd plan JOB``): one
+        placement at a time asks the policy, which may keep per-job state.
+        """
+        with self._placing:
+            return (policy or self.policy).place(self.context(job), self.market.offerings())
 
     def context(self, job: JobRecord) -> PlacementContext:
-        """Everything the policy may know of the job now."""
+        """Everything the policy may know of the job now (:mod:`spotd.policy_context`)."""
         now = self.clock.now()
         attempts = self._attempts(job.id)
-        running = open_attempt(attempts)
-        if running is not None and running.running_at is None:
-            running = None
-        return PlacementContext(
-            job_id=job.id,
-            spec=job.spec,
-            now=now,
-            spent_usd=job_cost(attempts, now),
-            current=running.pool if running else None,
-            current_market=running.market if running else None,
-            cooldown=cooldowns(
-                attempts,
-                now,
-                timedelta(hours=self.settings.cooldown_hours),
-                (o.pool for o in self.market.offerings()),
-            ),
-            done_hours=job_done_hours(
-                job.spec, attempts, reported_steps(self._reports(job.id)), now
-            ),
+        return placement_context(
+            job.id,
+            job.spec,
+            now,
+            attempts=attempts,
+            reports=self._reports(job.id),
+            pools=(o.pool for o in self.market.offerings()),
+            cooldown_hours=self.settings.cooldown_hours,
             changeover_hours=self.settings.changeover_hours,
+            spent_usd=self._spent(job, attempts, now),
             stats=self.stats.at(now),
-            checkpoint_at=attempts[-1].pool if attempts else None,
         )
 
     def cancel(self, job: JobRecord) -> JobRecord:
@@ -259,9 +266,7 @@ class Engine:
         attempt = open_attempt(self._attempts(job.id))
         close = AttemptClose(attempt.id, AttemptEnd.CANCELLED) if attempt else None
         job = self._move(job, JobStatus.CANCELLED, "cancelled by user", close=close)
-        if attempt is not None:
-            self._terminate(attempt)
-        self._bill(job)
+        self._settle(job, attempt)
         return job
 
     def reap(self) -> int:
@@ -322,8 +327,9 @@ class Engine:
         except CheckpointError as exc:
             # Stored before the daemon lost the backend (or by an older one): no pass
             # would ever place it, so say so rather than wait forever.
-            self._move(job, JobStatus.FAILED, "checkpoint location unusable", detail=str(exc),
-                       failure=FailureCause.INVALID_SPEC)  # fmt: skip
+            job = self._move(job, JobStatus.FAILED, "checkpoint location unusable",
+                             detail=str(exc), failure=FailureCause.INVALID_SPEC)  # fmt: skip
+            self._settle(job, None)
             return
         latest = checkpoints.latest_complete(uri)
         interval = self._interval_hours(job.spec, choice.offering, choice.market)
@@ -384,8 +390,9 @@ class Engine:
         if isinstance(exc, InvalidRequestError):
             # The request the job makes cannot be carried (its env would carry the
             # daemon's token, say): every pool would refuse it alike.
-            self._move(job, JobStatus.FAILED, "launch request refused", detail=detail,
-                       close=close, failure=FailureCause.INVALID_SPEC)  # fmt: skip
+            job = self._move(job, JobStatus.FAILED, "launch request refused", detail=detail,
+                             close=close, failure=FailureCause.INVALID_SPEC)  # fmt: skip
+            self._settle(job, attempt)
             return
         self._move(job, JobStatus.RECOVERING, str(reason), detail=detail, close=close)
 
@@ -630,7 +637,7 @@ class Engine:
         detail: str,
         failure: FailureCause | None = None,
     ) -> None:
-        self._move(
+        moved = self._move(
             job,
             status,
             str(end),
@@ -640,8 +647,7 @@ class Engine:
         )
         # Gang: one lost node ends the attempt; stop the rest. The reaper
         # covers a crash between the transition and this call.
-        self._terminate(attempt)
-        self._bill(job)
+        self._settle(moved, attempt)
 
     # -- limits -------------------------------------------------------------
 
@@ -655,11 +661,11 @@ class Engine:
         budget = job.spec.budget
         if budget is None:
             return False
-        spent = job_cost(attempts, now)
+        spent = self._spent(job, attempts, now)
         if spent < budget.max_usd:
             return False
         close = AttemptClose(running.id, AttemptEnd.OVER_BUDGET) if running else None
-        self._move(
+        moved = self._move(
             job,
             JobStatus.FAILED,
             "over budget",
@@ -667,8 +673,7 @@ class Engine:
             failure=FailureCause.OVER_BUDGET,
             close=close,
         )
-        if running is not None:
-            self._terminate(running)
+        self._settle(moved, running)
         return True
 
     def _deadline_impossible(self, job: JobRecord, now: datetime) -> bool:
@@ -678,7 +683,7 @@ class Engine:
         earliest = now + timedelta(hours=deadline.compute_hours)
         if earliest <= deadline.finish_by:
             return False
-        self._move(
+        moved = self._move(
             job,
             JobStatus.FAILED,
             "deadline impossible",
@@ -686,19 +691,21 @@ class Engine:
             f"{deadline.finish_by.isoformat()}",
             failure=FailureCause.DEADLINE_IMPOSSIBLE,
         )
+        self._settle(moved, None)
         return True
 
     def _waited_too_long(self, job: JobRecord, now: datetime) -> None:
         limit = self.settings.no_capacity_timeout_hours
         if limit is None or now - job.updated_at < timedelta(hours=limit):
             return
-        self._move(
+        moved = self._move(
             job,
             JobStatus.FAILED,
             "no capacity",
             detail=f"no offering passed the filters for {limit:g} h",
             failure=FailureCause.NO_CAPACITY,
         )
+        self._settle(moved, None)
 
     # -- helpers --------------------------------------------------------------
 
@@ -725,8 +732,7 @@ class Engine:
         )
         moved = transition(self.store, change, now=self.clock.now())
         self._forget(job.id)
-        if new.terminal and self.on_end is not None:
-            self.on_end(moved)
+        # A job that ended is announced by _settle, once its ledger is final.
         log.info("job %s: %s -> %s (%s) %s", job.id, job.status, new, cause, detail)
         return moved
 
@@ -806,6 +812,39 @@ class Engine:
             raise StoreError(f"job {job.id} is {job.status} but has no open attempt")
         return attempt
 
+    def _settle(self, job: JobRecord, closed: AttemptRecord | None) -> None:
+        """After a transition that closed ``closed`` or ended the job: stop the closed
+        attempt's nodes, bill the job, and then, for a job that ended, call ``on_end``:
+        its ledger is final, so the job-end email carries the job's cost."""
+        if closed is not None:
+            self._terminate(closed)
+        if closed is not None or job.status.terminal:
+            self._bill(job)
+        if job.status.terminal and self.on_end is not None:
+            self.on_end(job)
+
+    def _spent(
+        self, job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime
+    ) -> float:
+        """The job's cost so far by its ledger (:func:`spotd.ledger.spend_so_far`).
+
+        The stored lines are read once per version of the job (a transition or a
+        bill changes them, and this engine's bills are kept as they are written):
+        a steady pass reads nothing. The open attempt is priced to ``now`` at its
+        price at placement, with no read of the price history.
+        """
+        if not any(not a.open and a.instance_ids for a in attempts):
+            return spend_so_far(job, attempts, (), now)  # nothing billed yet: nothing to read
+        kept = self._bills.get(job.id)
+        if kept is None or kept[0] != job.version:
+            billed = self.store.ledger(job_id=job.id)
+            covered = {e.attempt for e in billed}
+            # Read between another thread's transition and its bill: read again next time.
+            if all(a.open or not a.instance_ids or a.seq in covered for a in attempts):
+                self._bills[job.id] = (job.version, billed)
+            kept = (job.version, billed)
+        return spend_so_far(job, attempts, kept[1], now)
+
     def _bill(self, job: JobRecord) -> None:
         """Rebuild the job's ledger now that one of its attempts ended.
 
@@ -829,8 +868,9 @@ class Engine:
                 for o in self.market.offerings()
                 if o.on_demand_price is not None and o.pool in pools
             }
-            record_ledger(self.store, job, self.clock.now(), on_demand_prices=on_demand,
-                          usage=usage)
+            entries = record_ledger(self.store, job, self.clock.now(),
+                                    on_demand_prices=on_demand, usage=usage)  # fmt: skip
+            self._bills[job.id] = (job.version, entries)
         except SpotdError as exc:
             log.warning("ledger of %s not updated, the next attempt end retries: %s", job.id, exc)
 

@@ -3,6 +3,8 @@
 ```
 SpotdError
 ├── ConfigError                  bad spotd.toml or environment
+│   └── ProviderKindError        a provider kind failed to load (spotd.registry)
+│       └── UnknownProviderKind  no installed kind has that name or builds that provider
 ├── JobSpecError                 bad job.toml: file, field path, line, what was expected
 ├── StoreError
 │   ├── JobNotFound
@@ -46,6 +48,14 @@ class SpotdError(Exception):
 
 class ConfigError(SpotdError):
     """The daemon configuration (spotd.toml or SPOTD_* variables) is invalid."""
+
+
+class ProviderKindError(ConfigError):
+    """A ``spotd.providers`` entry point did not load a valid provider kind."""
+
+
+class UnknownProviderKind(ProviderKindError):
+    """No installed provider kind has the name asked for, or builds that provider."""
 
 
 class JobSpecError(SpotdError):

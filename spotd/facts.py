@@ -1,7 +1,9 @@
 """Performance and price facts the policies weigh, with their sources.
 
 Kept out of the policies so every figure has one home and one citation.
-Where a figure is an assumption rather than a measurement, it says so.
+Where a figure is an assumption rather than a measurement, it says so. The
+figures of each kind of provider (egress, notice, billing) live in its
+descriptor (:mod:`spotd.kinds`); the functions here look them up by provider.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from spotd.domain import Fabric
+from spotd.kinds import DEFAULT_EGRESS_USD_PER_GB, DEFAULT_INTER_REGION_USD_PER_GB
+from spotd.registry import find_market_kind
 
 FABRIC_EFFICIENCY: Mapping[Fabric, float] = {
     # Share of peak all-reduce throughput a multi-node run reaches on the fabric
@@ -49,33 +53,11 @@ GPU_SPEED: Mapping[str, float] = {
 
 UNKNOWN_GPU_SPEED = 0.1
 
-EGRESS_USD_PER_GB: Mapping[str, float] = {
-    # Internet egress list prices, first tier (AWS ~0.09, GCP ~0.12, Azure
-    # ~0.087 USD/GB); moving a checkpoint between providers costs roughly
-    # 0.08-0.12 USD/GB (shared/guides/domain.md).
-    "aws": 0.09,
-    "gcp": 0.12,
-    "azure": 0.087,
-}
-"""Cost of moving a GB out of a provider to another provider."""
-
-INTER_REGION_USD_PER_GB = 0.02
-"""Cost of moving a GB between regions of one provider (AWS/GCP/Azure list: 0.01-0.02)."""
-
 TRANSFER_GBPS = 5.0
 """Assumed sustained throughput of a checkpoint copy between regions or providers."""
 
 CHECKPOINT_WRITE_GBPS = 8.0
 """Assumed write throughput of a checkpoint to its store (1 GB/s), for Young's formula."""
-
-NOTICE_SECONDS: Mapping[str, int] = {
-    # AWS: the spot instance-action notice, two minutes ahead; GCP: preemption
-    # ~30 s ahead; Azure Scheduled Events: at least 30 s (shared/guides/domain.md).
-    "aws": 120,
-    "gcp": 30,
-    "azure": 30,
-}
-"""Seconds between a provider's preemption notice and the hard stop, by provider kind."""
 
 NOTICE_REACTION_SECONDS = 10.0
 """Time from the notice to the job starting its checkpoint: the agent's poll (AWS 5 s)
@@ -85,9 +67,21 @@ DEFAULT_PREEMPTIONS_PER_HOUR = 0.2
 """Prior rate when a pool has no history: GPU spot is reclaimed every 4-6 h in busy pools."""
 
 
-def provider_kind(provider: str) -> str:
-    """"aws" for "aws" and "sim-aws": the simulators price like the clouds they mirror."""
-    return provider.removeprefix("sim-")
+def transfer_usd_per_gb(source: str, destination: str) -> float:
+    """USD per GB to move data from provider ``source`` to ``destination`` in another
+    region: the source kind's inter-region price when both are of one market kind
+    (a simulator prices like the cloud it mirrors), else its internet egress."""
+    src, dst = find_market_kind(source), find_market_kind(destination)
+    same = (src.name if src else source) == (dst.name if dst else destination)
+    if same:
+        return src.inter_region_usd_per_gb if src else DEFAULT_INTER_REGION_USD_PER_GB
+    return src.egress_usd_per_gb if src else DEFAULT_EGRESS_USD_PER_GB
+
+
+def notice_seconds(provider: str) -> int:
+    """Seconds between the provider's preemption notice and the hard stop (0: unknown)."""
+    kind = find_market_kind(provider)
+    return kind.notice_seconds if kind else 0
 
 
 def gpu_speed(gpu: str) -> float:

@@ -8,16 +8,18 @@ Billing rule (the one the simulated provider's own meter uses too, see
 ``spotd.providers.sim.billing``):
 
 - Each node is billed from its launch to its end (an open attempt: to
-  ``now``), rounded up by the provider's :data:`BILLING` granularity and
-  minimum, per node.
+  ``now``), rounded up by the billing granularity and minimum of the
+  provider's kind (``ProviderKind.billing_step_seconds`` and
+  ``billing_minimum_seconds``; a simulated provider's: those of the kind it
+  mirrors), per node.
 - The node's times are the provider's own when the caller passes them as
   :class:`NodeUsage` (a cloud's ``describe``, the simulator's state files);
   otherwise the attempt's ``started_at`` and ``ended_at``. Passing them is
   what makes the ledger equal the provider's bill to the cent: the daemon
   sees a launch or an end only on its next pass.
 - Price: a node whose price the provider fixed at launch (``NodeUsage``
-  with a price, or any simulated provider, ``sim-*``, whose price is fixed
-  per instance at launch) is billed at that price throughout; the
+  with a price, or any provider whose kind fixes prices at launch,
+  ``ProviderKind.prices_fixed_at_launch``: the simulator) is billed at that price throughout; the
   simulator's price at launch is the attempt's price unless the hourly
   drift stepped between the poll and the launch, which is why the sim's
   usage carries its own price. Cloud nodes are billed at the prices in
@@ -30,8 +32,8 @@ Billing rule (the one the simulated provider's own meter uses too, see
 - ``egress``: when an attempt resumes from a checkpoint in another region
   or provider than the last attempt that ran, the checkpoint
   (``spec.checkpoint.size_gb``) pays the source provider's internet egress
-  (:data:`spotd.facts.EGRESS_USD_PER_GB`) across providers, or
-  :data:`spotd.facts.INTER_REGION_USD_PER_GB` within one.
+  (``ProviderKind.egress_usd_per_gb``) across providers, or its
+  ``inter_region_usd_per_gb`` within one (:func:`spotd.facts.transfer_usd_per_gb`).
 - On-demand equivalent: the same billed node-seconds at the on-demand price
   of the same offering, except the changeovers after the job's first boot
   (an on-demand run boots once; recoveries are spot's overhead, so their
@@ -40,6 +42,12 @@ Billing rule (the one the simulated provider's own meter uses too, see
   caller's current on-demand price (``on_demand_prices``); with neither, the
   entry's own cost (no saving is claimed that cannot be shown). Egress has
   no on-demand equivalent (0): staying on-demand would not have moved.
+
+The ledger is the only cost in spotd: budgets, ``spotd status``, ``/metrics``,
+budget alerts, job-end emails and reports all read it. The stored lines are
+final for closed attempts; :func:`ledger_so_far` adds the attempts not billed
+yet (the running one), priced to ``now`` by the same rules at their price at
+placement, so a running job's figure needs no read of the price history.
 """
 
 from __future__ import annotations
@@ -54,6 +62,8 @@ from typing import TYPE_CHECKING, Literal
 
 from spotd import facts, interconnect
 from spotd.domain import AttemptRecord, Instance, JobRecord, Market, Pool, PricePoint
+from spotd.kinds import DEFAULT_BILLING_MINIMUM_SECONDS, DEFAULT_BILLING_STEP_SECONDS
+from spotd.registry import find_kind_of, find_market_kind
 
 if TYPE_CHECKING:
     from spotd.contracts import Store
@@ -63,19 +73,9 @@ EntryKind = Literal["compute", "changeover", "egress"]
 PriceHistory = Callable[[Pool, Market, datetime], Sequence[PricePoint]]
 """``(pool, market, since)`` -> the pool's polled prices in that market since then, oldest first."""
 
-BILLING: Mapping[str, tuple[int, int]] = {
-    # (granularity s, minimum s) by provider kind. Sources: AWS EC2 "per-second
-    # billing" for Linux instances, 60 s minimum; GCP Compute Engine "billed in
-    # one-second increments, with a 1-minute minimum"; Azure VMs are billed
-    # per minute (partial minutes rounded up).
-    "aws": (1, 60),
-    "gcp": (1, 60),
-    "azure": (60, 60),
-}
-"""Billing granularity and minimum in seconds, by provider kind (:func:`facts.provider_kind`)."""
-
-DEFAULT_BILLING = (1, 60)
-"""For a provider kind not listed: per second with a minute's minimum, the common case."""
+DEFAULT_BILLING = (DEFAULT_BILLING_STEP_SECONDS, DEFAULT_BILLING_MINIMUM_SECONDS)
+"""For a provider no installed kind builds: per second with a minute's minimum, the
+common case."""
 
 HISTORY_LOOKBACK = timedelta(days=7)
 """How far before an attempt's start the price in force at its start is looked for."""
@@ -137,7 +137,10 @@ class NodeUsage:
 
 def billed_seconds(provider: str, seconds: float) -> float:
     """``seconds`` of one node rounded up as ``provider`` bills them (granularity, minimum)."""
-    step, minimum = BILLING.get(facts.provider_kind(provider), DEFAULT_BILLING)
+    kind = find_market_kind(provider)
+    step, minimum = (
+        (kind.billing_step_seconds, kind.billing_minimum_seconds) if kind else DEFAULT_BILLING
+    )
     # Round before ceil: 60.0000000001 s of float noise is not a second minute.
     steps = math.ceil(round(max(0.0, seconds) / step, 6))
     return float(max(minimum, steps * step))
@@ -177,18 +180,102 @@ def build_ledger(
     instance id. Pure: it reads nothing but its arguments.
     """
     ctx = _Context(job, price_history, now, on_demand_prices or {}, usage or {})
+    return _build(ctx, attempts, lambda _: True)
+
+
+def _build(
+    ctx: _Context, attempts: Sequence[AttemptRecord], wanted: Callable[[AttemptRecord], bool]
+) -> list[LedgerEntry]:
+    """The entries of the ``wanted`` attempts; the others only say where the job ran
+    last (egress) and whether it had booted (the first boot's on-demand equivalent)."""
     entries: list[LedgerEntry] = []
     last_ran: AttemptRecord | None = None
     booted = False
     for attempt in sorted(attempts, key=lambda a: a.seq):
-        windows = ctx.windows(attempt)
+        windows = ctx.windows(attempt) if wanted(attempt) else []
         if windows:
             entries.extend(ctx.egress(last_ran, attempt))
             entries.extend(ctx.node_entries(attempt, windows, first_boot=not booted))
+        if attempt.instance_ids:
             booted = True
         if attempt.running_at is not None:
             last_ran = attempt
     return entries
+
+
+def ledger_so_far(
+    job: JobRecord,
+    attempts: Sequence[AttemptRecord],
+    billed: Iterable[LedgerEntry],
+    now: datetime,
+    *,
+    on_demand_prices: Mapping[Pool, float] | None = None,
+) -> list[LedgerEntry]:
+    """The job's ledger up to ``now``: THE cost of a job, final or running (pure).
+
+    ``billed`` are the stored lines (:func:`record_ledger`, written when an
+    attempt ends). They are kept for every closed attempt they cover. Every
+    other attempt (the open one, or one whose bill has not been written) is
+    priced to ``now`` by the same rules, with two simplifications that keep
+    this cheap enough for every reconcile pass over many jobs: the attempt's
+    own times (not the provider's meter) and its price at placement (no read
+    of the price history, no on-demand history: ``on_demand_prices`` or no
+    saving). When the attempt ends, :func:`record_ledger` bills it with the
+    provider's times and the prices in force, and that figure replaces this
+    one. On the simulated providers (price fixed at launch) the two agree
+    but for the seconds between the launch and the daemon's next pass.
+    """
+    closed = {a.seq for a in attempts if not a.open}
+    kept = [e for e in billed if e.attempt in closed]
+    covered = {e.attempt for e in kept}
+    if all(a.seq in covered or not a.instance_ids for a in attempts):
+        return kept
+    ctx = _Context(job, _no_history, now, on_demand_prices or {}, {})
+    fresh = _build(ctx, attempts, lambda a: a.seq not in covered)
+    return sorted([*kept, *fresh], key=lambda e: (e.attempt, e.start, e.kind))
+
+
+def spend_so_far(
+    job: JobRecord, attempts: Sequence[AttemptRecord], billed: Iterable[LedgerEntry], now: datetime
+) -> float:
+    """What the job has cost up to ``now`` by its ledger (:func:`ledger_so_far`), in USD.
+
+    What budgets are enforced against, and what ``spotd status``, ``/metrics``,
+    budget alerts and job-end emails show. The sum of :func:`ledger_so_far`'s
+    lines, worked out by the same rules (windows, prices, egress) without
+    building them: a reconcile pass asks it of every job with a budget.
+    """
+    closed = {a.seq for a in attempts if not a.open}
+    spend = 0.0
+    covered: set[int] = set()
+    for e in billed:
+        if e.attempt in closed:
+            spend += e.usd
+            covered.add(e.attempt)
+    ctx: _Context | None = None
+    last_ran: AttemptRecord | None = None
+    for attempt in sorted(attempts, key=lambda a: a.seq):
+        if attempt.seq not in covered and attempt.instance_ids:
+            ctx = ctx or _Context(job, _no_history, now, {}, {})
+            spend += sum(e.usd for e in ctx.egress(last_ran, attempt))
+            # No price history and no provider meter: every node pays the attempt's price.
+            seconds = sum((w.billed_end - w.start).total_seconds() for w in ctx.windows(attempt))
+            spend += attempt.price_per_node_hour * seconds / 3600.0
+        if attempt.running_at is not None:
+            last_ran = attempt
+    return spend
+
+
+def spend_by_attempt(entries: Iterable[LedgerEntry]) -> dict[int, float]:
+    """USD of ``entries`` by attempt seq."""
+    spend: dict[int, float] = {}
+    for e in entries:
+        spend[e.attempt] = spend.get(e.attempt, 0.0) + e.usd
+    return spend
+
+
+def _no_history(pool: Pool, market: Market, since: datetime) -> Sequence[PricePoint]:
+    return ()
 
 
 def record_ledger(
@@ -360,7 +447,8 @@ class _Context:
     def _paid_curve(self, attempt: AttemptRecord, window: _Window) -> PriceCurve:
         if window.price is not None:
             return PriceCurve((), window.price)
-        if attempt.pool.provider.startswith("sim-"):
+        kind = find_kind_of(attempt.pool.provider)
+        if kind is not None and kind.prices_fixed_at_launch:
             return PriceCurve((), attempt.price_per_node_hour)
         points = self._points(attempt.pool, attempt.market, attempt.started_at)
         return PriceCurve(points, attempt.price_per_node_hour)
@@ -425,10 +513,7 @@ class _Sum:
 
 def egress_rate(source: str, destination: str) -> float:
     """USD per GB to move data from provider ``source`` to ``destination`` (other region)."""
-    src, dst = facts.provider_kind(source), facts.provider_kind(destination)
-    if src == dst:
-        return facts.INTER_REGION_USD_PER_GB
-    return facts.EGRESS_USD_PER_GB.get(src, max(facts.EGRESS_USD_PER_GB.values()))
+    return facts.transfer_usd_per_gb(source, destination)
 
 
 def split_days(start: datetime, end: datetime) -> list[tuple[datetime, datetime]]:

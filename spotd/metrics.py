@@ -7,8 +7,8 @@ store and the market cache when Prometheus scrapes ``/metrics``.
 
 Exposed:
 
-``spotd_spend_usd``                      spend so far over every job
-``spotd_savings_usd``                    on-demand price of the same hours, less spend
+``spotd_spend_usd``                      spend so far over every job, by the ledger
+``spotd_savings_usd``                    the ledger's on-demand equivalent, less spend
 ``spotd_active_jobs{status}``            jobs in each active status
 ``spotd_preemptions_total``              attempts that ended in a preemption
 ``spotd_price_poll_age_seconds{provider}``  age of the last good price poll (+Inf: never)
@@ -32,7 +32,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from spotd.contracts import Clock
-from spotd.domain import AttemptEnd, AttemptRecord, JobRecord, Market, Offering, Pool
+from spotd.domain import AttemptEnd, AttemptRecord, JobRecord, Offering, Pool
+from spotd.ledger import LedgerEntry, ledger_so_far
+from spotd.ledger import totals as ledger_totals
 from spotd.market import Snapshot
 from spotd.states import TERMINAL, JobStatus
 
@@ -73,6 +75,16 @@ class JobsView(Protocol):
         """The attempts of many jobs at once, by job id."""
         ...
 
+    def ledger(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_id: str | None = None,
+    ) -> list[LedgerEntry]:
+        """Stored ledger lines, of one job or all, oldest first."""
+        ...
+
 
 class EngineView(Protocol):
     """The part of :class:`~spotd.engine.Engine` the metrics read."""
@@ -96,35 +108,45 @@ class Outboxlike(Protocol):
 
 
 def store_totals(engine: EngineView) -> Callable[[], Totals]:
-    """Totals computed from the store's attempts, priced against the current market.
+    """Totals over every job's ledger (:func:`spotd.ledger.ledger_so_far`).
 
-    Savings compare each spot attempt with the on-demand price its pool
-    lists now (the price then is not kept), so they are an estimate; pass a
-    ``spend_fn`` built on the reports' ledger for booked figures.
+    The same figures as ``spotd status`` and ``spotd report``: the stored
+    lines of closed attempts, the open ones billed up to now. Savings are the
+    ledger's on-demand equivalent less the spend; an open attempt's
+    equivalent is at the on-demand price its pool lists now (no saving is
+    claimed where it lists none).
     """
 
     def totals() -> Totals:
         now = engine.clock.now()
         jobs = engine.store.list_jobs()
-        attempts = [a for rows in engine.store.attempts_for([j.id for j in jobs]).values()
-                    for a in rows]
-        return Totals(
-            spent_usd=sum(a.cost_usd(until=now) for a in attempts),
-            savings_usd=sum(_saved(a, engine.market, now) for a in attempts),
-            preemptions=sum(a.end_reason is AttemptEnd.PREEMPTED for a in attempts),
-        )
+        attempts = engine.store.attempts_for([j.id for j in jobs])
+        billed: dict[str, list[LedgerEntry]] = {}
+        for entry in engine.store.ledger():
+            billed.setdefault(entry.job_id, []).append(entry)
+        spend = on_demand = 0.0
+        preemptions = 0
+        for job in jobs:
+            rows = attempts.get(job.id, [])
+            entries = ledger_so_far(job, rows, billed.get(job.id, []), now,
+                                    on_demand_prices=_on_demand_prices(engine.market, rows))
+            paid, equivalent = ledger_totals(entries)
+            spend += paid
+            on_demand += equivalent
+            preemptions += sum(a.end_reason is AttemptEnd.PREEMPTED for a in rows)
+        return Totals(spent_usd=spend, savings_usd=on_demand - spend, preemptions=preemptions)
 
     return totals
 
 
-def _saved(attempt: AttemptRecord, market: MarketView, now: datetime) -> float:
-    if attempt.market is not Market.SPOT or attempt.price_per_node_hour <= 0:
-        return 0.0
-    offering = market.find(attempt.pool)
-    if offering is None or offering.on_demand_price is None:
-        return 0.0
-    paid = attempt.cost_usd(until=now)
-    return paid * (offering.on_demand_price / attempt.price_per_node_hour - 1.0)
+def _on_demand_prices(market: MarketView, attempts: Sequence[AttemptRecord]) -> dict[Pool, float]:
+    """The on-demand price each attempt's pool lists now, where it lists one."""
+    prices: dict[Pool, float] = {}
+    for a in attempts:
+        offering = market.find(a.pool)
+        if offering is not None and offering.on_demand_price is not None:
+            prices[a.pool] = offering.on_demand_price
+    return prices
 
 
 class SpotdCollector(Collector):

@@ -1,21 +1,33 @@
-"""``spotd plan``: what a policy would choose for a job spec, and why, without launching."""
+"""``spotd plan``: what a policy would choose for a job, and why, without launching.
+
+A job file is planned here, as a new job (:func:`plan_job`); a submitted job
+by the daemon's engine, with its cooldowns, placement and progress
+(:func:`plan_submitted`, behind ``GET /v1/jobs/{ref}/plan``). Both build the
+policy's context with :func:`spotd.policy_context.placement_context`.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from spotd.config import Settings
-from spotd.domain import Candidate, Decision, Offering, PlacementContext
+from spotd.domain import Candidate, Decision, ExclusionKind, JobRecord, Offering
+from spotd.errors import SpotdError
 from spotd.fabric_env import fabric_environment
 from spotd.gang import preflight_threshold
 from spotd.market import MarketCache
+from spotd.policy_context import placement_context
 from spotd.registry import load_policy
 from spotd.spec import JobSpec
 from spotd.stats import HistoryStats
 from spotd.store import open_store
 from spotd.wiring import build_providers
+
+if TYPE_CHECKING:
+    from spotd.engine import Engine
 
 
 class InterconnectView(BaseModel):
@@ -38,6 +50,9 @@ class CandidateView(BaseModel):
     price_per_hour: float
     expected_cost_usd: float
     excluded: str | None
+    """Why it is excluded, as a person reads it; None for a usable candidate."""
+    excluded_kind: ExclusionKind | None = None
+    """Which rule excluded it (``spotd.domain.ExclusionKind``); None for a usable one."""
     breakdown: dict[str, float]
 
 
@@ -78,7 +93,8 @@ def candidate_view(c: Candidate) -> CandidateView:
         market=str(c.market),
         price_per_hour=round(c.price_per_hour, 6),
         expected_cost_usd=round(c.expected_cost_usd, 6),
-        excluded=c.excluded,
+        excluded=c.excluded.detail if c.excluded else None,
+        excluded_kind=c.excluded.kind if c.excluded else None,
         breakdown={k: round(v, 6) for k, v in c.breakdown.items()},
     )
 
@@ -121,7 +137,10 @@ def preflight_floor(spec: JobSpec, offering: Offering) -> tuple[float | None, st
 
 
 def plan_job(spec: JobSpec, settings: Settings, policy_name: str | None = None) -> PlanView:
-    """Poll the enabled providers and ask the policy, with the store's pool history."""
+    """Poll the enabled providers and ask the policy, with the store's pool history.
+
+    The job is new: not running, nothing spent or done, no attempts to cool a pool.
+    """
     name = policy_name or settings.scheduling.policy
     policy = load_policy(name)
     clock, providers = build_providers(settings)
@@ -133,14 +152,36 @@ def plan_job(spec: JobSpec, settings: Settings, policy_name: str | None = None) 
         stats = HistoryStats(
             store, now=now, window=timedelta(hours=7 * 24), ttl_seconds=float("inf")
         )
-        ctx = PlacementContext(
-            job_id=f"plan-{spec.name}",
-            spec=spec,
-            now=now,
+        offerings = market.offerings()
+        ctx = placement_context(
+            f"plan-{spec.name}",
+            spec,
+            now,
+            pools=(o.pool for o in offerings),
+            cooldown_hours=settings.scheduling.cooldown_hours,
             changeover_hours=settings.scheduling.changeover_hours,
             stats=stats,
         )
-        decision = policy.place(ctx, market.offerings())
+        decision = policy.place(ctx, offerings)
     finally:
         store.close()
     return plan_view(name, spec, decision)
+
+
+def plan_submitted(engine: Engine, job: JobRecord, policy_name: str | None = None) -> PlanView:
+    """What the engine would choose for a submitted job now, and why.
+
+    The engine's own context (the job's cooldowns, where it runs, its progress
+    and spend), market and policy; ``policy_name`` asks another installed one
+    the same question. A job that has ended is placed no more: refused.
+    """
+    if job.status.terminal:
+        raise SpotdError(
+            f"job {job.id} has ended ({job.status}): the daemon places it no more; "
+            "`spotd plan` of its job file asks as for a new job"
+        )
+    policy = None
+    if policy_name is not None and policy_name != engine.policy.name:
+        policy = load_policy(policy_name)
+    decision = engine.plan(job, policy)
+    return plan_view(policy_name or engine.policy.name, job.spec, decision)

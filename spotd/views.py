@@ -19,6 +19,7 @@ from spotd.domain import (
     Offering,
 )
 from spotd.gang import attempt_reports, gang_state
+from spotd.ledger import LedgerEntry, ledger_so_far, spend_by_attempt
 from spotd.market import Snapshot
 from spotd.progress import job_done_hours, reported_steps, running_rate
 from spotd.states import JobStatus
@@ -71,6 +72,7 @@ class AttemptView(BaseModel):
     ended_at: datetime | None
     end_reason: str | None
     cost_usd: float
+    """What the attempt cost by the job's ledger, an open attempt billed up to now."""
     work_per_hour: float | None = None
     """Reference compute hours a running hour here does (None: not known)."""
     checkpoint_interval_hours: float | None = None
@@ -127,6 +129,8 @@ class JobView(BaseModel):
     preemptions: int
     providers: list[str]
     cost_usd: float
+    """The job's cost by its ledger (:func:`spotd.ledger.spend_so_far`): what its
+    budget is enforced against and what reports, alerts and job-end emails show."""
     attempts: list[AttemptView]
     spec: dict[str, Any]
     progress: ProgressView | None = None
@@ -167,9 +171,9 @@ def _gpu_view(r: InstanceReport) -> GpuView | None:
 
 
 def attempt_view(
-    a: AttemptRecord, now: datetime, reports: Sequence[InstanceReport] = ()
+    a: AttemptRecord, cost_usd: float, reports: Sequence[InstanceReport] = ()
 ) -> AttemptView:
-    """The view of one attempt; an open attempt is costed up to ``now``."""
+    """The view of one attempt, with its cost by the job's ledger (:func:`job_view`)."""
     return AttemptView(
         seq=a.seq,
         provider=a.pool.provider,
@@ -185,7 +189,7 @@ def attempt_view(
         running_at=a.running_at,
         ended_at=a.ended_at,
         end_reason=str(a.end_reason) if a.end_reason else None,
-        cost_usd=round(a.cost_usd(until=now), 6),
+        cost_usd=round(cost_usd, 6),
         work_per_hour=a.work_per_hour,
         checkpoint_interval_hours=a.checkpoint_interval_hours,
         saves_on_notice=a.saves_on_notice,
@@ -198,9 +202,16 @@ def job_view(
     attempts: Sequence[AttemptRecord],
     now: datetime,
     reports: Sequence[InstanceReport] = (),
+    ledger: Sequence[LedgerEntry] = (),
 ) -> JobView:
-    """The view of a job and its attempts (with what their agents reported)."""
-    views = [attempt_view(a, now, reports) for a in attempts]
+    """The view of a job and its attempts (with what their agents reported).
+
+    Costs are the job's ledger: ``ledger`` holds its stored lines
+    (``store.ledger(job_id=...)``), the attempts they do not cover are billed
+    up to ``now`` by the same rules (:func:`spotd.ledger.ledger_so_far`).
+    """
+    spend = spend_by_attempt(ledger_so_far(job, attempts, ledger, now))
+    views = [attempt_view(a, spend.get(a.seq, 0.0), reports) for a in attempts]
     return JobView(
         id=job.id,
         name=job.name,
@@ -210,7 +221,7 @@ def job_view(
         updated_at=job.updated_at,
         preemptions=sum(a.end_reason is AttemptEnd.PREEMPTED for a in attempts),
         providers=sorted({a.pool.provider for a in attempts if a.running_at is not None}),
-        cost_usd=round(sum(v.cost_usd for v in views), 6),
+        cost_usd=round(sum(spend.values()), 6),
         attempts=views,
         spec=job.spec.model_dump(mode="json"),
         progress=progress_view(job, attempts, now, reports),

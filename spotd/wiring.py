@@ -10,76 +10,95 @@ from spotd.config import Settings
 from spotd.contracts import Clock, Provider
 from spotd.engine import Engine, EngineSettings
 from spotd.errors import ConfigError
-from spotd.registry import load_policy
+from spotd.kinds import AnyKind, ProviderContext
+from spotd.registry import kind_names, load_policy
 from spotd.store import open_store
 from spotd.tokens import ensure_token
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from spotd.bootstrap import BootKind
     from spotd.domain import LaunchRequest
     from spotd.mail import Mailer
 
 
 def build_providers(settings: Settings) -> tuple[Clock, dict[str, Provider]]:
-    """The enabled providers and the clock they share.
+    """The providers of every enabled kind, and the clock they share.
 
-    The simulated market brings its own clock, which may run faster than
-    real time; it can share a daemon with real clouds only at speed 1.
+    A kind may bring its own clock (the simulated market's, which may run
+    faster than real time); it can share a daemon with other kinds only at
+    real speed, and only one kind may bring one.
     """
-    clouds = build_clouds(settings)
-    sim = settings.providers.sim
-    if not sim.enabled:
-        if not clouds:
-            raise ConfigError("no provider is enabled: enable [providers.sim] or a cloud")
-        return WallClock(), clouds
-    if clouds and sim.speed != 1:
-        raise ConfigError(
-            f"[providers.sim] speed {sim.speed:g} cannot share a daemon with real clouds "
-            f"({', '.join(clouds)}): set speed = 1 or disable the simulator"
+    enabled = settings.providers.enabled_kinds()
+    if not enabled:
+        tables = ", ".join(f"[providers.{name}]" for name in kind_names())
+        raise ConfigError(f"no provider is enabled: enable one of {tables}")
+    _check_clocks(enabled)
+    script = _boot_scripts(settings, [kind for kind, _ in enabled if kind.boot is not None])
+    clock: Clock | None = None
+    providers: dict[str, Provider] = {}
+    for kind, table in enabled:
+        context = ProviderContext(
+            state_dir=settings.state_dir(kind.name),
+            boot_script=script(kind.name) if kind.boot is not None else None,
         )
-    from spotd.providers.sim import build_sim_providers
+        try:
+            built = kind.build(table, context)
+        except ValueError as exc:
+            # A clock speed other than the one the state dir was created with, say.
+            raise ConfigError(f"[providers.{kind.name}]: {exc}") from exc
+        clock = clock or built.clock
+        for provider in built.providers:
+            if provider.name in providers:
+                raise ConfigError(f"two enabled kinds build a provider named {provider.name!r}")
+            providers[provider.name] = provider
+    return clock or WallClock(), providers
 
-    try:
-        sims = build_sim_providers(
-            settings.sim_state_dir,
-            seed=sim.seed,
-            speed=sim.speed,
-            mean_up_hours=sim.mean_up_hours,
-            mean_down_hours=sim.mean_down_hours,
-            boot_seconds=sim.boot_seconds,
-            traces=sim.traces,
-            sim_epoch=sim.epoch,
-        )
-    except ValueError as exc:
-        # A clock speed other than the one the state dir was created with, say.
-        raise ConfigError(f"[providers.sim]: {exc}") from exc
-    return sims[0].clock, {**{p.name: p for p in sims}, **clouds}
+
+def _check_clocks(enabled: list[tuple[AnyKind, BaseModel]]) -> None:
+    """Refuse kinds whose clocks cannot be one: two of their own, or one off real time
+    beside others. Checked before anything is built, so no state dir takes a wrong speed."""
+    own = [(kind, kind.clock_speed(table)) for kind, table in enabled if kind.clock_speed]
+    if len(own) > 1:
+        names = ", ".join(f"[providers.{kind.name}]" for kind, _ in own)
+        raise ConfigError(f"{names} each bring a clock of their own: enable only one of them")
+    others = [kind.name for kind, _ in enabled if kind.clock_speed is None]
+    for kind, speed in own:
+        if others and speed != 1:
+            raise ConfigError(
+                f"[providers.{kind.name}] speed {speed:g} cannot share a daemon with real "
+                f"clouds ({', '.join(others)}): set speed = 1 or disable it"
+            )
 
 
 def records_clock(settings: Settings) -> Clock:
     """The clock the daemon's records are on, for commands that read them beside it
-    (``spotd report``): the simulated market's once it has started, else the wall's."""
-    if settings.providers.sim.enabled:
-        from spotd.providers.sim.clock import CLOCK_FILE, SimClock
-
-        if (settings.sim_state_dir / CLOCK_FILE).is_file():
-            try:
-                return SimClock.open(settings.sim_state_dir)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"[providers.sim]: {exc}") from exc
+    (``spotd report``): an enabled kind's own once it has started (the simulated
+    market's), else the wall's."""
+    for kind, _ in settings.providers.enabled_kinds():
+        if kind.open_clock is None:
+            continue
+        try:
+            clock = kind.open_clock(settings.state_dir(kind.name))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"[providers.{kind.name}]: {exc}") from exc
+        if clock is not None:
+            return clock
     return WallClock()
 
 
-def build_clouds(settings: Settings) -> dict[str, Provider]:
-    """The enabled cloud adapters, each with the bootstrap that starts the agent on its nodes."""
-    enabled = settings.providers.clouds_enabled
-    if not enabled:
-        return {}
+def _boot_scripts(
+    settings: Settings, booted: list[AnyKind]
+) -> Callable[[BootKind], Callable[[LaunchRequest], str]]:
+    """``kind -> (request -> boot script)`` for the kinds whose nodes the daemon boots."""
+    if not booted:
+        return _no_boot_script
     agent = settings.agent
     if not agent.daemon_url:
         raise ConfigError(
-            "[agent] daemon_url is needed when a cloud is enabled: "
-            "the agents on the nodes report to it"
+            "[agent] daemon_url is needed when a cloud is enabled "
+            f"({', '.join(kind.name for kind in booted)}): the agents on the nodes report to it"
         )
     from spotd.bootstrap import bootstrap_for
 
@@ -94,21 +113,11 @@ def build_clouds(settings: Settings) -> dict[str, Provider]:
             python=agent.python,
         )
 
-    providers: dict[str, Provider] = {}
-    p = settings.providers
-    if p.aws.enabled:
-        from spotd.providers.aws import build_aws_provider
+    return script
 
-        providers["aws"] = build_aws_provider(p.aws, user_data=script("aws"))
-    if p.gcp.enabled:
-        from spotd.providers.gcp import build_gcp_provider
 
-        providers["gcp"] = build_gcp_provider(p.gcp, startup_script=script("gcp"))
-    if p.azure.enabled:
-        from spotd.providers.azure import build_azure_provider
-
-        providers["azure"] = build_azure_provider(p.azure, custom_data=script("azure"))
-    return providers
+def _no_boot_script(kind: BootKind) -> Callable[[LaunchRequest], str]:
+    raise ConfigError(f"[providers.{kind}] has no boot-script carrier")
 
 
 def build_engine(settings: Settings) -> Engine:

@@ -14,7 +14,6 @@ from spotd.config import (
     ProvidersSettings,
     SchedulingSettings,
     Settings,
-    SimSettings,
 )
 from spotd.domain import (
     Fabric,
@@ -28,6 +27,7 @@ from spotd.domain import (
 )
 from spotd.engine import Engine
 from spotd.errors import NotFoundError, ProviderError
+from spotd.providers.sim import SimSettings
 from spotd.spec import JobSpec
 
 EPOCH = datetime(2026, 3, 2, tzinfo=UTC)

@@ -31,13 +31,7 @@ from pydantic import SecretStr
 from spotd import checkpoints as ck
 from spotd.agent import AgentConfig, main, run_agent
 from spotd.agent.reporter import DaemonReporter, Outbox, ReportFailed, ReportRejected
-from spotd.agent.watchers import (
-    AwsNoticeWatcher,
-    AzureNoticeWatcher,
-    GcpNoticeWatcher,
-    NullWatcher,
-    make_watcher,
-)
+from spotd.agent.watchers import NullWatcher, make_watcher
 from spotd.agent_api import (
     AgentReport,
     ExitReport,
@@ -46,6 +40,9 @@ from spotd.agent_api import (
 )
 from spotd.agent_routes import create_agent_router
 from spotd.errors import ConfigError
+from spotd.providers.aws.notice import AwsNoticeWatcher
+from spotd.providers.azure.notice import AzureNoticeWatcher
+from spotd.providers.gcp.notice import GcpNoticeWatcher
 
 ROOT = Path(__file__).resolve().parent.parent
 DAEMON_TOKEN = "daemon-secret-token"

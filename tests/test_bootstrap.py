@@ -202,18 +202,18 @@ def test_tag_names_match_the_engine() -> None:
 
 
 def catalog_offering(kind: BootKind, instance_type: str) -> Offering:
-    from spotd.interconnect import CATALOG
+    from spotd.interconnect import catalog
 
-    facts = CATALOG[kind][instance_type]
+    facts = catalog()[kind][instance_type]
     return Offering(Pool(kind, "r", "r-a", instance_type), facts.gpu, facts.gpus_per_node,
                     facts.gpu_memory_gb, facts.interconnect, 10.0, 30.0)  # fmt: skip
 
 
 def gang_types() -> list[tuple[BootKind, str]]:
-    from spotd.interconnect import CATALOG
+    from spotd.interconnect import catalog
 
     kinds: list[BootKind] = ["aws", "gcp", "azure"]
-    return [(kind, t) for kind in kinds for t in CATALOG[kind]]
+    return [(kind, t) for kind in kinds for t in catalog()[kind]]
 
 
 @pytest.mark.parametrize(("kind", "instance_type"), gang_types())
@@ -235,7 +235,7 @@ def test_every_gang_boot_script_carries_rendezvous_and_fabric_variables(
 
 
 def test_every_fabric_kind_appears_among_the_clouds_types() -> None:
-    from spotd.interconnect import CATALOG
+    from spotd.interconnect import catalog
 
-    seen = {f.interconnect.fabric for kind in CATALOG.values() for f in kind.values()}
+    seen = {f.interconnect.fabric for kind in catalog().values() for f in kind.values()}
     assert seen == set(FABRIC_MARKS)

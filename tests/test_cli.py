@@ -57,7 +57,7 @@ def test_report_windows_end_on_the_simulated_clock(tmp_path: Path) -> None:
     assert datetime(2031, 1, 1, tzinfo=UTC) <= until < datetime(2031, 1, 2, tzinfo=UTC)
 
 
-def test_plan_shows_the_usable_offerings_and_counts_the_rest_by_reason(tmp_path: Path) -> None:
+def test_plan_shows_the_usable_offerings_and_counts_the_rest_by_kind(tmp_path: Path) -> None:
     config = _config(tmp_path)
     args = ["plan", str(EXAMPLES / "job.toml"), "-c", str(config), "--top", "3"]
     result = CliRunner().invoke(app, args, terminal_width=80)
@@ -69,11 +69,19 @@ def test_plan_shows_the_usable_offerings_and_counts_the_rest_by_reason(tmp_path:
     rows = lines[head + 1 : head + 4]
     assert all(row.startswith("sim-") and len(row) <= 80 for row in rows), "3 rows in 80 columns"
     summary = next(i for i, line in enumerate(lines) if "candidates excluded" in line)
-    counted = lines[summary + 1 :]
-    assert "8 GPUs per node, job needs 1" in counted[0]  # the commonest reason first
+    # A line per kind (a long detail may wrap onto the next line).
+    counted = [line for line in lines[summary + 1 :] if line.split()[0].isdigit()]
+    # The commonest kind first, with its commonest detail; one line per kind.
+    assert counted[0].split()[1] == "gpus-per-node"
+    assert "8 GPUs per node, job needs 1" in counted[0]
+    kinds = [line.split()[1] for line in counted]
+    assert len(kinds) == len(set(kinds)) and "gpu-model" in kinds
     every = CliRunner().invoke(app, [*args, "--excluded"], terminal_width=200)
-    assert "EXCLUDED BECAUSE" in every.stdout
-    assert every.stdout.count("8 GPUs per node, job needs 1") == int(counted[0].split()[0])
+    assert "EXCLUDED BECAUSE" in every.stdout and " KIND " in every.stdout
+    rows = [line.split() for line in every.stdout.splitlines() if line.lstrip().startswith("sim-")]
+    for line in counted:
+        n, kind = line.split()[:2]
+        assert sum(row[3] == kind for row in rows) == int(n)
 
 
 def _plan(tmp_path: Path, job: Path, *extra: str) -> str:
@@ -155,3 +163,71 @@ def test_plan_of_one_node_shows_no_fabric_environment(tmp_path: Path) -> None:
     text = _plan(tmp_path, EXAMPLES / "job.toml")
     assert ": none, one node: nothing crosses the fabric" in text
     assert "preflight: no bus bandwidth floor (one node)" in text
+
+
+def test_plan_of_a_submitted_job_shows_its_pool_cooling_down(tmp_path: Path) -> None:
+    from spotd.config import load_settings
+    from spotd.daemon import Daemon
+    from spotd.domain import AttemptClose, AttemptEnd, Market, NewAttempt, Pool
+    from spotd.spec import load_job_file
+    from spotd.states import JobStatus, Transition, transition
+
+    config = tmp_path / "spotd.toml"
+    config.write_text(
+        f'data_dir = "{tmp_path / "state"}"\n'
+        "[daemon]\nport = 0\ntick_seconds = 0.1\n"
+        # 1000 h of the simulated clock (60x) outlast the test; no capacity drops meanwhile.
+        "[scheduling]\ncooldown_hours = 1000\n"
+        "[providers.sim]\nspeed = 60\nmean_up_hours = 1e9\nepoch = 2031-01-01T00:00:00Z\n"
+    )
+    job_file = EXAMPLES / "job.toml"
+    # As a new job (its file), it would go to the cheapest spot pool.
+    fresh = json.loads(_plan_of(str(job_file), config))
+    chosen = fresh["choice"]
+    assert chosen["market"] == "spot"
+    pool = Pool(chosen["provider"], chosen["region"], chosen["zone"], chosen["instance_type"])
+    daemon = Daemon(load_settings(config))
+    engine = daemon.engine
+    # Submitted, it ran there and was preempted: the attempt ends as the engine ends one.
+    job = engine.store.create_job(load_job_file(job_file), now=engine.clock.now())
+    placed = NewAttempt(pool, Market.SPOT, 1, chosen["price_per_hour"], resume_from=None)
+    transition(engine.store, Transition(job.id, JobStatus.PENDING, JobStatus.PROVISIONING,
+                                        "placed", open_attempt=placed), now=engine.clock.now())
+    (attempt,) = engine.store.attempts(job.id)
+    transition(engine.store, Transition(
+        job.id, JobStatus.PROVISIONING, JobStatus.RECOVERING, "preempted",
+        close_attempt=AttemptClose(attempt.id, AttemptEnd.PREEMPTED),
+    ), now=engine.clock.now())  # fmt: skip
+    daemon.start()
+    try:
+        view = json.loads(_plan_of(job.id, config))
+        spot = {
+            c["zone"]: c for c in view["candidates"]
+            if c["market"] == "spot" and c["instance_type"] == pool.instance_type
+            and c["region"] == pool.region
+        }  # fmt: skip
+        assert spot[pool.zone]["excluded_kind"] == "cooling-down"
+        assert spot[pool.zone]["excluded"].startswith(
+            f"pool cooling down: preempted in {pool.zone} (1x in {pool.region}), until "
+        )
+        # The whole region cools for that type, and the plan goes elsewhere.
+        assert all(c["excluded_kind"] == "cooling-down" for c in spot.values())
+        assert view["choice"] is not None and view["choice"]["region"] != pool.region
+        # The table groups the exclusions by kind: the cooldown is one of them.
+        text = CliRunner().invoke(app, ["plan", job.name, "-c", str(config)],
+                                  terminal_width=200)  # fmt: skip
+        assert text.exit_code == 0, text.output
+        (line,) = [x for x in text.stdout.splitlines() if "cooling-down" in x]
+        assert f"pool cooling down: preempted in {pool.zone}" in line
+        assert int(line.split()[0]) == len(spot)
+        # The file still plans as a new job: no cooldown there.
+        again = json.loads(_plan_of(str(job_file), config))
+        assert not any(c["excluded_kind"] == "cooling-down" for c in again["candidates"])
+    finally:
+        daemon.stop()
+
+
+def _plan_of(job: str, config: Path) -> str:
+    result = CliRunner().invoke(app, ["plan", job, "-c", str(config), "--json"])
+    assert result.exit_code == 0, result.output
+    return result.stdout

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import replace
-from datetime import timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from engine_support import FakeProvider, fast_settings, run_until, spec
+from engine_support import EPOCH, FakeProvider, fast_settings, run_until, spec
 
 from spotd.agent_api import PreflightCheck, PreflightFigures
 from spotd.domain import (
     AttemptEnd,
     AttemptRecord,
+    ExclusionKind,
     Instance,
     InstanceReport,
     InstanceState,
     JobRecord,
     Market,
+    Offering,
 )
 from spotd.engine import (
     MISSING_BEFORE_LOST,
@@ -37,9 +39,11 @@ from spotd.errors import (
     SubmitRefused,
     ThrottledError,
 )
+from spotd.metrics import store_totals
 from spotd.policies.cheapest import CheapestPolicy
 from spotd.states import FailureCause, JobStatus, Transition, transition
 from spotd.store import open_store
+from spotd.views import job_view
 from spotd.wiring import build_engine
 
 
@@ -169,7 +173,11 @@ def test_unplaceable_job_waits_then_fails_on_timeout(tmp_path: Path) -> None:
         assert eng.store.get_job(job.id).status is JobStatus.PENDING
         decision = eng.plan(eng.store.get_job(job.id))
         assert decision.choice is None
-        assert all("GPU" in (c.excluded or "") for c in decision.candidates)
+        assert all(
+            c.excluded is not None and c.excluded.kind is ExclusionKind.GPU_MODEL
+            and "GPU" in c.excluded.detail
+            for c in decision.candidates
+        )  # fmt: skip
         job = run_until(eng, job.id, _terminal, timeout=15)
         assert job.failure is FailureCause.NO_CAPACITY
     finally:
@@ -362,8 +370,10 @@ def test_capacity_error_moves_to_another_pool(fake: tuple[Engine, FakeProvider])
         for c in eng.plan(eng.store.get_job(job.id)).candidates
         if c.market is Market.SPOT
     }
-    assert "cooling down" in (excluded["r1a"] or "")
-    assert "cooling down" in (excluded["r1b"] or "")
+    for zone in ("r1a", "r1b"):
+        cooled = excluded[zone]
+        assert cooled is not None and cooled.kind is ExclusionKind.COOLING_DOWN
+        assert cooled.detail.startswith("pool cooling down: no-capacity in r1a")
     assert excluded["r2a"] is None
 
 
@@ -665,3 +675,106 @@ def test_an_agent_that_quit_before_the_command_is_no_user_failure(
     job = run_until(eng, job.id, lambda j: j.status is not JobStatus.RUNNING, timeout=5)
     assert job.status is not JobStatus.FAILED
     assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.PREFLIGHT_FAILED
+
+
+# -- one cost: the ledger's -----------------------------------------------------------
+
+
+class StepClock:
+    """An engine clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.at = EPOCH
+
+    def now(self) -> datetime:
+        return self.at
+
+    def seconds_to_real(self, seconds: float) -> float:
+        return seconds
+
+
+@dataclass
+class PricedFake(FakeProvider):
+    """The scripted provider with one offering at 3.6 USD/h: a thousandth of a USD a second."""
+
+    def offerings(self) -> list[Offering]:
+        return [replace(o, spot_price=3.6, on_demand_price=9.0) for o in super().offerings()[:1]]
+
+
+def test_a_budget_is_enforced_at_the_ledgers_figure_not_price_times_time(
+    tmp_path: Path,
+) -> None:
+    """Ten seconds at 3.6 USD/h are 0.01 USD by price x wall time, under the 0.05 USD
+    budget; the provider bills a minute at least, 0.06 USD, and the ledger says so:
+    the job is stopped at that figure, which is also the one its view, /metrics and
+    the job-end hook (called once the last attempt is billed) see."""
+    provider = PricedFake()
+    clock = StepClock()
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    eng = Engine(store, {"fake": provider}, CheapestPolicy(), clock,
+                 EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"))  # fmt: skip
+    ended: list[tuple[JobStatus, float]] = []
+    eng.on_end = lambda j: ended.append(
+        (j.status, sum(e.usd for e in eng.store.ledger(job_id=j.id)))
+    )
+    try:
+        job = eng.submit(spec(budget={"max_usd": 0.05}, deadline={"compute_hours": 0.001}))
+        eng.tick()  # placed and launched
+        (attempt,) = eng.store.attempts(job.id)
+        assert attempt.instance_ids and attempt.price_per_node_hour == pytest.approx(3.6)
+        assert eng.context(eng.store.get_job(job.id)).spent_usd == pytest.approx(0.06), (
+            "a launched node owes its minute"
+        )
+        clock.at += timedelta(seconds=10)
+        eng.tick()
+        job = eng.store.get_job(job.id)
+        assert (job.status, job.failure) == (JobStatus.FAILED, FailureCause.OVER_BUDGET)
+        (attempt,) = eng.store.attempts(job.id)
+        assert attempt.end_reason is AttemptEnd.OVER_BUDGET
+        assert attempt.ended_at is not None
+        wall = (attempt.ended_at - attempt.started_at).total_seconds() / 3600 * 3.6
+        assert wall == pytest.approx(0.01), "price x wall time: under the budget"
+        assert eng.store.events(job.id)[-1].detail == "spent 0.06 of 0.05 USD"
+        ledger = eng.store.ledger(job_id=job.id)
+        assert sum(e.usd for e in ledger) == pytest.approx(0.06)
+        assert sum(e.billed_seconds for e in ledger) == pytest.approx(60.0)
+        assert ended == [(JobStatus.FAILED, pytest.approx(0.06))], "on_end after the bill"
+        assert provider.terminated == list(attempt.instance_ids)
+
+        view = job_view(job, eng.store.attempts(job.id), clock.now(), ledger=ledger)
+        assert view.cost_usd == pytest.approx(0.06)
+        assert [a.cost_usd for a in view.attempts] == [pytest.approx(0.06)]
+        totals = store_totals(eng)()
+        assert totals.spent_usd == pytest.approx(0.06)
+        assert totals.savings_usd == pytest.approx(0.15 - 0.06), "a minute on-demand at 9 USD/h"
+    finally:
+        store.close()
+
+
+def test_a_running_jobs_cost_is_its_billed_attempts_plus_the_open_one(tmp_path: Path) -> None:
+    """A preempted attempt counts at its stored bill; the open one is billed to now by
+    the same rules: its price at placement, a minute at least."""
+    provider = FakeProvider()
+    clock = StepClock()
+    store = open_store(f"sqlite:///{tmp_path / 'f.db'}")
+    eng = Engine(store, {"fake": provider}, CheapestPolicy(), clock,
+                 EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"))  # fmt: skip
+    try:
+        job, first = _running(eng)
+        assert first.price_per_node_hour == pytest.approx(1.0)
+        clock.at += timedelta(minutes=30)
+        provider.states[first.instance_ids[0]] = InstanceState.PREEMPTED
+        job = run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+        first, second = eng.store.attempts(job.id)
+        assert second.price_per_node_hour == pytest.approx(1.2), "region r1 cools down"
+        billed = eng.store.ledger(job_id=job.id)
+        assert {e.attempt for e in billed} == {first.seq}
+        assert sum(e.usd for e in billed) == pytest.approx(0.5)
+        clock.at += timedelta(seconds=10)
+        # 0.5 billed + the open attempt's minimum minute at 1.2 USD/h (price x time: 0.5033).
+        assert eng.context(job).spent_usd == pytest.approx(0.52)
+        view = job_view(job, eng.store.attempts(job.id), clock.now(), ledger=billed)
+        assert [a.cost_usd for a in view.attempts] == [pytest.approx(0.5), pytest.approx(0.02)]
+        assert view.cost_usd == pytest.approx(0.52)
+    finally:
+        store.close()

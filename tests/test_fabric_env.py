@@ -14,7 +14,7 @@ from spotd.fabric_env import (
     fabric_environment,
     instance_family,
 )
-from spotd.interconnect import CATALOG
+from spotd.interconnect import catalog
 from spotd.spec import parse_job_toml
 
 IB = Interconnect(Fabric.INFINIBAND, 400.0)
@@ -156,12 +156,12 @@ def test_a_faster_fabric_of_the_same_kind_has_a_higher_floor() -> None:
 
 @pytest.mark.parametrize(
     ("kind", "instance_type"),
-    [(kind, name) for kind, types in CATALOG.items() for name in types],
+    [(kind, name) for kind, types in catalog().items() for name in types],
 )
 def test_every_catalog_type_gets_an_environment_for_multi_node(
     kind: str, instance_type: str
 ) -> None:
-    facts = CATALOG[kind][instance_type]
+    facts = catalog()[kind][instance_type]
     env = fabric_environment(facts.interconnect, nodes=2, instance_type=instance_type)
     assert env, f"{kind} {instance_type} ({facts.interconnect.fabric}) gets no variables"
     assert all(name and value for name, value in env.items())

@@ -26,7 +26,10 @@ from spotd.ledger import (
     PriceHistory,
     billed_seconds,
     build_ledger,
+    ledger_so_far,
     record_ledger,
+    spend_by_attempt,
+    spend_so_far,
     totals,
 )
 from spotd.providers.sim import SimProvider
@@ -272,6 +275,45 @@ def test_only_the_first_boot_has_an_on_demand_equivalent() -> None:
     assert changes[1].on_demand_usd == pytest.approx(6.0 * 300 / 3600)
     assert changes[2].on_demand_usd == 0.0
     assert changes[2].usd > 0, "the recovery's changeover is still paid"
+
+
+# -- so far: the one cost of a running job -------------------------------------------------------
+
+
+def test_so_far_keeps_the_bills_of_closed_attempts_and_bills_the_rest_to_now() -> None:
+    # Attempt 1 billed 7.0 (say, the prices in force); 2 closed with no bill stored yet;
+    # 3 open and moved to another region (egress), 2 nodes, 10 s old: a minute each.
+    one = attempt(1, AWS_E1, start=0, end=600, reason=AttemptEnd.PREEMPTED)
+    two = attempt(2, AWS_E1C, start=600, end=1200, reason=AttemptEnd.PREEMPTED)
+    three = attempt(3, AWS_W2, start=1200, end=None, nodes=2, price=36.0, resume_from="ck/2")
+    stored = [replace(e, usd=3.5) for e in build_ledger(job(), [one], NO_HISTORY, s(600))]
+    stale = build_ledger(job(), [one, two, three], NO_HISTORY, s(1205))  # an old line of 3
+    now = s(1210)
+    assert len(stored) == 2, "changeover and compute, 3.5 each"
+    stale = [*stored, *of(stale, "compute")[2:]]
+    entries = ledger_so_far(job(), [one, two, three], stale, now)
+    by_attempt = spend_by_attempt(entries)
+    assert by_attempt[1] == pytest.approx(7.0), "the stored bill"
+    assert by_attempt[2] == pytest.approx(600 / 3600 * 2.0), "closed, not billed: by the rules"
+    assert by_attempt[3] == pytest.approx(2 * 60 / 3600 * 36.0 + 1.0 * 0.02), (
+        "open: a stored line of it is stale; a minute per node and the checkpoint's move"
+    )
+    for billed in ([], stored, stale):
+        assert spend_so_far(job(), [one, two, three], billed, now) == pytest.approx(
+            totals(ledger_so_far(job(), [one, two, three], billed, now))[0]
+        )
+    # Every attempt closed and billed: the stored ledger is the figure, as it is.
+    assert ledger_so_far(job(), [one], stored, s(99999)) == stored
+
+
+def test_so_far_reads_no_price_history() -> None:
+    def unread(pool: Pool, market: Market, since: datetime) -> list[PricePoint]:
+        raise AssertionError("the price history was read")
+
+    a = attempt(end=None, price=3.6)
+    assert spend_so_far(job(), [a], [], s(30)) == pytest.approx(0.06), "60 s at 3.6 USD/h"
+    with pytest.raises(AssertionError):
+        build_ledger(job(), [a], unread, s(30))  # the final bill does read it
 
 
 # -- store -------------------------------------------------------------------------------------

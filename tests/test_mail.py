@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Collection, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from functools import partial
@@ -23,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from smtp_support import SmtpServer, make_cert, serving
 
 from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord, Market, Pool
+from spotd.ledger import LedgerEntry
 from spotd.mail import (
     PNG_SIGNATURE,
     Composed,
@@ -194,6 +195,8 @@ class FakeStore:
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     attempts: dict[str, list[AttemptRecord]] = field(default_factory=dict)
     claims: set[str] = field(default_factory=set)
+    lines: list[LedgerEntry] = field(default_factory=list)
+    """The stored ledger."""
 
     def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
         return [j for j in self.jobs.values() if statuses is None or j.status in statuses]
@@ -204,6 +207,10 @@ class FakeStore:
     def events(self, job_id: str) -> list[EventRecord]:
         j = self.jobs[job_id]
         return [EventRecord(1, job_id, NOW, JobStatus.RUNNING, j.status, "end", "exit 0")]
+
+    def ledger(self, *, since: datetime | None = None, until: datetime | None = None,
+               job_id: str | None = None) -> list[LedgerEntry]:
+        return [e for e in self.lines if job_id is None or e.job_id == job_id]
 
     def claim(self, key: str) -> bool:
         if key in self.claims:
@@ -218,6 +225,17 @@ class RecordingSender:
 
     def send_message(self, message: EmailMessage) -> None:
         self.sent.append(message)
+
+
+def billed(a: AttemptRecord, usd: float, on_demand: float | None = None) -> LedgerEntry:
+    """A stored ledger line of attempt ``a``: what the ledger billed, whatever its wall time."""
+    return LedgerEntry(
+        job_id=a.job_id, attempt=a.seq, provider=a.pool.provider, region=a.pool.region,
+        zone=a.pool.zone, instance_type=a.pool.instance_type, gpu="A100", gpus=8, nodes=1,
+        fabric="efa", market=str(a.market), kind="compute", start=a.started_at,
+        end=a.ended_at or NOW, billed_seconds=3600.0, usd=usd,
+        on_demand_usd=usd if on_demand is None else on_demand, job_status="running",
+    )
 
 
 def mailer(tmp_path: Path, store: FakeStore, sender: object = None, **extra: object) -> Mailer:
@@ -590,6 +608,23 @@ def test_mailer_budget_checks_queue_one_email_per_threshold(tmp_path: Path) -> N
     assert "82.00 USD" in parts_of(sent[0])["text/plain"][0].get_content()
 
 
+def test_budget_alerts_count_the_ledger_not_price_times_time(tmp_path: Path) -> None:
+    # Attempt 1 ran 4 h at 10 USD/h (40 by price x time) and was billed 50 (say, at the
+    # prices in force); attempt 2 has run 3.5 h. By the ledger 85 of 100: the 80 % alert.
+    # Price x wall time says 75, under the threshold.
+    first = replace(attempt("j1", 7.5, 10.0, end=AttemptEnd.PREEMPTED),
+                    ended_at=NOW - timedelta(hours=3.5))
+    second = attempt("j1", 3.5, 10.0, seq=2)
+    store = FakeStore(jobs={"j1": job()}, attempts={"j1": [first, second]},
+                      lines=[billed(first, 50.0)])
+    mail = mailer(tmp_path, store)
+    assert mail.check_budgets() == 1
+    assert mail.flush() == 1
+    (sent,) = mail.transport.sent  # type: ignore[attr-defined]
+    assert sent["Subject"] == "spotd: job train-j1 reached 80% of its budget"
+    assert "has spent 85.00 USD, 85% of its budget" in parts_of(sent)["text/plain"][0].get_content()
+
+
 def test_over_budget_end_sends_the_100_percent_alert_once(tmp_path: Path) -> None:
     ended = job(status=JobStatus.FAILED, failure=FailureCause.OVER_BUDGET)
     store = FakeStore(jobs={"j1": ended},
@@ -639,8 +674,11 @@ def test_job_end_email_when_the_spec_asks(tmp_path: Path) -> None:
     assert sent["To"] == "a@example.com, b@example.com"
     text = parts_of(sent)["text/plain"][0].get_content()
     assert "Cost:        9.00 USD" in text and "Preemptions: 1" in text and "exit 0" in text
+    assert "#1 sim-aws us-east-1a p4d x1 spot, 2.0 h, preempted, 6.00 USD" in text
+    assert "#2 sim-aws us-east-1a p4d x1 spot, 1.0 h, succeeded, 3.00 USD" in text
     html_body = parts_of(sent)["text/html"][0].get_content()
     assert '<th align="left">Attempts</th><td>2</td>' in html_body
+    assert "<td>preempted</td>" in html_body and "<td>succeeded</td>" in html_body
 
 
 def test_job_end_email_escapes_html(tmp_path: Path) -> None:
@@ -654,30 +692,26 @@ def test_job_end_email_escapes_html(tmp_path: Path) -> None:
     assert "<script>x</script>" in composed.text
 
 
-def test_job_end_falls_back_to_the_summary_when_the_report_fails(tmp_path: Path) -> None:
+def test_job_end_email_carries_the_stored_ledger_and_its_savings(tmp_path: Path) -> None:
+    # Billed 7.25 and 2.75 (minimums, prices in force) where price x time says 6 and 3;
+    # on-demand would have cost 20 and 10. The report renderers wired in change nothing:
+    # the job-end email is the job's ledger summary.
     done = job(status=JobStatus.SUCCEEDED, on_end=True, budget=None)
-    store = FakeStore(jobs={"j1": done})
-    mail = mailer(tmp_path, store)
-
-    def broken(**_: object) -> FakeReport:
-        raise RuntimeError("ledger unreadable")
-
-    mail._reports = ReportKit(broken, fake_text, fake_html, fake_charts)
-    mail.job_ended(done)
-    assert mail.flush() == 1
-    (sent,) = mail.transport.sent  # type: ignore[attr-defined]
-    assert "Attempts:    0" in parts_of(sent)["text/plain"][0].get_content()
-
-
-def test_job_end_with_report_renderers_sends_the_job_report(tmp_path: Path) -> None:
-    done = job(status=JobStatus.SUCCEEDED, on_end=True, budget=None)
-    store = FakeStore(jobs={"j1": done})
+    first = attempt("j1", 2.0, 3.0, end=AttemptEnd.PREEMPTED)
+    second = attempt("j1", 1.0, 3.0, end=AttemptEnd.SUCCEEDED, seq=2)
+    store = FakeStore(jobs={"j1": done}, attempts={"j1": [first, second]},
+                      lines=[billed(first, 7.25, 20.0), billed(second, 2.75, 10.0)])
     mail = mailer(tmp_path, store)
     mail.job_ended(done)
     assert mail.flush() == 1
     (sent,) = mail.transport.sent  # type: ignore[attr-defined]
     assert sent["Subject"] == "spotd: job train-j1 succeeded"
-    assert_report_message(sent, "Report j1 2026-03-02..2026-03-02")
+    text = parts_of(sent)["text/plain"][0].get_content()
+    assert "Cost:        10.00 USD" in text
+    assert "On-demand:   30.00 USD" in text and "Saved:       20.00 USD (67 %)" in text
+    assert "preempted, 7.25 USD" in text and "succeeded, 2.75 USD" in text
+    html_body = parts_of(sent)["text/html"][0].get_content()
+    assert "<td>10.00 USD</td>" in html_body and "20.00 USD (67 %)" in html_body
 
 
 # --------------------------------------------------------------------------

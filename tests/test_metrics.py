@@ -26,6 +26,7 @@ from spotd.domain import (
     Offering,
     Pool,
 )
+from spotd.ledger import LedgerEntry
 from spotd.mail import Composed, Outbox
 from spotd.market import Snapshot
 from spotd.metrics import (
@@ -56,7 +57,8 @@ def attempt(job_id: str, seq: int, hours: float, price: float, *, market: Market
     started = NOW - timedelta(hours=hours)
     return AttemptRecord(
         id=seq, job_id=job_id, seq=seq, pool=POOL, market=market, nodes=nodes,
-        price_per_node_hour=price, client_token=f"{job_id}-{seq}", instance_ids=(),
+        price_per_node_hour=price, client_token=f"{job_id}-{seq}",
+        instance_ids=tuple(f"i-{job_id}-{seq}-{n}" for n in range(nodes)),
         resume_from=None, started_at=started, running_at=started,
         ended_at=NOW if end else None, end_reason=end,
     )
@@ -74,12 +76,18 @@ class FakeClock:
 class FakeStore:
     jobs: list[JobRecord]
     attempts: dict[str, list[AttemptRecord]] = field(default_factory=dict)
+    lines: list[LedgerEntry] = field(default_factory=list)
+    """The stored ledger."""
 
     def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
         return [j for j in self.jobs if statuses is None or j.status in statuses]
 
     def attempts_for(self, job_ids: Collection[str]) -> dict[str, list[AttemptRecord]]:
         return {i: list(self.attempts.get(i, [])) for i in job_ids}
+
+    def ledger(self, *, since: datetime | None = None, until: datetime | None = None,
+               job_id: str | None = None) -> list[LedgerEntry]:
+        return [e for e in self.lines if job_id is None or e.job_id == job_id]
 
 
 @dataclass
@@ -194,6 +202,29 @@ def test_store_totals_without_market_prices_claims_no_savings() -> None:
     engine.market.offerings.clear()
     totals = store_totals(engine)()  # type: ignore[arg-type]
     assert totals == Totals(spent_usd=pytest.approx(130.0), savings_usd=0.0, preemptions=2)
+
+
+def billed(a: AttemptRecord, usd: float, on_demand: float) -> LedgerEntry:
+    return LedgerEntry(
+        job_id=a.job_id, attempt=a.seq, provider=a.pool.provider, region=a.pool.region,
+        zone=a.pool.zone, instance_type=a.pool.instance_type, gpu="A100", gpus=8, nodes=1,
+        fabric="efa", market=str(a.market), kind="compute", start=a.started_at,
+        end=a.ended_at or NOW, billed_seconds=3600.0, usd=usd, on_demand_usd=on_demand,
+        job_status="succeeded",
+    )
+
+
+def test_spend_and_savings_are_the_stored_ledgers() -> None:
+    # Job d's two attempts ran 1 h each at 10 USD/h (20 by price x time); the ledger
+    # billed them 7.5 and 8.0 (the prices in force), with 30 on-demand each.
+    engine = small_engine()
+    first, second = engine.store.attempts["d"]
+    engine.store.lines = [billed(first, 7.5, 30.0), billed(second, 8.0, 30.0)]
+    got = samples(scrape(engine))
+    # a 20 + 30 (open, priced to now), b 60, d 15.5 by the ledger.
+    assert got[("spotd_spend_usd", ())] == pytest.approx(125.5)
+    # a 5 h at 30 - 10; d 60 - 15.5; b on-demand, nothing saved.
+    assert got[("spotd_savings_usd", ())] == pytest.approx(100.0 + 44.5)
 
 
 def test_a_failing_section_leaves_the_others(caplog: pytest.LogCaptureFixture) -> None:

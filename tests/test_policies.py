@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from spotd import progress
 from spotd.domain import (
     Candidate,
+    ExclusionKind,
     Fabric,
     Interconnect,
     Market,
@@ -77,7 +78,8 @@ def test_70b_four_nodes_never_below_800_gbps(policy: type, sim_market: list[Offe
     ]
     assert cheaper, "the market should hold cheaper H100 offerings that lose on fabric"
     for c in cheaper:
-        assert c.excluded is not None and "800 Gbps/GPU" in c.excluded
+        assert c.excluded is not None and "800 Gbps/GPU" in c.excluded.detail
+        assert c.excluded.kind is ExclusionKind.FABRIC
 
 
 @pytest.mark.parametrize("policy", [BalancedPolicy, CheapestPolicy])
@@ -326,7 +328,7 @@ def test_cloud_fakes_70b_never_below_800(cloud_market: list[Offering]) -> None:
     assert decision.choice is None or decision.choice.offering.interconnect.gbps_per_gpu >= 800
     for c in h100:
         if c.offering.interconnect.gbps_per_gpu < 800:
-            assert c.excluded and "800 Gbps/GPU" in c.excluded
+            assert c.excluded and "800 Gbps/GPU" in c.excluded.detail
 
 
 def test_cloud_fakes_one_node_cheapest_whatever_fabric(cloud_market: list[Offering]) -> None:
@@ -405,3 +407,94 @@ def test_a_checkpoint_on_the_notice_takes_the_lost_work_out_of_the_estimate() ->
     od = costmodel.estimate(here, aws, Market.ON_DEMAND)
     assert od.lost_per_preemption_hours == 0.0 or od.preemptions_per_hour == 0.0
     assert od.preemption_overhead_hours == pytest.approx(od.work_hours * (80 / 3600) / 0.5)
+
+
+# -- exclusion kinds ---------------------------------------------------------------
+
+GOOD = Offering(
+    pool=Pool("sim-aws", "us-east-1", "us-east-1a", "p5.48xlarge"),
+    gpu="H100", gpus_per_node=8, gpu_memory_gb=80,
+    interconnect=Interconnect(Fabric.EFA, 400), spot_price=40.0, on_demand_price=98.0,
+    capacity=1.0,
+)  # fmt: skip
+
+
+def _exclusion_cases() -> list[tuple[ExclusionKind, PlacementContext, Offering, Market]]:
+    from dataclasses import replace
+
+    base = job()
+    spot = Market.SPOT
+    return [
+        (ExclusionKind.GPU_MODEL, ctx(base), replace(GOOD, gpu="A100"), spot),
+        (ExclusionKind.GPUS_PER_NODE, ctx(base), replace(GOOD, gpus_per_node=4), spot),
+        (ExclusionKind.FABRIC, ctx(job(resources={"nodes": 4, "model_size_b": 70})), GOOD, spot),
+        (ExclusionKind.PROVIDER, ctx(job(market={"providers": ["gcp"]})), GOOD, spot),
+        (ExclusionKind.REGION, ctx(job(market={"regions": ["eu-*"]})), GOOD, spot),
+        (ExclusionKind.NOT_SOLD, ctx(base), replace(GOOD, spot_price=None), spot),
+        (ExclusionKind.PRICE_CAP, ctx(job(market={"max_price_per_gpu_hour": 1.0})), GOOD, spot),
+        (ExclusionKind.NO_CAPACITY, ctx(base), replace(GOOD, capacity=0.0), spot),
+        (ExclusionKind.COOLING_DOWN, ctx(base, cooldown={GOOD.pool: "preempted in us-east-1a"}),
+         GOOD, spot),
+    ]  # fmt: skip
+
+
+def test_every_hard_filter_names_its_kind_and_the_screen_agrees() -> None:
+    from spotd.policies.filters import Screen
+
+    cases = _exclusion_cases()
+    for kind, c, off, market in cases:
+        assert first_exclusion(ctx(job()), GOOD, market) is None, "the base offering passes"
+        found = first_exclusion(c, off, market)
+        assert found is not None and found.kind is kind, (kind, found)
+        assert found.detail and str(found) == found.detail
+        assert Screen(c).reason(off, market) == found
+    budget = over_budget(ctx(job(budget={"max_usd": 10.0}), spent_usd=4.0), 7.5)
+    assert budget is not None and budget.kind is ExclusionKind.OVER_BUDGET
+    assert budget.detail == "expected cost 7.50 USD is over the 6.00 USD left in budget"
+    covered = {kind for kind, *_ in cases} | {ExclusionKind.OVER_BUDGET}
+    assert covered == set(ExclusionKind), "a test case for every kind"
+
+
+def test_only_capacity_and_cooldowns_rule_an_offering_out_for_now() -> None:
+    transient = {k for k in ExclusionKind if k.transient}
+    assert transient == {ExclusionKind.NO_CAPACITY, ExclusionKind.COOLING_DOWN}
+
+
+def test_balanced_tells_passing_exclusions_by_kind_not_by_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dataclasses import replace
+
+    from spotd.domain import Exclusion
+    from spotd.policies import balanced, filters
+
+    cooled = replace(GOOD, pool=replace(GOOD.pool, zone="us-east-1b"))
+    empty = replace(GOOD, pool=replace(GOOD.pool, zone="us-east-1c"), capacity=0.0)
+    elsewhere = replace(GOOD, pool=Pool("sim-aws", "us-west-2", "us-west-2a", "p5.48xlarge"))
+    c = ctx(job(market={"regions": ["us-east-1"]}), cooldown={cooled.pool: "preempted"})
+    # Reworded messages change nothing: the policy reads the kind.
+    monkeypatch.setattr(filters, "cooldown", lambda *_: Exclusion(
+        ExclusionKind.COOLING_DOWN, "resting a while"))  # fmt: skip
+    monkeypatch.setattr(filters, "spot_capacity", lambda *_: Exclusion(
+        ExclusionKind.NO_CAPACITY, "full up"))  # fmt: skip
+    market = OfferingIndex.of([GOOD, cooled, empty, elsewhere])
+    found = {o.pool.zone for o in balanced._spot_offerings(c, market)}
+    assert found == {"us-east-1a", "us-east-1b", "us-east-1c"}
+
+
+def test_the_plan_view_keeps_the_message_and_adds_the_kind() -> None:
+    from spotd.planning import CandidateView, candidate_view
+
+    c = ctx(job(market={"type": "auto"}),
+            cooldown={GOOD.pool: "preempted in us-east-1a (1x in us-east-1)"})
+    decision = CheapestPolicy().place(c, [GOOD])
+    (view,) = [candidate_view(x) for x in decision.candidates if x.market is Market.SPOT]
+    dumped = view.model_dump(mode="json")
+    assert dumped["excluded"] == "pool cooling down: preempted in us-east-1a (1x in us-east-1)"
+    assert dumped["excluded_kind"] == "cooling-down"
+    assert CandidateView.model_validate(dumped).excluded_kind is ExclusionKind.COOLING_DOWN
+    usable = candidate_view(decision.candidates[0]).model_dump(mode="json")
+    assert usable["excluded"] is None and usable["excluded_kind"] is None
+    # A reply of a daemon that predates the kinds still reads.
+    del dumped["excluded_kind"]
+    assert CandidateView.model_validate(dumped).excluded_kind is None

@@ -54,7 +54,7 @@ from spotd.errors import (
     QuotaError,
     ThrottledError,
 )
-from spotd.interconnect import CATALOG, UNKNOWN_NODE_GBPS
+from spotd.interconnect import UNKNOWN_NODE_GBPS
 from spotd.providers.aws import AwsProvider, AwsSettings, build_aws_provider, map_aws_errors
 from spotd.providers.aws.errors import ERROR_CODES
 from spotd.providers.aws.instances import (
@@ -63,6 +63,7 @@ from spotd.providers.aws.instances import (
     launch_params,
     state_of,
 )
+from spotd.providers.aws.kind import INSTANCE_TYPES
 from spotd.providers.aws.prices import parse_on_demand
 
 EAST, WEST = "us-east-1", "us-west-2"
@@ -138,7 +139,7 @@ def test_settings_defaults_and_extra_forbidden() -> None:
 def test_factory_builds_a_provider() -> None:
     provider = build_aws_provider(AwsSettings(), user_data=bootstrap)
     assert isinstance(provider, AwsProvider) and provider.name == "aws"
-    assert provider.instance_types == sorted(CATALOG["aws"])
+    assert provider.instance_types == sorted(INSTANCE_TYPES)
 
 
 def test_clients_retry_little_and_time_out(env: Env) -> None:
@@ -296,8 +297,8 @@ def test_default_types_are_the_interconnect_table(env: Env) -> None:
     provider = env.provider(instance_types=None)
     types = {o.pool.instance_type for o in provider.offerings()}
     (call,) = env.fake.params("DescribeInstanceTypeOfferings")
-    assert call["Filters"][0]["Values"] == sorted(CATALOG["aws"])
-    assert {"p5.48xlarge", "g5.xlarge"} <= types <= set(CATALOG["aws"])
+    assert call["Filters"][0]["Values"] == sorted(INSTANCE_TYPES)
+    assert {"p5.48xlarge", "g5.xlarge"} <= types <= set(INSTANCE_TYPES)
 
 
 def test_static_facts_are_cached_between_polls(env: Env) -> None:
@@ -585,7 +586,7 @@ def _some_offer() -> Offering:
     """A g5.xlarge offering in us-east-1a, without asking the fake."""
     return Offering(
         pool=Pool("aws", EAST, "us-east-1a", "g5.xlarge"), gpu="A10G", gpus_per_node=1,
-        gpu_memory_gb=24, interconnect=CATALOG["aws"]["g5.xlarge"].interconnect,
+        gpu_memory_gb=24, interconnect=INSTANCE_TYPES["g5.xlarge"].interconnect,
         spot_price=0.4, on_demand_price=1.0,
     )  # fmt: skip
 

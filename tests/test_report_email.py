@@ -119,3 +119,49 @@ def test_smtp_down_the_daemon_keeps_going_and_delivers_later(
     finally:
         daemon.stop()
         server.stop()
+
+
+def test_job_end_email_carries_the_jobs_ledger_cost(tmp_path: Path, smtp: SmtpServer) -> None:
+    """A preempted-and-resumed job that asked for its job-end email: the email, sent
+    once the last attempt is billed, says what the store's ledger and ``spotd report``
+    say the job cost, and lists where it ran and how each attempt ended."""
+    from spotd.wiring import build_mailer_for
+
+    root = tmp_path / "spotd"
+    config = config_for(root, smtp.port)
+    settings = load_settings(config)
+    engine = build_engine(settings)
+    mailer = build_mailer_for(settings, engine)
+    assert mailer is not None
+    engine.on_end = mailer.job_ended
+    try:
+        job = engine.submit(spec("import time; time.sleep(3)",
+                                 notify={"email": ["owner@example.com"], "on_end": True}))
+        job = run_until(engine, job.id, lambda j: j.status is JobStatus.RUNNING)
+        (attempt,) = engine.store.attempts(job.id)
+        engine.providers[attempt.pool.provider].reclaim(attempt.instance_ids[0])  # type: ignore[attr-defined]
+        job = run_until(engine, job.id, lambda j: j.status.terminal, timeout=60)
+        assert job.status is JobStatus.SUCCEEDED
+        attempts = engine.store.attempts(job.id)
+        ledger_total = sum(e.usd for e in engine.store.ledger(job_id=job.id))
+        on_demand = sum(e.on_demand_usd for e in engine.store.ledger(job_id=job.id))
+    finally:
+        engine.store.close()
+    assert ledger_total > 0
+    mailer.flush()
+    (mail,) = smtp.wait_for(1)
+    assert mail.rcpt_tos == ["owner@example.com"]
+    assert mail.message["Subject"] == f"spotd: job {job.name} succeeded"
+    text = mail.message.get_body(("plain",)).get_content()  # type: ignore[union-attr]
+    html = mail.message.get_body(("html",)).get_content()  # type: ignore[union-attr]
+    assert f"Cost:        {ledger_total:.2f} USD" in text
+    assert f"Saved:       {on_demand - ledger_total:.2f} USD" in text
+    assert f"<td>{ledger_total:.2f} USD" in html
+    assert [str(a.end_reason) for a in attempts] == ["preempted", "succeeded"]
+    for a in attempts:
+        assert (f"#{a.seq} {a.pool.provider} {a.pool.zone} {a.pool.instance_type} x1 "
+                f"{a.market}, ") in text  # fmt: skip
+        assert f"<td>{a.end_reason}</td>" in html
+    as_json = json.loads(run_cli("report", "--format", "json", "--job", job.id, "--from",
+                                 "2026-01-01", "--to", "2027-01-01", "--config", str(config)))
+    assert as_json["totals"]["spend_usd"] == pytest.approx(ledger_total, abs=0.005)

@@ -30,6 +30,7 @@ from spotd.domain import (
     Pool,
 )
 from spotd.errors import JobNotFound, LostTransition, StoreError
+from spotd.ledger import ledger_so_far
 from spotd.spec import JobSpec, parse_job_toml
 from spotd.states import FailureCause, JobStatus, Transition
 from spotd.store import (
@@ -411,6 +412,7 @@ def test_attempt_history_reconstructs_cost(store: SqlStore) -> None:
         open_attempt=new_attempt(POOL_B, Market.ON_DEMAND),
     )
     two = store.attempts(job.id)[1]
+    store.set_attempt_instances(two.id, ["i-3", "i-4"])
     store.mark_attempt_running(two.id, at=at(65))
     move(store, job.id, S.PROVISIONING, S.RUNNING, at(65))
     move(
@@ -430,8 +432,11 @@ def test_attempt_history_reconstructs_cost(store: SqlStore) -> None:
     assert (two.pool, two.market, two.client_token) == (POOL_B, Market.ON_DEMAND, f"{job.id}-a2")
     assert (two.started_at, two.running_at, two.ended_at) == (at(61), at(65), at(91))
     assert two.end_reason is AttemptEnd.SUCCEEDED
-    # 2 nodes at $12.50 per node-hour: 60 min + 30 min.
-    assert one.cost_usd() + two.cost_usd() == pytest.approx(25.0 + 12.5)
+    # 2 nodes at $12.50 per node-hour: 60 min + 30 min, by the ledger's rules, and the
+    # checkpoint's move from us-east-1 to eu-west-1.
+    lines = ledger_so_far(job, [one, two], (), at(91))
+    assert sum(e.usd for e in lines if e.kind != "egress") == pytest.approx(25.0 + 12.5)
+    assert [e.attempt for e in lines if e.kind == "egress"] == [2]
     assert [e.to_status for e in store.events(job.id)] == [
         S.PENDING,
         S.PROVISIONING,

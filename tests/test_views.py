@@ -119,3 +119,24 @@ def test_a_reply_from_a_daemon_without_progress_still_reads() -> None:
     del view["progress"]
     old = JobView.model_validate(view)
     assert old.progress is None and _progress_line(old) is None
+
+
+def test_status_shows_the_ledgers_cost_not_price_times_time() -> None:
+    """A closed attempt at its stored bill; the open one billed to now by the same rules
+    (a minute at least): the figures the budget is enforced against and reports show."""
+    from spotd.ledger import build_ledger
+
+    job = record()
+    first = ran(2, rate=1.0, end=AttemptEnd.PREEMPTED)
+    second = replace(ran(0, rate=1.0, seq=2), started_at=T0 + timedelta(hours=2),
+                     running_at=T0 + timedelta(hours=2), price_per_node_hour=3.6)
+    now = T0 + timedelta(hours=2, seconds=10)
+    stored = [replace(e, usd=2.75) for e in build_ledger(job, [first], lambda *_: (), now)]
+    assert len(stored) == 1, "one compute line"
+    view = job_view(job, [first, second], now, ledger=stored)
+    # Price x wall time: 2.0 and 0.01. The ledger: 2.75 billed, a minute at 3.6 USD/h.
+    assert [a.cost_usd for a in view.attempts] == [pytest.approx(2.75), pytest.approx(0.06)]
+    assert view.cost_usd == pytest.approx(2.81)
+    assert job_view(job, [first, second], now).cost_usd == pytest.approx(2.06), (
+        "nothing stored yet: the closed attempt is billed by the same rules too"
+    )

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from spotd.clock import WallClock
-from spotd.config import ProvidersSettings, Settings, SimSettings
+from spotd.config import ProvidersSettings, Settings
 from spotd.errors import ConfigError
-from spotd.providers.sim import SimClock
+from spotd.providers.sim import SimClock, SimSettings
 from spotd.wiring import records_clock
 
 

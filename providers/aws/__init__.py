@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from spotd.providers import lazy_exports
 
+from .kind import KIND
 from .settings import AwsSettings
 
 if TYPE_CHECKING:
@@ -28,4 +29,4 @@ _LAZY = {
 __getattr__ = lazy_exports(__name__, _LAZY)
 
 
-__all__ = ["AwsProvider", "AwsSettings", "build_aws_provider", "map_aws_errors"]
+__all__ = ["KIND", "AwsProvider", "AwsSettings", "build_aws_provider", "map_aws_errors"]

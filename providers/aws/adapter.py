@@ -19,20 +19,19 @@ from typing import Any
 from spotd.cache import TtlCache
 from spotd.domain import Instance, LaunchRequest, Offering, Pool
 from spotd.errors import NotFoundError, ProviderError, invalid_request
-from spotd.facts import NOTICE_SECONDS as NOTICE_SECONDS_BY_KIND
-from spotd.interconnect import CATALOG, interconnect
+from spotd.interconnect import interconnect
 
 from .capacity import placement_scores
 from .catalog import GpuType, gpu_types, zone_ids, zones_offering
 from .clients import AwsClients
 from .errors import PROVIDER, map_aws_errors
 from .instances import IDEMPOTENCY_TAG, aws_client_token, is_gone, launch_params, to_instance
+from .kind import INSTANCE_TYPES, NOTICE_SECONDS
 from .prices import latest_spot_prices, on_demand_price
 from .settings import AwsSettings
 
 log = logging.getLogger(__name__)
 
-NOTICE_SECONDS = NOTICE_SECONDS_BY_KIND["aws"]
 """EC2 warns a spot instance two minutes before taking it back."""
 STATIC_TTL_SECONDS = 6 * 3600.0
 """How long zone offerings, GPU facts, zone ids and on-demand prices are kept."""
@@ -92,7 +91,7 @@ class AwsProvider:
     def instance_types(self) -> list[str]:
         """The instance types this adapter offers."""
         configured = self._settings.instance_types
-        return sorted(CATALOG["aws"]) if configured is None else list(configured)
+        return sorted(INSTANCE_TYPES) if configured is None else list(configured)
 
     # -- offerings -------------------------------------------------------------
 

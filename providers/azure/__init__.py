@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from spotd.providers import lazy_exports
 
+from .kind import KIND
 from .settings import AzureSettings, check_launchable
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ __getattr__ = lazy_exports(__name__, _LAZY)
 
 
 __all__ = [
+    "KIND",
     "NOTICE_SECONDS",
     "AzureProvider",
     "AzureSettings",

@@ -22,8 +22,9 @@ from spotd.errors import NotFoundError, ProviderError, invalid_request
 
 from .clients import compute_client, default_credential
 from .errors import map_azure_errors
+from .kind import NOTICE_SECONDS
 from .ledger import VmLedger
-from .offerings import NOTICE_SECONDS, offerings_of
+from .offerings import offerings_of
 from .prices import RetailPrices
 from .settings import AzureSettings, check_launchable
 from .skus import places

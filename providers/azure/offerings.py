@@ -10,16 +10,15 @@ from __future__ import annotations
 import logging
 
 from spotd.domain import Fabric, Interconnect, Offering, Pool
-from spotd.facts import NOTICE_SECONDS as NOTICE_SECONDS_BY_KIND
 from spotd.interconnect import UNKNOWN_NODE_GBPS, facts, interconnect
 
+from .kind import NOTICE_SECONDS
 from .prices import PricePair
 from .skus import SkuPlace
 from .vms import PROVIDER, zone_name
 
 log = logging.getLogger(__name__)
 
-NOTICE_SECONDS = NOTICE_SECONDS_BY_KIND["azure"]
 """Azure's Scheduled Events announce a Spot eviction at least 30 s ahead."""
 
 _warned_no_rdma: set[str] = set()

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from spotd.errors import ConfigError
-from spotd.interconnect import CATALOG
 
 IMAGE_KEYS = frozenset({"publisher", "offer", "sku", "version"})
 """The keys an image reference must have, no more and no fewer."""
@@ -50,7 +49,9 @@ class AzureSettings(BaseModel):
 
     def size_list(self) -> list[str]:
         """The sizes to offer, the interconnect table's Azure sizes by default."""
-        return list(self.sizes) if self.sizes is not None else sorted(CATALOG["azure"])
+        from .kind import INSTANCE_TYPES  # the kind module imports this one
+
+        return list(self.sizes) if self.sizes is not None else sorted(INSTANCE_TYPES)
 
 
 def check_launchable(settings: AzureSettings) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from spotd.providers import lazy_exports
 
+from .kind import KIND
 from .settings import GcpSettings
 
 if TYPE_CHECKING:
@@ -29,4 +30,11 @@ _LAZY = {
 __getattr__ = lazy_exports(__name__, _LAZY)
 
 
-__all__ = ["GcpClients", "GcpProvider", "GcpSettings", "build_gcp_provider", "map_gcp_errors"]
+__all__ = [
+    "KIND",
+    "GcpClients",
+    "GcpProvider",
+    "GcpSettings",
+    "build_gcp_provider",
+    "map_gcp_errors",
+]

@@ -21,18 +21,17 @@ from spotd import interconnect
 from spotd.cache import TtlCache
 from spotd.domain import Instance, LaunchRequest, Market, Offering, Pool
 from spotd.errors import NotFoundError, ProviderError, ProviderUnavailable, invalid_request
-from spotd.facts import NOTICE_SECONDS as NOTICE_SECONDS_BY_KIND
 
 from . import naming, resources
 from .clients import GcpClients, build_clients
 from .errors import PROVIDER, is_already_exists, map_gcp_errors, raise_for_operation
+from .kind import NOTICE_SECONDS
 from .machines import MachineShape, list_request, shape_of, wanted_types
 from .prices import PriceBook, list_skus_request
 from .settings import GcpSettings, region_of
 
 log = logging.getLogger(__name__)
 
-NOTICE_SECONDS = NOTICE_SECONDS_BY_KIND["gcp"]
 """Spot VMs get about 30 s between the preemption notice and the hard stop."""
 PREEMPTED_OPERATION = "compute.instances.preempted"
 WAIT_CALL_SECONDS = 150.0

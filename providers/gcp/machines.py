@@ -8,7 +8,7 @@ from typing import Any
 
 from google.cloud import compute_v1
 
-from spotd import interconnect
+from .kind import INSTANCE_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class MachineShape:
     @property
     def gpu_memory_gb(self) -> int:
         """GB per GPU: the interconnect table's figure, else the accelerator's."""
-        known = interconnect.facts("gcp", self.name)
+        known = INSTANCE_TYPES.get(self.name)
         if known is not None:
             return known.gpu_memory_gb
         return ACCELERATORS.get(self.accelerator, ("", 0))[1]
@@ -74,7 +74,7 @@ def wanted_types(configured: list[str] | None) -> frozenset[str]:
     """The machine types to offer: the configured ones, else the interconnect table's."""
     if configured is not None:
         return frozenset(configured)
-    return frozenset(interconnect.CATALOG["gcp"])
+    return frozenset(INSTANCE_TYPES)
 
 
 def list_request(project: str, zone: str) -> compute_v1.ListMachineTypesRequest:

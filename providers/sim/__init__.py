@@ -10,11 +10,14 @@ from __future__ import annotations
 from .catalog import PROVIDERS, SIM_AWS, SIM_AZURE, SIM_GCP, CatalogEntry, InstanceType
 from .clock import SimClock
 from .factory import build_sim_providers
+from .kind import KIND
 from .market import MarketConfig, SimMarket
 from .provider import SimProvider
+from .settings import SimSettings
 from .trace import Trace, TraceError, load_trace
 
 __all__ = [
+    "KIND",
     "PROVIDERS",
     "SIM_AWS",
     "SIM_AZURE",
@@ -25,6 +28,7 @@ __all__ = [
     "SimClock",
     "SimMarket",
     "SimProvider",
+    "SimSettings",
     "Trace",
     "TraceError",
     "build_sim_providers",

@@ -1,11 +1,12 @@
 """The simulated provider's own meter: what its instances cost, from its state files.
 
-The simulator bills like the cloud it mirrors (``sim-aws`` like AWS, see
-:data:`spotd.ledger.BILLING`): each instance from its launch (the sim time
-its spec records) to its end (the sim time its final state records; still
-running: now), rounded up by the provider's granularity and minimum, at the
-price recorded in its spec at launch. The price of a simulated instance is
-fixed for its life, though the market's spot price drifts hourly.
+The simulator bills like the cloud it mirrors (``sim-aws`` like AWS: the
+billing granularity and minimum of the mirrored kind, see :mod:`spotd.ledger`):
+each instance from its launch (the sim time its spec records) to its end
+(the sim time its final state records; still running: now), rounded up by
+the provider's granularity and minimum, at the price recorded in its spec at
+launch. The price of a simulated instance is fixed for its life, though the
+market's spot price drifts hourly.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The instance types, regions and zones of the three simulated providers.
 
 Instance type names follow the real clouds, and their GPU, memory and fabric
-figures come from :mod:`spotd.interconnect`, the table the cloud adapters use.
+figures come from the instance-type table of the kind each mirrors (found
+through :mod:`spotd.registry`), the table the cloud adapters use.
 Every price here is a plausible made-up figure in USD per node-hour,
 not a quote: real adapters read live prices.
 """
@@ -11,15 +12,18 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from spotd import facts, interconnect
 from spotd.domain import Interconnect, Pool
+from spotd.registry import load_kind
 
 SIM_AWS = "sim-aws"
 SIM_GCP = "sim-gcp"
 SIM_AZURE = "sim-azure"
 PROVIDERS = (SIM_AWS, SIM_GCP, SIM_AZURE)
 
-NOTICE_SECONDS = {p: facts.NOTICE_SECONDS[facts.provider_kind(p)] for p in PROVIDERS}
+MIRRORS = {SIM_AWS: "aws", SIM_GCP: "gcp", SIM_AZURE: "azure"}
+"""Provider -> the kind whose billing, egress, notice and instance types it reproduces."""
+
+NOTICE_SECONDS = {p: load_kind(MIRRORS[p]).notice_seconds for p in PROVIDERS}
 """Preemption notice per provider: AWS two minutes, GCP and Azure about 30 s."""
 
 _SPOT_SHARE_RANGE = (0.30, 0.45)
@@ -77,9 +81,9 @@ _REGION_PRICE_FACTOR = {
 
 def _type(provider: str, name: str, on_demand: float, regions: tuple[str, ...]) -> InstanceType:
     """An instance type with the GPU and fabric facts of the cloud it mirrors."""
-    known = interconnect.facts(provider, name)
+    known = load_kind(MIRRORS[provider]).instance_types.get(name)
     if known is None:
-        raise KeyError(f"{name} is not in spotd.interconnect's table")
+        raise KeyError(f"{name} is not in the {MIRRORS[provider]} kind's instance types")
     return InstanceType(
         name, known.gpu, known.gpus_per_node, known.gpu_memory_gb, known.interconnect,
         on_demand, regions,

@@ -15,24 +15,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from spotd.errors import ConfigError
+from spotd.kinds import DEFAULT_AGENT_POLL_SECONDS, AnyKind
+from spotd.registry import kind_names, load_kind
 
-ProviderKind = Literal["aws", "gcp", "azure", "sim", "none"]
 AzureAck = Literal["after-exit", "immediate"]
 
-DEFAULT_METADATA_URLS: dict[str, str] = {
-    "aws": "http://169.254.169.254",
-    "azure": "http://169.254.169.254",
-    "gcp": "http://metadata.google.internal",
-    "sim": "",
-    "none": "",
-}
-"""Where each provider's metadata service answers on its VMs."""
-
-DEFAULT_POLL_SECONDS: dict[str, float] = {
-    "aws": 5.0, "gcp": 1.0, "azure": 1.0, "sim": 0.1, "none": 60.0,
-}
-"""Seconds between polls. AWS documents 5 s; GCP's interval only applies when its
-long poll fails; Azure gives as little as 30 s of notice, so poll each second."""
+NO_PROVIDER = "none"
+"""``SPOTD_AGENT_PROVIDER`` of an agent on a machine of no provider: no notices."""
 
 TOKEN_VARIABLE = "SPOTD_AGENT_TOKEN"  # noqa: S105 (the variable's name, not a secret)
 """Never passed on to the job: the job must not be able to speak for the agent."""
@@ -43,7 +32,8 @@ class AgentConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    provider: ProviderKind = "none"
+    provider: str = NO_PROVIDER
+    """The provider kind of this node (``SPOTD_AGENT_PROVIDER``), or ``none``."""
     metadata_url: str | None = None
     """Base URL of the metadata service; None means the provider's default."""
     daemon_url: str | None = None
@@ -58,7 +48,7 @@ class AgentConfig(BaseModel):
     command: tuple[str, ...] = Field(min_length=1)
     checkpoint_signal: str = "SIGTERM"
     poll_seconds: float | None = Field(default=None, gt=0)
-    """None means the provider's default (:data:`DEFAULT_POLL_SECONDS`)."""
+    """None means the provider kind's default (``ProviderKind.agent_poll_seconds``)."""
     long_poll_seconds: float = Field(default=30.0, gt=0)
     """GCP: how long one ``wait_for_change`` request may hang."""
     heartbeat_seconds: float = Field(default=30.0, gt=0)
@@ -68,7 +58,8 @@ class AgentConfig(BaseModel):
     retry_initial_seconds: float = Field(default=0.5, gt=0)
     retry_max_seconds: float = Field(default=30.0, gt=0)
     provider_name: str = ""
-    """The provider's name in the daemon (``sim-aws``); empty: the same as ``provider``."""
+    """The provider's name in the daemon, where the kind builds several; empty: the
+    same as ``provider``."""
     address: str = ""
     """This node's address for its gang; empty: the address on the route to the daemon."""
     run_dir: str = ""
@@ -82,6 +73,14 @@ class AgentConfig(BaseModel):
     """A command run after the job ended and its exit was reported (e.g. a shutdown)."""
     job_env: dict[str, str] = Field(default_factory=dict, repr=False)
     """The job's environment: the agent's own minus ``SPOTD_AGENT_TOKEN``."""
+
+    @field_validator("provider")
+    @classmethod
+    def _known_kind(cls, value: str) -> str:
+        if value != NO_PROVIDER and value not in kind_names():
+            known = ", ".join([*kind_names(), NO_PROVIDER])
+            raise ValueError(f"no provider kind named {value!r} is installed (known: {known})")
+        return value
 
     @field_validator("checkpoint_signal")
     @classmethod
@@ -97,9 +96,15 @@ class AgentConfig(BaseModel):
         return signal.Signals[self.checkpoint_signal]
 
     @property
+    def kind(self) -> AnyKind | None:
+        """The descriptor of this node's provider kind; None for ``none``."""
+        return None if self.provider == NO_PROVIDER else load_kind(self.provider)
+
+    @property
     def metadata_base(self) -> str:
-        """The metadata base URL, defaulted per provider, without a trailing slash."""
-        url = self.metadata_url or DEFAULT_METADATA_URLS[self.provider]
+        """The metadata base URL, defaulted per provider kind, without a trailing slash."""
+        kind = self.kind
+        url = self.metadata_url or (kind.metadata_url if kind else "")
         return url.rstrip("/")
 
     @property
@@ -120,7 +125,10 @@ class AgentConfig(BaseModel):
     @property
     def poll_interval(self) -> float:
         """Seconds between notice polls."""
-        return self.poll_seconds or DEFAULT_POLL_SECONDS[self.provider]
+        if self.poll_seconds:
+            return self.poll_seconds
+        kind = self.kind
+        return kind.agent_poll_seconds if kind else DEFAULT_AGENT_POLL_SECONDS
 
     @classmethod
     def from_env(

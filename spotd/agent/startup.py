@@ -168,7 +168,8 @@ def preflight_plan(
     config: AgentConfig, env: Mapping[str, str], roster: Roster, gpus: GpuSource | None
 ) -> PreflightPlan:
     """The preflight this node runs, from the daemon's variables and what the node has."""
-    simulated = config.provider == "sim"
+    kind = config.kind
+    simulated = kind is not None and not kind.nodes_have_gpus
     # A simulated node's GPUs do not exist (a recorded NVML source stands in for
     # the utilisation watch): one process per node, and the preflight's default
     # backend, gloo there.

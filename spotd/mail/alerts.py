@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 import jinja2
 
-from spotd.attempts import job_cost
 from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord
+from spotd.ledger import LedgerEntry, ledger_so_far, spend_by_attempt, totals
 from spotd.mail.message import Composed
 from spotd.states import FailureCause
 
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class BudgetAlert:
-    """A job's spend crossed a fraction of its budget."""
+    """A job's spend (by its ledger) crossed a fraction of its budget."""
 
     job: JobRecord
     threshold: float
@@ -105,15 +105,32 @@ def job_end_email(
     *,
     now: datetime,
     last_event: EventRecord | None = None,
+    ledger: Sequence[LedgerEntry] = (),
 ) -> Composed:
-    """The summary email of a job that ended, from the job-end templates."""
+    """The email of a job that ended, from the job-end templates.
+
+    ``ledger`` is the job's stored ledger (``store.ledger(job_id=...)``), final
+    once the engine billed the job's last attempt: the cost, the on-demand
+    equivalent and the saving are its sums (:func:`spotd.ledger.ledger_so_far`),
+    as ``spotd report`` and ``spotd status`` show them. The attempts say
+    where the job ran and how each ended, with what each cost.
+    """
     ended = job.updated_at if job.status.terminal else now
+    entries = ledger_so_far(job, attempts, ledger, now)
+    spend, on_demand = totals(entries)
+    by_attempt = spend_by_attempt(entries)
+    saved = on_demand - spend
     context = {
         "job": job,
         "status": str(job.status),
         "failure": str(job.failure) if job.failure else None,
         "detail": last_event.detail if last_event else "",
-        "cost_usd": job_cost(attempts, now),
+        "cost_usd": spend,
+        "on_demand_usd": on_demand,
+        "savings_usd": saved,
+        "savings_pct": saved / on_demand * 100 if on_demand > 0 else 0.0,
+        "egress_usd": sum(e.usd for e in entries if e.kind == "egress"),
+        "runs": [_attempt_row(a, by_attempt.get(a.seq, 0.0)) for a in attempts],
         "attempts": len(attempts),
         "preemptions": sum(a.end_reason is AttemptEnd.PREEMPTED for a in attempts),
         "submitted_at": f"{job.submitted_at:%Y-%m-%d %H:%M} UTC",
@@ -126,6 +143,23 @@ def job_end_email(
     text = _templates.get_template("job_end.txt.j2").render(context)
     html = _templates.get_template("job_end.html.j2").render(context)
     return Composed(subject, text, html)
+
+
+def _attempt_row(a: AttemptRecord, cost_usd: float) -> dict[str, object]:
+    """One attempt as the job-end email lists it: where, how bought, how it ended."""
+    ended = a.ended_at or a.started_at
+    return {
+        "seq": a.seq,
+        "provider": a.pool.provider,
+        "region": a.pool.region,
+        "zone": a.pool.zone,
+        "instance_type": a.pool.instance_type,
+        "market": str(a.market),
+        "nodes": a.nodes,
+        "hours": _hours(ended - a.started_at),
+        "end_reason": str(a.end_reason) if a.end_reason else "open",
+        "cost_usd": cost_usd,
+    }
 
 
 def _hours(delta: timedelta) -> str:

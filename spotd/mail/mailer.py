@@ -8,10 +8,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from spotd.attempts import job_cost
 from spotd.contracts import Clock
 from spotd.domain import AttemptRecord, EventRecord, JobRecord
 from spotd.errors import MailError
+from spotd.ledger import LedgerEntry, spend_so_far
 from spotd.mail.alerts import BudgetAlert, budget_alerts, budget_email, job_end_email
 from spotd.mail.common import ACTIVE
 from spotd.mail.compose import ReportComposer
@@ -37,6 +37,16 @@ class JobSource(Protocol):
 
     def events(self, job_id: str) -> list[EventRecord]:
         """All events of a job in order."""
+        ...
+
+    def ledger(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_id: str | None = None,
+    ) -> list[LedgerEntry]:
+        """Stored ledger lines, of one job or all, oldest first."""
         ...
 
 
@@ -158,7 +168,8 @@ class Mailer:
 
         Sends the job-end email if its spec asks, and the budget alert an
         over-budget end crossed (the job is no longer active for
-        :meth:`check_budgets` to see).
+        :meth:`check_budgets` to see). The engine calls it once the job's
+        last attempt is billed, so both carry the job's final ledger cost.
         """
         try:
             self.check_budgets([job])
@@ -171,7 +182,8 @@ class Mailer:
     def check_budgets(self, jobs: Sequence[JobRecord] | None = None) -> int:
         """Queue the budget alerts due for ``jobs`` (default: active jobs); never raises.
 
-        Returns the number of alerts queued.
+        A job's spend is its ledger's (:func:`spotd.ledger.spend_so_far`), the
+        figure its budget is enforced against. Returns the number of alerts queued.
         """
         try:
             listed = self._store.list_jobs(ACTIVE) if jobs is None else list(jobs)
@@ -182,7 +194,9 @@ class Mailer:
             now = self._clock.now()
             alerts = budget_alerts(
                 budgeted,
-                lambda j: job_cost(attempts.get(j.id, []), now),
+                lambda j: spend_so_far(
+                    j, attempts.get(j.id, []), self._store.ledger(job_id=j.id), now
+                ),
                 self.settings.budget_thresholds,
                 self._claim,
             )
@@ -199,19 +213,16 @@ class Mailer:
         return self.queue(budget_email(alert), to) is not None
 
     def _job_end(self, job: JobRecord) -> Composed:
-        now = self._clock.now()
-        if self._reports is not None:
-            subject = f"spotd: job {job.name} {job.status}"
-            try:
-                return self._reports.compose(
-                    since=job.submitted_at, until=now, subject=subject, job_id=job.id
-                )
-            except Exception:
-                # The claim is taken: send the summary rather than nothing.
-                log.exception("job %s: its report failed; sending the summary", job.id)
+        """The job-end email: where the job ran and its ledger's spend and savings.
+
+        The job's full report (roll-ups, charts) is ``spotd report --job``.
+        """
         attempts = self._store.attempts_for([job.id]).get(job.id, [])
         events = self._store.events(job.id)
-        return job_end_email(job, attempts, now=now, last_event=events[-1] if events else None)
+        return job_end_email(
+            job, attempts, now=self._clock.now(), last_event=events[-1] if events else None,
+            ledger=self._store.ledger(job_id=job.id),
+        )  # fmt: skip
 
     def _claimed(self, key: str) -> bool:
         try:

@@ -30,6 +30,7 @@ from spotd.availability import CapacitySeries
 from spotd.contracts import Policy
 from spotd.domain import Market, Offering, PlacementContext, Pool
 from spotd.errors import PolicyError
+from spotd.policy_context import JobPosition, placement_context
 from spotd.simulate.model import IDLE, RunState, World
 from spotd.simulate.world import EPOCH, Prepared
 from spotd.spec import DeadlineSpec, JobSpec
@@ -167,16 +168,19 @@ class PolicyAdapter:
         if state.mode != IDLE:
             current = offerings[w.offering(state.mode)].pool
             market = Market.SPOT if state.on_spot else Market.ON_DEMAND
-        ctx = PlacementContext(
-            job_id=f"{self._job}-{self._start}",
-            spec=self._spec,
-            now=EPOCH + self._tick * tick,
-            spent_usd=state.cost,
-            current=current,
-            current_market=market,
-            done_hours=state.progress / w.need * w.compute_hours,
+        # No attempt records here: the run's state says where the job is and how far.
+        ctx = placement_context(
+            f"{self._job}-{self._start}",
+            self._spec,
+            EPOCH + self._tick * tick,
             changeover_hours=w.changeover * w.tick_hours,
+            spent_usd=state.cost,
             stats=TraceStats(self._history, self._index, tick),
+            position=JobPosition(
+                current=current,
+                current_market=market,
+                done_hours=state.progress / w.need * w.compute_hours,
+            ),
         )
         return ctx, offerings
 

@@ -17,12 +17,7 @@ import numpy as np
 
 from spotd.checkpoints import saves_on_notice
 from spotd.domain import Interconnect, Offering, Pool
-from spotd.facts import (
-    FABRIC_EFFICIENCY,
-    NOTICE_SECONDS,
-    REFERENCE_FABRIC_EFFICIENCY,
-    provider_kind,
-)
+from spotd.facts import FABRIC_EFFICIENCY, REFERENCE_FABRIC_EFFICIENCY, notice_seconds
 from spotd.interconnect import facts, interconnect
 from spotd.policies.filters import min_gbps_per_gpu
 from spotd.simulate.model import World
@@ -80,7 +75,7 @@ def _interconnect(entry: OfferingEntry, gpus: int) -> Interconnect:
 def _notice(entry: OfferingEntry) -> int:
     if entry.notice_seconds is not None:
         return entry.notice_seconds
-    return NOTICE_SECONDS.get(provider_kind(entry.provider), 0)
+    return notice_seconds(entry.provider)
 
 
 def _spec(job: JobEntry, offerings: list[Offering], gpus_per_node: int) -> JobSpec:

@@ -1,0 +1,33 @@
+"""The ``[providers.sim]`` table: the simulated market's settings."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SimSettings(BaseModel):
+    """The ``[providers.sim]`` table: the simulated market."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    seed: int = 7
+    speed: float = Field(default=60.0, gt=0)
+    """Simulated seconds per real second."""
+    mean_up_hours: float = Field(default=6.0, gt=0)
+    """Mean time a spot pool stays available."""
+    mean_down_hours: float = Field(default=2.0, gt=0)
+    """Mean time a spot pool stays out of capacity."""
+    boot_seconds: float = Field(default=300.0, ge=0)
+    """Simulated time from launch request to the job's command starting."""
+    traces: dict[str, Path] = Field(default_factory=dict)
+    """Pattern -> trace file (format of the shared traces) to drive matching pools instead.
+
+    A pattern without ``/`` is a glob on the zone (``us-east-1a``, ``us-east-*``);
+    one with ``/`` a glob on ``provider/zone/instance_type``. The first match wins.
+    """
+    epoch: datetime | None = None
+    """Simulated time at the first start on a fresh data_dir; default: the wall clock then."""
