@@ -12,10 +12,10 @@ import statistics
 import time
 from datetime import UTC, datetime, timedelta
 
-from spotd.domain import Fabric, Interconnect, Market, Offering, PlacementContext, Pool
-from spotd.market import OfferingIndex
+from spotd.core.spec import DeadlineSpec, JobSpec, MarketMode
+from spotd.core.values import Fabric, Interconnect, Market, Offering, PlacementContext, Pool
+from spotd.market.cache import OfferingIndex
 from spotd.registry import load_policy
-from spotd.spec import DeadlineSpec, JobSpec, MarketMode
 
 GPUS = {"H100": 8, "A100": 8, "L40S": 1, "L4": 1, "B200": 8, "A10G": 1}
 NOW = datetime(2026, 11, 29, tzinfo=UTC)

@@ -21,8 +21,10 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from spotd.clock import WallClock
-from spotd.domain import (
+from spotd.core.clock import WallClock
+from spotd.core.spec import JobSpec
+from spotd.core.states import JobStatus
+from spotd.core.values import (
     Fabric,
     Instance,
     InstanceState,
@@ -31,11 +33,9 @@ from spotd.domain import (
     Offering,
     Pool,
 )
-from spotd.engine import Engine, EngineSettings
-from spotd.policies.balanced import BalancedPolicy
-from spotd.spec import JobSpec
-from spotd.states import JobStatus
+from spotd.engine.reconcile import Engine, EngineSettings
 from spotd.store import open_store
+from spotd_policies.balanced import BalancedPolicy
 
 GPUS = {"H100": 8, "A100": 8, "L40S": 1, "L4": 1}
 

@@ -47,7 +47,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from spotd import checkpoints as ck
-from spotd.errors import CheckpointError
+from spotd.core.errors import CheckpointError
 
 EXIT_PREEMPTED = 143  # 128 + SIGTERM, what a shell reports for a job killed by TERM
 EXIT_ERROR = 1

@@ -30,20 +30,16 @@ When spotd resumes a job it passes the URI of the latest complete checkpoint
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from spotd import facts
-from spotd.errors import CheckpointError
+from spotd.core.errors import CheckpointError
 from spotd.files import write_atomic
-from spotd.spec import JobSpec
 
 __all__ = [
     "MARKER",
@@ -133,7 +129,7 @@ def list_complete(uri: str) -> list[CheckpointInfo]:
     Folders that are not named ``step-<digits>`` or that lack the :data:`MARKER` are
     skipped. A root that does not exist yet yields ``[]`` (the job has not written
     anything). Any other failure, including a root that is a file, raises
-    :class:`~spotd.errors.CheckpointError` naming ``uri``.
+    :class:`~spotd.core.errors.CheckpointError` naming ``uri``.
     """
     fs, root = _fs(uri)
     try:
@@ -220,23 +216,3 @@ def read_bytes(file_uri: str) -> bytes:
         raise CheckpointError(f"{file_uri}: cannot read: {exc}") from exc
 
 
-def checkpoint_write_hours(spec: JobSpec) -> float:
-    """Time to write one checkpoint of the job's stated size."""
-    return spec.checkpoint.size_gb * 8 / facts.CHECKPOINT_WRITE_GBPS / 3600
-
-
-def saves_on_notice(spec: JobSpec, notice_seconds: float) -> bool:
-    """Whether a preemption loses no work: the job checkpoints when the agent signals the
-    notice, and the write fits in the notice with the reaction time to spare."""
-    write = checkpoint_write_hours(spec) * 3600
-    return spec.checkpoint.on_notice and facts.NOTICE_REACTION_SECONDS + write <= notice_seconds
-
-
-def checkpoint_interval(spec: JobSpec, rate: float) -> float:
-    """The job's interval in hours; Young's optimum sqrt(2 C MTBF) when it says ``auto``."""
-    interval = spec.checkpoint.interval
-    if isinstance(interval, timedelta):
-        return interval.total_seconds() / 3600
-    if rate <= 0:
-        return 1.0
-    return math.sqrt(2 * checkpoint_write_hours(spec) / rate)

@@ -2,7 +2,7 @@
 
 Third parties add a policy by declaring it in the ``spotd.policies`` entry
 point group of their own package, and a provider kind by declaring its
-:class:`~spotd.kinds.ProviderKind` in the ``spotd.providers`` group; nothing
+:class:`~spotd.core.kinds.ProviderKind` in the ``spotd.providers`` group; nothing
 here needs to change. The shipped kinds are declared the same way.
 
 Provider kinds are read from the entry points once per process. A lookup by
@@ -15,11 +15,11 @@ from functools import cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING
 
-from spotd.errors import PolicyError, ProviderKindError, UnknownProviderKind
-from spotd.kinds import AnyKind, ProviderKind
+from spotd.core.errors import PolicyError, ProviderKindError, UnknownProviderKind
+from spotd.core.kinds import AnyKind, ProviderKind
 
 if TYPE_CHECKING:
-    from spotd.contracts import Policy
+    from spotd.core.contracts import Policy
 
 POLICY_GROUP = "spotd.policies"
 PROVIDER_GROUP = "spotd.providers"
@@ -88,7 +88,7 @@ def load_kind(name: str) -> AnyKind:
 def _invalid(name: str, kind: object) -> str:
     """What is wrong with an entry point's object as the descriptor of kind ``name``."""
     if not isinstance(kind, ProviderKind):
-        return f"is a {type(kind).__name__}, not a spotd.kinds.ProviderKind"
+        return f"is a {type(kind).__name__}, not a spotd.core.kinds.ProviderKind"
     if kind.name != name:
         return f"the descriptor is named {kind.name!r}, its entry point {name!r}"
     if not name.isidentifier():

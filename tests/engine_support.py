@@ -9,13 +9,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
-from spotd.config import (
-    DaemonSettings,
-    ProvidersSettings,
-    SchedulingSettings,
-    Settings,
-)
-from spotd.domain import (
+from spotd.core.errors import NotFoundError, ProviderError
+from spotd.core.spec import JobSpec
+from spotd.core.values import (
     Fabric,
     Instance,
     InstanceState,
@@ -25,10 +21,14 @@ from spotd.domain import (
     Offering,
     Pool,
 )
-from spotd.engine import Engine
-from spotd.errors import NotFoundError, ProviderError
-from spotd.providers.sim import SimSettings
-from spotd.spec import JobSpec
+from spotd.daemon.config import (
+    DaemonSettings,
+    ProvidersSettings,
+    SchedulingSettings,
+    Settings,
+)
+from spotd.engine.reconcile import Engine
+from spotd_sim import SimSettings
 
 EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
 
@@ -150,7 +150,7 @@ class FakeProvider:
         return ""
 
     def _instance(self, iid: str, pool: Pool) -> Instance:
-        from spotd.domain import Market
+        from spotd.core.values import Market
 
         inst = Instance(id=iid, pool=pool, market=Market.SPOT, state=self.states[iid])
         return replace(inst, exit_code=self.exit_codes.get(iid), tags=dict(self.tags.get(iid, {})))

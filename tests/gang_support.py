@@ -7,10 +7,10 @@ import shlex
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
-from spotd.domain import AttemptRecord, Fabric, JobRecord, LaunchRequest, Market, Offering
-from spotd.engine import job_environment
-from spotd.spec import JobSpec
-from spotd.states import JobStatus
+from spotd.core.spec import JobSpec
+from spotd.core.states import JobStatus
+from spotd.core.values import AttemptRecord, Fabric, JobRecord, LaunchRequest, Market, Offering
+from spotd.engine.reconcile import job_environment
 
 FABRIC_MARKS = {
     Fabric.EFA: ("FI_PROVIDER", "efa"),

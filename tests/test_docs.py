@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from spotd.config import Settings, load_settings
-from spotd.states import TRANSITIONS, FailureCause, JobStatus
+from spotd.core.states import TRANSITIONS, FailureCause, JobStatus
+from spotd.daemon.config import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -1,4 +1,7 @@
-"""A built wheel installs the mapped folders as spotd.providers, spotd.policies, spotd.examples."""
+"""A built wheel installs each package under its folder's name (spotd, spotd_sim, ...).
+
+examples/ installs as the data package spotd.examples.
+"""
 
 from __future__ import annotations
 
@@ -28,16 +31,20 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_wheel_layout(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     for expected in (
-        "spotd/cli.py",
+        "spotd/cli/app.py",
         "spotd/py.typed",
-        "spotd/providers/sim/__init__.py",
-        "spotd/policies/cheapest.py",
+        "spotd_sim/__init__.py",
+        "spotd_aws/adapter.py",
+        "spotd_gcp/adapter.py",
+        "spotd_azure/adapter.py",
+        "spotd_policies/cheapest.py",
         "spotd/examples/train_tiny.py",
         "spotd/examples/job.toml",
         "spotd/store/migrations/env.py",
         "spotd/store/alembic.ini",
-        "spotd/templates/report.html.j2",
-        "spotd/templates/bootstrap.sh.j2",
+        "spotd/billing/templates/report.html.j2",
+        "spotd/daemon/templates/bootstrap.sh.j2",
+        "spotd/mail/templates/job_end.html.j2",
     ):
         assert expected in names, f"{expected} missing from the wheel"
     migrations = ROOT / "spotd" / "store" / "migrations" / "versions"
@@ -45,6 +52,7 @@ def test_wheel_layout(wheel: Path) -> None:
         shipped = f"spotd/store/migrations/versions/{revision.name}"
         assert shipped in names, f"{shipped} missing from the wheel"
     assert not any(n.startswith(("providers/", "policies/", "tests/")) for n in names)
+    assert not any(n.startswith(("spotd/providers/", "spotd/policies/")) for n in names)
 
 
 def test_wheel_imports(wheel: Path, tmp_path: Path) -> None:
@@ -58,10 +66,10 @@ def test_wheel_imports(wheel: Path, tmp_path: Path) -> None:
     deps = [p for p in sys.path if p.endswith("site-packages")]
     (site / "deps.pth").write_text("\n".join(deps) + "\n")
     code = (
-        "import spotd, spotd.providers.sim, spotd.policies.cheapest, spotd.examples, spotd.cli;"
+        "import spotd, spotd_sim, spotd_policies.cheapest, spotd.examples, spotd.cli.app;"
         "import jinja2;"
-        "t = jinja2.Environment(loader=jinja2.PackageLoader('spotd', 'templates'));"
-        "print(spotd.__file__); print(spotd.providers.sim.__file__);"
+        "t = jinja2.Environment(loader=jinja2.PackageLoader('spotd.billing', 'templates'));"
+        "print(spotd.__file__); print(spotd_sim.__file__);"
         "print(t.loader.get_source(t, 'report.txt.j2')[1]);"
         # The shipped migrations take an empty database to the newest revision.
         "from spotd.store import open_store, schema_revision;"

@@ -6,6 +6,7 @@ variables set (see ``docs/agent.md``), or call :func:`main` / :func:`run_agent`.
 
 from spotd.agent.config import AgentConfig
 from spotd.agent.runner import main, run_agent
-from spotd.agent.watchers import Notice, NoticeWatcher
+from spotd.core.agent_wire import ProviderNotice
+from spotd.core.contracts import NoticeWatcher
 
-__all__ = ["AgentConfig", "Notice", "NoticeWatcher", "main", "run_agent"]
+__all__ = ["AgentConfig", "NoticeWatcher", "ProviderNotice", "main", "run_agent"]

@@ -14,9 +14,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from spotd.errors import ConfigError
-from spotd.kinds import DEFAULT_AGENT_POLL_SECONDS, AnyKind
+from spotd.core.errors import ConfigError
+from spotd.core.kinds import DEFAULT_AGENT_POLL_SECONDS, AnyKind
+from spotd.core.values import LaunchRequest
 from spotd.registry import kind_names, load_kind
+
+# The engine's tag names (spotd.engine.reconcile.TAG_JOB / TAG_ATTEMPT, checked by a test),
+# repeated so that adapters importing this module do not pull in the engine.
+TAG_JOB = "spotd-job"
+TAG_ATTEMPT = "spotd-attempt"
 
 AzureAck = Literal["after-exit", "immediate"]
 
@@ -196,3 +202,30 @@ def _variable_of(loc: tuple[int | str, ...]) -> str:
     if field in _VARIABLES:
         return _VARIABLES[field][0]
     return field or "agent configuration"
+
+
+def agent_settings(
+    kind: str, request: LaunchRequest, *, daemon_url: str, agent_token: str
+) -> dict[str, str]:
+    """The agent's own settings on a node of ``request``: where its notices come from,
+    the daemon it reports to, the token it speaks with, and its job and attempt.
+
+    Raises ValueError when the request lacks the job or attempt tag.
+    """
+    job_id, attempt = node_ids(request.tags)
+    return {
+        "SPOTD_AGENT_PROVIDER": kind,
+        "SPOTD_AGENT_METADATA_URL": load_kind(kind).metadata_url,
+        "SPOTD_AGENT_DAEMON_URL": daemon_url,
+        "SPOTD_AGENT_TOKEN": agent_token,
+        "SPOTD_AGENT_JOB_ID": job_id,
+        "SPOTD_AGENT_ATTEMPT": attempt,
+    }
+
+
+def node_ids(tags: Mapping[str, str]) -> tuple[str, str]:
+    """The job id and attempt number a launch request's tags carry (ValueError: missing)."""
+    try:
+        return tags[TAG_JOB], tags[TAG_ATTEMPT]
+    except KeyError as exc:
+        raise ValueError(f"launch request has no {exc.args[0]!r} tag") from exc

@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from spotd.agent.watchers import Notice
+from spotd.core.agent_wire import ProviderNotice
 from spotd.files import write_atomic
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class Progress:
     checkpoint: str | None = None
 
 
-def write_notice(run_dir: Path, notice: Notice) -> None:
+def write_notice(run_dir: Path, notice: ProviderNotice) -> None:
     """Publish the notice for the job: to a temporary name, then renamed."""
     body = {
         "kind": notice.kind,

@@ -25,8 +25,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from spotd.agent.reporter import ReportFailed, ReportRejected
-from spotd.agent_api import JoinReport, Roster, Waiting
-from spotd.spec import GangSpec
+from spotd.core.agent_wire import JoinReport, Roster, Waiting
+from spotd.core.spec import GangSpec
 
 log = logging.getLogger(__name__)
 

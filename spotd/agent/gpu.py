@@ -42,8 +42,8 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from spotd.agent_api import GPU_UTIL_THRESHOLD_PCT, GpuReading
-from spotd.errors import ConfigError
+from spotd.core.agent_wire import GPU_UTIL_THRESHOLD_PCT, GpuReading
+from spotd.core.errors import ConfigError
 
 __all__ = [
     "RECORD_VARIABLE",

@@ -50,7 +50,7 @@ from spotd.agent.preflight_worker import (
     WorkerResult,
     WorkerSpec,
 )
-from spotd.agent_api import GpuReading, PreflightCheck, PreflightFigures
+from spotd.core.agent_wire import GpuReading, PreflightCheck, PreflightFigures
 
 __all__ = [
     "DEFAULT_SIZE_MB",

@@ -1,6 +1,6 @@
 """Reports from the agent to the daemon, and an outbox that retries them.
 
-:class:`DaemonReporter` makes one POST per report. :class:`Outbox` sends
+:class:`DaemonReporter` makes one POST per report. :class:`ReportQueue` sends
 reports in order from its own thread and retries failures with capped
 exponential backoff, so a daemon that is down or restarting never blocks the
 job or the notice handling; only the final exit report is waited for, and only
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import httpx
 from pydantic import ValidationError
 
-from spotd.agent_api import (
+from spotd.core.agent_wire import (
     EXIT_PATH,
     HEARTBEAT_PATH,
     JOIN_PATH,
@@ -32,7 +32,7 @@ from spotd.agent_api import (
     Roster,
     Waiting,
 )
-from spotd.errors import SpotdError
+from spotd.core.errors import SpotdError
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class DaemonReporter:
             self._client.close()
 
 
-class Outbox:
+class ReportQueue:
     """Sends reports in order from a background thread, retrying each until it goes.
 
     A newer heartbeat replaces one still waiting: only the latest says anything.

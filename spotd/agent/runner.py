@@ -23,18 +23,20 @@ from spotd.agent.config import AgentConfig
 from spotd.agent.files import read_progress, write_notice
 from spotd.agent.gang import Join
 from spotd.agent.gpu import GpuSource, open_gpu_source
-from spotd.agent.reporter import DaemonReporter, Outbox
+from spotd.agent.reporter import DaemonReporter, ReportQueue
 from spotd.agent.startup import EXIT_NO_GANG, prepare, run_dir_of
-from spotd.agent.watchers import Notice, NoticeWatcher, make_watcher
-from spotd.agent_api import (
+from spotd.agent.watchers import make_watcher
+from spotd.core.agent_wire import (
     AgentReport,
     ExitPhase,
     ExitReport,
     GpuReading,
     HeartbeatReport,
     NoticeReport,
+    ProviderNotice,
 )
-from spotd.errors import ConfigError
+from spotd.core.contracts import NoticeWatcher
+from spotd.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +69,9 @@ class _Agent:
         self.gpus = gpus
         self.run_dir = run_dir_of(config)
         self.job_env = dict(config.job_env)
-        self.outbox: Outbox | None = None
+        self.outbox: ReportQueue | None = None
         if send is not None:
-            self.outbox = Outbox(
+            self.outbox = ReportQueue(
                 send,
                 initial_backoff=config.retry_initial_seconds,
                 max_backoff=config.retry_max_seconds,
@@ -181,7 +183,7 @@ class _Agent:
                 self._on_notice(notice)
             self.stopping.wait(max(self.watcher.poll_interval, 0.01))
 
-    def _on_notice(self, notice: Notice) -> None:
+    def _on_notice(self, notice: ProviderNotice) -> None:
         if notice.kind in self.noticed:
             return  # the provider repeats its notice at every poll; act once
         log.warning("%s notice: %s (deadline %s)", notice.kind, notice.detail, notice.deadline)

@@ -36,7 +36,7 @@ from spotd.agent.gpu import GpuSource
 from spotd.agent.preflight import PreflightPlan, run_preflight
 from spotd.agent.preflight_worker import Backend
 from spotd.agent.reporter import ReportFailed, ReportRejected
-from spotd.agent_api import (
+from spotd.core.agent_wire import (
     AgentReport,
     ExitPhase,
     JoinReport,
@@ -45,7 +45,7 @@ from spotd.agent_api import (
     PreflightReport,
     Roster,
 )
-from spotd.spec import PreflightSpec
+from spotd.core.spec import PreflightSpec
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Each provider kind brings its own watcher (``ProviderKind.notice_watcher``,
 in its package); :func:`make_watcher` asks the kind of ``SPOTD_AGENT_PROVIDER``.
 
 Every watcher answers :meth:`NoticeWatcher.check`: one poll, returning a
-:class:`Notice` while the provider announces one, else None. A poll never
+:class:`ProviderNotice` while the provider announces one, else None. A poll never
 raises on a transient HTTP failure (connection refused, timeout, 5xx): the
 notice will still be there at the next poll, and a crashing watcher would lose
 it for good. The runner decides what to do with repeated notices.
@@ -18,57 +18,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
 from spotd.agent.config import AgentConfig
-from spotd.agent_api import NoticeKind
+from spotd.core.agent_wire import ProviderNotice
+from spotd.core.contracts import NoticeWatcher
 
 log = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
 """A monotonic clock in seconds, for the watchers' token and fallback timers."""
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """A provider's announcement.
-
-    ``preemption``: the VM will be taken back, at ``deadline`` if known.
-    ``rebalance``: an early warning (AWS) that preemption is likely; not a notice to act on.
-    """
-
-    kind: NoticeKind
-    deadline: datetime | None
-    detail: str
-
-
-class NoticeWatcher(Protocol):
-    """What the runner needs of a provider's notice source."""
-
-    @property
-    def poll_interval(self) -> float:
-        """Seconds to wait between two :meth:`check` calls."""
-        ...
-
-    def check(self) -> Notice | None:
-        """One poll; None when nothing is announced or the metadata service failed."""
-        ...
-
-    def instance_id(self) -> str | None:
-        """This VM's id as the provider's API names it, or None if unknown."""
-        ...
-
-    def job_ended(self) -> None:
-        """The job exited after a preemption notice (its checkpoint is done)."""
-        ...
-
-    def close(self) -> None:
-        """Release the HTTP client."""
-        ...
-
 
 class NullWatcher:
     """Provider ``none``: no metadata service, never a notice."""
@@ -81,7 +43,7 @@ class NullWatcher:
         """Seconds between polls (nothing is polled)."""
         return self._interval
 
-    def check(self) -> Notice | None:
+    def check(self) -> ProviderNotice | None:
         """Never a notice."""
         return None
 

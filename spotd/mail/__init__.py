@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spotd.errors import MailAuthError, MailError, MailRefused, MailUnavailable
+from spotd.core.errors import MailAuthError, MailError, MailRefused, MailUnavailable
 from spotd.mail.alerts import BudgetAlert, budget_alerts, budget_email, budget_key, job_end_email
-from spotd.mail.common import ACTIVE, PNG_SIGNATURE
+from spotd.mail.common import PNG_SIGNATURE
 from spotd.mail.compose import BuildReport, ReportComposer, ReportKit, report_email
 from spotd.mail.mailer import JobSource, Mailer, build_mailer, schedule_mail
 from spotd.mail.message import Composed, build_message
@@ -32,13 +32,12 @@ from spotd.mail.settings import EmailSettings, Window, cron_trigger, parse_windo
 from spotd.mail.smtp import MessageSender, SmtpNotifier
 
 if TYPE_CHECKING:
-    from spotd.contracts import Notifier
+    from spotd.core.contracts import Notifier
 
     # Nothing takes a Notifier yet: this makes mypy check that both fit the contract.
     _NOTIFIERS: tuple[type[Notifier], ...] = (SmtpNotifier, Mailer)
 
 __all__ = [
-    "ACTIVE",
     "PNG_SIGNATURE",
     "BudgetAlert",
     "BuildReport",

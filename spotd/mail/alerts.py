@@ -10,10 +10,10 @@ from datetime import datetime, timedelta
 
 import jinja2
 
-from spotd.domain import AttemptEnd, AttemptRecord, EventRecord, JobRecord
-from spotd.ledger import LedgerEntry, ledger_so_far, spend_by_attempt, totals
+from spotd.billing.ledger import ledger_so_far, spend_by_attempt, totals
+from spotd.core.states import FailureCause
+from spotd.core.values import AttemptEnd, AttemptRecord, EventRecord, JobRecord, LedgerEntry
 from spotd.mail.message import Composed
-from spotd.states import FailureCause
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def budget_email(alert: BudgetAlert) -> Composed:
 
 
 _templates = jinja2.Environment(
-    loader=jinja2.PackageLoader("spotd", "templates"),
+    loader=jinja2.PackageLoader("spotd.mail", "templates"),
     autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",)),
     undefined=jinja2.StrictUndefined,
     keep_trailing_newline=True,
@@ -111,7 +111,7 @@ def job_end_email(
 
     ``ledger`` is the job's stored ledger (``store.ledger(job_id=...)``), final
     once the engine billed the job's last attempt: the cost, the on-demand
-    equivalent and the saving are its sums (:func:`spotd.ledger.ledger_so_far`),
+    equivalent and the saving are its sums (:func:`spotd.billing.ledger.ledger_so_far`),
     as ``spotd report`` and ``spotd status`` show them. The attempts say
     where the job ran and how each ended, with what each cost.
     """

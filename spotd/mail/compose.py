@@ -19,7 +19,7 @@ R_co = TypeVar("R_co", covariant=True)
 
 
 class BuildReport(Protocol[R_co]):
-    """The shape of ``spotd.reports.build_report`` with its store bound."""
+    """The shape of ``spotd.billing.reports.build_report`` with its store bound."""
 
     def __call__(self, *, since: datetime, until: datetime, job_id: str | None = None) -> R_co: ...
 

@@ -8,24 +8,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from spotd.contracts import Clock
-from spotd.domain import AttemptRecord, EventRecord, JobRecord
-from spotd.errors import MailError
-from spotd.ledger import LedgerEntry, spend_so_far
+from spotd.billing.ledger import spend_so_far
+from spotd.core.contracts import Clock
+from spotd.core.errors import MailError
+from spotd.core.states import ACTIVE, JobStatus
+from spotd.core.values import AttemptRecord, EventRecord, JobRecord, LedgerEntry
 from spotd.mail.alerts import BudgetAlert, budget_alerts, budget_email, job_end_email
-from spotd.mail.common import ACTIVE
 from spotd.mail.compose import ReportComposer
 from spotd.mail.message import Composed
 from spotd.mail.outbox import Outbox
 from spotd.mail.settings import EmailSettings, cron_trigger
 from spotd.mail.smtp import MessageSender, SmtpNotifier
-from spotd.states import JobStatus
 
 log = logging.getLogger(__name__)
 
 
 class JobSource(Protocol):
-    """The part of :class:`~spotd.contracts.Store` the mailer reads."""
+    """The part of :class:`~spotd.core.contracts.Store` the mailer reads."""
 
     def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
         """Jobs, oldest first, optionally only those in ``statuses``."""
@@ -90,7 +89,7 @@ class Mailer:
         html: str | None = None,
         images: Mapping[str, bytes] | None = None,
     ) -> None:
-        """Queue a message for delivery (:class:`~spotd.contracts.Notifier`).
+        """Queue a message for delivery (:class:`~spotd.core.contracts.Notifier`).
 
         Raises :class:`MailError` only if it cannot even be queued.
         """
@@ -182,7 +181,7 @@ class Mailer:
     def check_budgets(self, jobs: Sequence[JobRecord] | None = None) -> int:
         """Queue the budget alerts due for ``jobs`` (default: active jobs); never raises.
 
-        A job's spend is its ledger's (:func:`spotd.ledger.spend_so_far`), the
+        A job's spend is its ledger's (:func:`spotd.billing.ledger.spend_so_far`), the
         figure its budget is enforced against. Returns the number of alerts queued.
         """
         try:

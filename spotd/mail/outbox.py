@@ -17,7 +17,7 @@ from email.policy import default as default_policy
 from enum import Enum
 from pathlib import Path
 
-from spotd.errors import MailError
+from spotd.core.errors import MailError
 from spotd.files import write_atomic
 from spotd.mail.smtp import MessageSender
 

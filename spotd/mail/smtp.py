@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from email.message import EmailMessage
 from typing import Protocol
 
-from spotd.errors import ConfigError, MailAuthError, MailRefused, MailUnavailable
+from spotd.core.errors import ConfigError, MailAuthError, MailRefused, MailUnavailable
 from spotd.mail.message import build_message
 from spotd.mail.settings import EmailSettings
 
@@ -27,7 +27,7 @@ class MessageSender(Protocol):
 class SmtpNotifier:
     """Delivers email over SMTP (smtplib), one connection per message.
 
-    Implements :class:`~spotd.contracts.Notifier` and :class:`MessageSender`.
+    Implements :class:`~spotd.core.contracts.Notifier` and :class:`MessageSender`.
     Every failure is raised as a :class:`MailError` subclass.
     """
 

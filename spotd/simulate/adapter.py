@@ -1,8 +1,8 @@
-"""Product policies (``spotd.contracts.Policy``) replayed tick by tick on a trace.
+"""Product policies (``spotd.core.contracts.Policy``) replayed tick by tick on a trace.
 
 Every tick the adapter shows the policy what the daemon would: the offerings
 with a spot capacity signal of 1.0 or 0.0 taken from the trace at this tick
-for the job's nodes, and a :class:`~spotd.domain.PlacementContext` whose
+for the job's nodes, and a :class:`~spotd.core.values.PlacementContext` whose
 ``stats`` come only from the trace up to this tick. The decision is applied
 like the engine applies a move: the place it runs now keeps running, another
 place is a new start (changeover paid), no choice is idle.
@@ -26,14 +26,14 @@ from datetime import timedelta
 import numpy as np
 import numpy.typing as npt
 
-from spotd.availability import CapacitySeries
-from spotd.contracts import Policy
-from spotd.domain import Market, Offering, PlacementContext, Pool
-from spotd.errors import PolicyError
-from spotd.policy_context import JobPosition, placement_context
+from spotd.core.capacity import CapacitySeries
+from spotd.core.contracts import Policy
+from spotd.core.errors import PolicyError
+from spotd.core.spec import DeadlineSpec, JobSpec
+from spotd.core.values import Market, Offering, PlacementContext, Pool
+from spotd.engine.context import JobPosition, placement_context
 from spotd.simulate.model import IDLE, RunState, World
 from spotd.simulate.world import EPOCH, Prepared
-from spotd.spec import DeadlineSpec, JobSpec
 
 __all__ = ["HINDSIGHT", "MIN_HISTORY_HOURS", "PolicyAdapter", "TraceHistory", "TraceStats"]
 
@@ -78,7 +78,7 @@ class TraceHistory:
 
 
 class TraceStats:
-    """:class:`~spotd.domain.PoolStats` as of one tick, from the trace seen so far."""
+    """:class:`~spotd.core.values.PoolStats` as of one tick, from the trace seen so far."""
 
     __slots__ = ("_history", "_index", "_tick")
 
@@ -134,7 +134,7 @@ class TraceStats:
 
 
 class PolicyAdapter:
-    """Runs any :class:`~spotd.contracts.Policy` as a simulator policy."""
+    """Runs any :class:`~spotd.core.contracts.Policy` as a simulator policy."""
 
     def __init__(self, policy: Policy, prepared: Prepared, *, hindsight: bool = False) -> None:
         self.policy = policy

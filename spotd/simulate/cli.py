@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from spotd.errors import SpotdError
+from spotd.core.errors import SpotdError
 from spotd.simulate.metrics import PolicyMetrics
 from spotd.simulate.runner import JobReport, ScenarioReport, report_json, run_scenario
 from spotd.simulate.scenario import scenario_from_traces

@@ -42,7 +42,7 @@ class World:
     productive ticks between checkpoints (None: nothing is ever lost, the
     reference model, where the changeover stands for lost progress too).
     ``notice_saves[z]``: a preemption on offering ``z`` loses nothing, the job
-    checkpoints in the notice (full model; see :func:`spotd.checkpoints.saves_on_notice`).
+    checkpoints in the notice (full model; see :func:`spotd.core.cadence.saves_on_notice`).
     """
 
     avail: BoolArray

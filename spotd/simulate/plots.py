@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # files only: never open a window, work on headless machi
 
 import matplotlib.pyplot as plt
 
-from spotd.errors import SpotdError
+from spotd.core.errors import SpotdError
 from spotd.simulate.model import IDLE
 from spotd.simulate.runner import JobReport, ScenarioReport
 

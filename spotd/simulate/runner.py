@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from spotd.contracts import Policy
+from spotd.core.contracts import Policy
 from spotd.registry import load_policy
 from spotd.simulate.adapter import PolicyAdapter
 from spotd.simulate.baselines import baselines_for

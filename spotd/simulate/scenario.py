@@ -18,8 +18,8 @@ from typing import Annotated, Any
 from annotated_types import Ge, Gt, Le
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from spotd.domain import Fabric
-from spotd.errors import SpotdError
+from spotd.core.errors import SpotdError
+from spotd.core.values import Fabric
 
 __all__ = [
     "DEFAULT_CHANGEOVER_HOURS",

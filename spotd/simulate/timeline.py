@@ -1,6 +1,6 @@
 """Trace files of a scenario on one shared timeline, optionally resampled to a coarser tick.
 
-Traces are read with :func:`spotd.providers.sim.trace.load_trace` (the one
+Traces are read with :func:`spotd_sim.trace.load_trace` (the one
 validated loader); this module finds them, checks they share a timeline and
 turns them into a numpy array of available nodes per (offering, tick).
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from spotd.errors import SpotdError
-from spotd.providers.sim.trace import TraceError, load_trace
+from spotd.core.errors import SpotdError
 from spotd.simulate.scenario import Scenario
+from spotd_sim.trace import TraceError, load_trace
 
 __all__ = ["TRACES_ENV", "Timeline", "TraceMissingError", "build_timeline", "resample"]
 

@@ -15,15 +15,15 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from spotd.checkpoints import saves_on_notice
-from spotd.domain import Interconnect, Offering, Pool
-from spotd.facts import FABRIC_EFFICIENCY, REFERENCE_FABRIC_EFFICIENCY, notice_seconds
-from spotd.interconnect import facts, interconnect
-from spotd.policies.filters import min_gbps_per_gpu
+from spotd.core.cadence import saves_on_notice
+from spotd.core.facts import FABRIC_EFFICIENCY, REFERENCE_FABRIC_EFFICIENCY
+from spotd.core.spec import CheckpointSpec, DeadlineSpec, JobSpec, MarketMode, MarketSpec, Resources
+from spotd.core.values import Interconnect, Offering, Pool
+from spotd.market.catalog import facts, interconnect, notice_seconds
 from spotd.simulate.model import World
 from spotd.simulate.scenario import CostModel, JobEntry, OfferingEntry, Scenario, ScenarioError
 from spotd.simulate.timeline import Timeline
-from spotd.spec import CheckpointSpec, DeadlineSpec, JobSpec, MarketMode, MarketSpec, Resources
+from spotd_policies.filters import min_gbps_per_gpu
 
 __all__ = ["EPOCH", "Prepared", "prepare"]
 
@@ -138,7 +138,7 @@ def prepare(scenario: Scenario, timeline: Timeline, job: JobEntry, source: str, 
     q = round(1 / scenario.progress_quantum) if full else 1
     effs = [_efficiency(e, o, job.nodes, need_gbps) if full else 1.0
             for e, o in zip(scenario.offerings, offerings, strict=True)]
-    # compute_hours is the time at the reference efficiency (spotd.facts): the
+    # compute_hours is the time at the reference efficiency (spotd.core.facts): the
     # meaning the job spec and the policies give it.
     fastest = REFERENCE_FABRIC_EFFICIENCY if full and job.nodes > 1 else 1.0
     rates = tuple(max(1, round(eff / fastest * q)) for eff in effs)

@@ -1,4 +1,4 @@
-"""Durable state of spotd: the SQL :class:`~spotd.contracts.Store` and its migrations.
+"""Durable state of spotd: the SQL :class:`~spotd.core.contracts.Store` and its migrations.
 
 Use :func:`open_store` with a ``sqlite:///...`` or ``postgresql+psycopg://...``
 URL; it migrates the schema to the newest revision before returning.

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, and_, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from spotd.domain import InstanceReport, Market, Offering, Pool, PricePoint
+from spotd.core.values import InstanceReport, Market, Offering, Pool, PricePoint
 from spotd.store.tables import PRICES, REPORTS
 
 REPORT_FIELDS = (

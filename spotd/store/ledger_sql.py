@@ -10,7 +10,7 @@ from typing import Any, cast
 from sqlalchemy import Connection, Row, delete, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
 
-from spotd.ledger import EntryKind, LedgerEntry
+from spotd.core.values import EntryKind, LedgerEntry
 from spotd.store.tables import LEDGER, NOTIFICATIONS
 
 _FIELDS = tuple(c.name for c in LEDGER.columns if c.name != "id")

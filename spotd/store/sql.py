@@ -1,4 +1,4 @@
-"""The :class:`~spotd.contracts.Store` on SQLAlchemy: SQLite or PostgreSQL.
+"""The :class:`~spotd.core.contracts.Store` on SQLAlchemy: SQLite or PostgreSQL.
 
 Every write is one transaction. A change of status is a guarded ``UPDATE ...
 WHERE status = :expected``, so two daemons (or two threads) racing on one job
@@ -37,23 +37,23 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
 
-from spotd.domain import (
+from spotd.core.errors import JobNotFound, LostTransition, StoreError
+from spotd.core.spec import JobSpec, spec_from_json, spec_to_json
+from spotd.core.states import ACTIVE, FailureCause, JobStatus, Transition
+from spotd.core.values import (
     AttemptClose,
     AttemptEnd,
     AttemptRecord,
     EventRecord,
     InstanceReport,
     JobRecord,
+    LedgerEntry,
     Market,
     NewAttempt,
     Offering,
     Pool,
     PricePoint,
 )
-from spotd.errors import JobNotFound, LostTransition, StoreError
-from spotd.ledger import LedgerEntry
-from spotd.spec import JobSpec, spec_from_json, spec_to_json
-from spotd.states import TERMINAL, FailureCause, JobStatus, Transition
 from spotd.store import history, ledger_sql
 from spotd.store.tables import ATTEMPTS, EVENTS, JOBS
 
@@ -69,7 +69,7 @@ _PG_MIGRATION_LOCK = 0x5350_4F54_4400
 _WRITE = "spotd_write"
 """Execution option marking a transaction that will write (see ``_sqlite_begin``)."""
 
-_ACTIVE = tuple(s.value for s in JobStatus if s not in TERMINAL)
+_ACTIVE = tuple(s.value for s in ACTIVE)
 
 
 def new_job_id() -> str:
@@ -239,7 +239,7 @@ class SqlStore:
             return _load_job(conn, job_id)
 
     def get_job(self, job_id: str) -> JobRecord:
-        """The job with this id, or :class:`~spotd.errors.JobNotFound`."""
+        """The job with this id, or :class:`~spotd.core.errors.JobNotFound`."""
         with self._read() as conn:
             return _load_job(conn, job_id)
 
@@ -262,9 +262,9 @@ class SqlStore:
 
         In one transaction: the status update guarded by the expected status,
         the event row, and the attempt closed and/or opened with it. Raises
-        :class:`~spotd.errors.LostTransition` when the guard fails,
-        :class:`~spotd.errors.JobNotFound` for an unknown job and
-        :class:`~spotd.errors.StoreError` when the attempt to close is not an
+        :class:`~spotd.core.errors.LostTransition` when the guard fails,
+        :class:`~spotd.core.errors.JobNotFound` for an unknown job and
+        :class:`~spotd.core.errors.StoreError` when the attempt to close is not an
         open attempt of this job; nothing is applied in any of these cases.
         """
         with self._write() as conn:

@@ -15,7 +15,7 @@ from sqlalchemy import DateTime, Dialect, ForeignKey, Index, Table, Text, Unique
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
-from spotd.errors import StoreError
+from spotd.core.errors import StoreError
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -53,7 +53,7 @@ def _job_fk(table: str) -> ForeignKey:
     return ForeignKey("jobs.id", name=f"fk_{table}_job_id_jobs")
 
 
-class JobRow(SQLModel, table=True):
+class JobTable(SQLModel, table=True):
     """One submitted job and its current status; ``version`` counts changes."""
 
     __tablename__ = "jobs"
@@ -170,7 +170,7 @@ def _table(name: str) -> Table:
 
 
 JOBS = _table("jobs")
-"""Core view of :class:`JobRow`, for guarded UPDATEs and plain SELECTs."""
+"""Core view of :class:`JobTable`, for guarded UPDATEs and plain SELECTs."""
 EVENTS = _table("events")
 """Core view of :class:`EventRow`."""
 ATTEMPTS = _table("attempts")
@@ -182,7 +182,7 @@ REPORTS = _table("instance_reports")
 
 
 class LedgerRow(SQLModel, table=True):
-    """One billed line of the cost ledger (see :mod:`spotd.ledger`); rebuilt per job."""
+    """One billed line of the cost ledger (see :mod:`spotd.billing.ledger`); rebuilt per job."""
 
     __tablename__ = "ledger"
 

@@ -29,7 +29,7 @@ Rules it keeps
 * **Resume.** ``SPOTD_RESUME_FROM`` when set; otherwise the latest complete
   checkpoint under ``SPOTD_CHECKPOINT_URI``, if any (``resume_latest=False`` turns
   that off); otherwise a fresh start. A folder without ``_COMPLETE`` is never
-  loaded: an explicit one raises :class:`~spotd.errors.CheckpointError`, and the
+  loaded: an explicit one raises :class:`~spotd.core.errors.CheckpointError`, and the
   latest-complete search skips torn folders. DCP loads into the current world's
   state dict, so a checkpoint from a different world size is resharded.
 * **Save.** Into ``<uri>/step-XXXXXXXX/`` with DCP. Regular saves use
@@ -73,7 +73,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from spotd import checkpoints as ck
-from spotd.errors import CheckpointError
+from spotd.core.errors import CheckpointError
 from spotd.train import dcp
 from spotd.train.budget import SaveBudget
 from spotd.train.comm import Comm

@@ -13,8 +13,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Literal, Protocol
 
-from spotd.contracts import Provider
-from spotd.domain import Offering
+from spotd.core.contracts import Provider
+from spotd.core.values import Offering
 
 ErrorKind = Literal["capacity", "quota", "throttle", "auth", "server"]
 ERROR_KINDS: tuple[ErrorKind, ...] = ("capacity", "quota", "throttle", "auth", "server")

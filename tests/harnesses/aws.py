@@ -10,8 +10,8 @@ from fakes.aws_fake import FakeAws, aws_env, new_session
 from moto import mock_aws
 
 from harnesses import ErrorKind
-from spotd.domain import LaunchRequest, Market, Offering
-from spotd.providers.aws import AwsProvider, AwsSettings
+from spotd.core.values import LaunchRequest, Market, Offering
+from spotd_aws import AwsProvider, AwsSettings
 
 REGION = "us-east-1"
 

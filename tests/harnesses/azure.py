@@ -13,9 +13,9 @@ from azure.core.credentials import AccessToken
 from fakes.azure_fake import RESOURCE_GROUP, SUBSCRIPTION, FakeAzure
 
 from harnesses import ErrorKind
-from spotd.domain import LaunchRequest, Market, Offering
-from spotd.providers.azure import AzureProvider, AzureSettings, RetailPrices
-from spotd.providers.azure.clients import compute_client
+from spotd.core.values import LaunchRequest, Market, Offering
+from spotd_azure import AzureProvider, AzureSettings, RetailPrices
+from spotd_azure.clients import compute_client
 
 FAKE_TOKEN = "fake-token-7c1d9e-never-log-me"
 

@@ -11,8 +11,8 @@ from fakes.gcp_fake import PROJECT, GcpFake
 from google.auth.credentials import AnonymousCredentials
 
 from harnesses import ERROR_KINDS, ErrorKind
-from spotd.domain import LaunchRequest, Market, Offering
-from spotd.providers.gcp import GcpProvider, GcpSettings, build_gcp_provider
+from spotd.core.values import LaunchRequest, Market, Offering
+from spotd_gcp import GcpProvider, GcpSettings, build_gcp_provider
 
 ZONES = ["us-central1-a", "us-central1-b", "us-east4-a", "europe-west4-a"]
 

@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harnesses import ErrorKind
-from spotd.domain import Market, Offering
-from spotd.providers.sim import SimProvider, build_sim_providers
+from spotd.core.values import Market, Offering
+from spotd_sim import SimProvider, build_sim_providers
 
 
 class SimHarness:

@@ -5,7 +5,7 @@ Revises: 0003
 Create Date: 2026-11-30
 
 Three nullable columns on ``attempts``, fixed when an attempt is placed
-(:mod:`spotd.progress`). Rows written before this revision keep NULL there,
+(:mod:`spotd.core.progress`). Rows written before this revision keep NULL there,
 which reads as the old count: an hour is an hour, the default checkpoint
 interval, no notice saves the work.
 """

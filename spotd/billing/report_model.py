@@ -1,0 +1,431 @@
+"""The content of ``spotd report``: totals, per-job rows, roll-ups and findings, from the ledger.
+
+Every money figure is a sum of :class:`~spotd.core.values.LedgerEntry` lines that
+start in the period, so a report's totals are the ledger's, whatever the
+format it is rendered in (:mod:`spotd.billing.report_render`).
+
+Definitions:
+
+- spend: what was paid (compute + changeover + egress); on-demand
+  equivalent: the same billed time at on-demand prices; savings: the
+  difference; savings % of the on-demand equivalent.
+- GPU-hours: billed node-hours times GPUs per node.
+- preemptions: attempts that ended ``preempted`` in the period.
+- time lost to recovery: the changeover hours (launch to running) of every
+  attempt after a job's first, in the period: paid time that made no
+  progress because the job had to start again (the first attempt's boot is
+  the start of the job, not a recovery). Work lost since the last checkpoint
+  is not counted: the daemon cannot see it.
+- least reliable pool: most preemptions per running hour of its attempts
+  in the period (only pools with a preemption).
+- underused GPUs: attempts whose agents sampled a GPU under 85 % utilisation
+  (NVML, with the heartbeats); the share of samples, and that share of the
+  attempt's compute GPU-hours and spend.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import date, datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict
+
+from spotd.core.agent_wire import GPU_UTIL_THRESHOLD_PCT
+from spotd.core.contracts import Store
+from spotd.core.values import (
+    AttemptEnd,
+    AttemptRecord,
+    InstanceReport,
+    JobRecord,
+    LedgerEntry,
+    attempt_reports,
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class Period(_Frozen):
+    """The reported time, ``[since, until)``."""
+
+    since: datetime
+    until: datetime
+
+
+class Totals(_Frozen):
+    """The period's sums over the ledger (USD, hours)."""
+
+    spend_usd: float
+    on_demand_usd: float
+    savings_usd: float
+    savings_pct: float
+    egress_usd: float
+    gpu_hours: float
+    preemptions: int
+    recovery_hours: float
+    jobs: int
+
+
+class JobRow(_Frozen):
+    """One job's part of the period."""
+
+    job_id: str
+    name: str
+    status: str
+    spend_usd: float
+    on_demand_usd: float
+    savings_usd: float
+    gpu_hours: float
+    preemptions: int
+    recovery_hours: float
+
+
+class Rollup(_Frozen):
+    """Spend of the period grouped by one key (a provider, a region, a day...)."""
+
+    key: str
+    spend_usd: float
+    on_demand_usd: float
+    savings_usd: float
+    gpu_hours: float
+
+
+class DailySpend(_Frozen):
+    """One UTC day: spend by provider and the on-demand equivalent."""
+
+    day: date
+    by_provider: dict[str, float]
+    on_demand_usd: float
+
+
+class Underused(_Frozen):
+    """An attempt whose GPUs were under the threshold in some of its samples.
+
+    The share is of its agents' samples in which a node's lowest GPU was under
+    :data:`~spotd.core.agent_wire.GPU_UTIL_THRESHOLD_PCT` (a synchronous job waits
+    for its slowest GPU); ``gpu_hours`` and ``usd`` are that share of what the
+    attempt's compute cost.
+    """
+
+    job_id: str
+    name: str
+    attempt: int
+    low_share: float
+    mean_lowest_pct: float
+    gpu_hours: float
+    usd: float
+
+
+class Report(_Frozen):
+    """Everything ``spotd report`` shows, in any format."""
+
+    period: Period
+    totals: Totals
+    jobs: list[JobRow]
+    by_provider: list[Rollup]
+    by_region: list[Rollup]
+    by_gpu: list[Rollup]
+    by_fabric: list[Rollup]
+    by_gpu_fabric: list[Rollup]
+    by_market: list[Rollup]
+    by_day: list[Rollup]
+    daily: list[DailySpend]
+    findings: list[str]
+    underused: list[Underused] = []
+    """Attempts whose GPUs sat under the utilisation threshold, worst first."""
+
+
+def build_report(
+    store: Store, *, since: datetime, until: datetime, job_id: str | None = None
+) -> Report:
+    """The report of ``[since, until)``, of every job or one, from the stored ledger."""
+    entries = store.ledger(since=since, until=until, job_id=job_id)
+    ids = sorted({e.job_id for e in entries} | ({job_id} if job_id else set()))
+    jobs = {i: store.get_job(i) for i in ids}
+    attempts = store.attempts_for(ids)
+    reports = store.reports_for(ids)
+    return report_from(entries, jobs, attempts, since=since, until=until, reports=reports)
+
+
+def report_from(
+    entries: Sequence[LedgerEntry],
+    jobs: dict[str, JobRecord],
+    attempts: dict[str, list[AttemptRecord]],
+    *,
+    since: datetime,
+    until: datetime,
+    reports: Mapping[str, Sequence[InstanceReport]] | None = None,
+) -> Report:
+    """The report of ledger lines and the attempts of their jobs, with what their
+    agents reported of the GPUs (pure)."""
+    period = Period(since=since, until=until)
+    rows = _job_rows(entries, jobs, attempts, period)
+    totals = _totals(entries, rows)
+    underused = _underused(entries, jobs, attempts, reports or {})
+    return Report(
+        period=period,
+        totals=totals,
+        jobs=rows,
+        by_provider=rollup(entries, lambda e: e.provider),
+        by_region=rollup(entries, lambda e: f"{e.provider} {e.region}"),
+        by_gpu=rollup(entries, lambda e: e.gpu),
+        by_fabric=rollup(entries, lambda e: e.fabric),
+        by_gpu_fabric=rollup(entries, lambda e: f"{e.gpu} / {e.fabric}"),
+        by_market=rollup(entries, lambda e: e.market),
+        by_day=rollup(entries, lambda e: e.start.date().isoformat(), by_key=True),
+        daily=_daily(entries),
+        findings=[
+            *findings(totals, rows, _pool_reliability(attempts.values(), period), period),
+            *_underused_sentences(underused),
+        ],
+        underused=underused,
+    )
+
+
+def _underused(
+    entries: Sequence[LedgerEntry],
+    jobs: Mapping[str, JobRecord],
+    attempts: Mapping[str, Sequence[AttemptRecord]],
+    reports: Mapping[str, Sequence[InstanceReport]],
+) -> list[Underused]:
+    found = []
+    for job_id, records in attempts.items():
+        for a in records:
+            own = attempt_reports(a, reports.get(job_id, ())).values()
+            samples = sum(r.gpu_samples or 0 for r in own)
+            low = sum(r.gpu_low_samples or 0 for r in own)
+            if not samples or not low:
+                continue
+            compute = [e for e in entries if e.job_id == job_id and e.attempt == a.seq
+                       and e.kind == "compute"]  # fmt: skip
+            share = low / samples
+            found.append(Underused(
+                job_id=job_id, name=jobs[job_id].name if job_id in jobs else job_id,
+                attempt=a.seq, low_share=share,
+                mean_lowest_pct=sum(r.gpu_util_sum or 0.0 for r in own) / samples,
+                gpu_hours=share * sum(e.gpu_hours for e in compute),
+                usd=share * sum(e.usd for e in compute),
+            ))  # fmt: skip
+    return sorted(found, key=lambda u: (-u.usd, u.job_id, u.attempt))
+
+
+def _underused_sentences(underused: Sequence[Underused]) -> list[str]:
+    if not underused:
+        return []
+    worst = underused[0]
+    more = f" ({len(underused) - 1} more attempts too)" if len(underused) > 1 else ""
+    return [
+        f"GPUs of {worst.name} ({worst.job_id}) attempt {worst.attempt} sat under "
+        f"{GPU_UTIL_THRESHOLD_PCT:g} % in {worst.low_share:.0%} of samples (lowest GPU "
+        f"{worst.mean_lowest_pct:.0f} % on average): {worst.gpu_hours:,.1f} GPU-hours, "
+        f"{usd(worst.usd)} USD; the data pipeline is the usual bottleneck{more}."
+    ]
+
+
+def rollup(
+    entries: Iterable[LedgerEntry], key: Callable[[LedgerEntry], str], *, by_key: bool = False
+) -> list[Rollup]:
+    """Sums by ``key``, biggest spend first (or in key order with ``by_key``)."""
+    groups: dict[str, list[LedgerEntry]] = defaultdict(list)
+    for e in entries:
+        groups[key(e)].append(e)
+    rows = [_rollup(k, group) for k, group in groups.items()]
+    order: Callable[[Rollup], tuple[float | str, ...]] = (
+        (lambda r: (r.key,)) if by_key else (lambda r: (-r.spend_usd, r.key))
+    )
+    return sorted(rows, key=order)
+
+
+def _rollup(key: str, entries: Sequence[LedgerEntry]) -> Rollup:
+    spend = sum(e.usd for e in entries)
+    on_demand = sum(e.on_demand_usd for e in entries)
+    return Rollup(
+        key=key,
+        spend_usd=spend,
+        on_demand_usd=on_demand,
+        savings_usd=on_demand - spend,
+        gpu_hours=sum(e.gpu_hours for e in entries),
+    )
+
+
+def _job_rows(
+    entries: Sequence[LedgerEntry],
+    jobs: dict[str, JobRecord],
+    attempts: dict[str, list[AttemptRecord]],
+    period: Period,
+) -> list[JobRow]:
+    by_job: dict[str, list[LedgerEntry]] = {i: [] for i in jobs}
+    for e in entries:
+        by_job.setdefault(e.job_id, []).append(e)
+    rows = [_job_row(jobs[i], lines, attempts.get(i, []), period) for i, lines in by_job.items()]
+    return sorted(rows, key=lambda r: (-r.spend_usd, r.job_id))
+
+
+def _job_row(
+    job: JobRecord,
+    entries: Sequence[LedgerEntry],
+    attempts: Sequence[AttemptRecord],
+    period: Period,
+) -> JobRow:
+    spend = sum(e.usd for e in entries)
+    on_demand = sum(e.on_demand_usd for e in entries)
+    return JobRow(
+        job_id=job.id,
+        name=job.name,
+        status=job.status.value,
+        spend_usd=spend,
+        on_demand_usd=on_demand,
+        savings_usd=on_demand - spend,
+        gpu_hours=sum(e.gpu_hours for e in entries),
+        preemptions=sum(1 for a in attempts if _preempted_in(a, period)),
+        recovery_hours=sum(e.wall_hours for e in entries if _recovering(e)),
+    )
+
+
+def _recovering(entry: LedgerEntry) -> bool:
+    # The first attempt's boot is the start of the job, not a recovery from anything.
+    return entry.kind == "changeover" and entry.attempt > 1
+
+
+def _totals(entries: Sequence[LedgerEntry], rows: Sequence[JobRow]) -> Totals:
+    spend = sum(e.usd for e in entries)
+    on_demand = sum(e.on_demand_usd for e in entries)
+    savings = on_demand - spend
+    return Totals(
+        spend_usd=spend,
+        on_demand_usd=on_demand,
+        savings_usd=savings,
+        savings_pct=100.0 * savings / on_demand if on_demand > 0 else 0.0,
+        egress_usd=sum(e.usd for e in entries if e.kind == "egress"),
+        gpu_hours=sum(e.gpu_hours for e in entries),
+        preemptions=sum(r.preemptions for r in rows),
+        recovery_hours=sum(r.recovery_hours for r in rows),
+        jobs=len(rows),
+    )
+
+
+def _daily(entries: Iterable[LedgerEntry]) -> list[DailySpend]:
+    spend: dict[date, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    on_demand: dict[date, float] = defaultdict(float)
+    for e in entries:
+        day = e.start.date()
+        spend[day][e.provider] += e.usd
+        on_demand[day] += e.on_demand_usd
+    return [
+        DailySpend(day=d, by_provider=dict(sorted(spend[d].items())), on_demand_usd=on_demand[d])
+        for d in sorted(spend)
+    ]
+
+
+# -- findings --------------------------------------------------------------------
+
+
+class PoolReliability(_Frozen):
+    """Preemptions and running hours of one pool's attempts in the period."""
+
+    pool: str
+    preemptions: int
+    running_hours: float
+
+    @property
+    def rate(self) -> float:
+        """Preemptions per running hour (a pool that never ran counts one minute)."""
+        return self.preemptions / max(self.running_hours, 1 / 60)
+
+
+def _preempted_in(attempt: AttemptRecord, period: Period) -> bool:
+    return (
+        attempt.end_reason is AttemptEnd.PREEMPTED
+        and attempt.ended_at is not None
+        and period.since <= attempt.ended_at < period.until
+    )
+
+
+def _pool_reliability(
+    attempts: Iterable[Sequence[AttemptRecord]], period: Period
+) -> list[PoolReliability]:
+    """Per pool: preemptions in the period and the running hours inside it."""
+    seen: dict[str, tuple[int, float]] = {}
+    for a in (a for job in attempts for a in job):
+        count, hours = seen.get(str(a.pool), (0, 0.0))
+        seen[str(a.pool)] = (count + _preempted_in(a, period), hours + _running_hours(a, period))
+    return [PoolReliability(pool=p, preemptions=c, running_hours=h) for p, (c, h) in seen.items()]
+
+
+def _running_hours(attempt: AttemptRecord, period: Period) -> float:
+    if attempt.running_at is None:
+        return 0.0
+    start = max(attempt.running_at, period.since)
+    end = min(attempt.ended_at or period.until, period.until)
+    return max(0.0, (end - start).total_seconds() / 3600)
+
+
+def findings(
+    totals: Totals, rows: Sequence[JobRow], pools: Sequence[PoolReliability], period: Period
+) -> list[str]:
+    """The period in a few plain sentences, most important first."""
+    said = [_savings_sentence(totals, period), _preemption_sentence(rows)]
+    unreliable = [p for p in pools if p.preemptions > 0]
+    if unreliable:
+        worst = max(unreliable, key=lambda p: (p.rate, p.preemptions, p.pool))
+        said.append(
+            f"{worst.pool} was the least reliable pool: {_count(worst.preemptions, 'preemption')}"
+            f" in {worst.running_hours:,.1f} running hours."
+        )
+    if rows and rows[0].spend_usd > 0:
+        top = rows[0]
+        said.append(
+            f"The most expensive job was {top.name} ({top.job_id}) at {usd(top.spend_usd)} USD."
+        )
+    return [s for s in said if s]
+
+
+def _savings_sentence(totals: Totals, period: Period) -> str:
+    when = period_words(period)
+    if totals.on_demand_usd <= 0:
+        return f"Nothing was spent {when}."
+    if totals.savings_usd >= 0:
+        return (
+            f"Spot saved {totals.savings_pct:.0f} % ({usd(totals.savings_usd)} USD) {when}: "
+            f"{usd(totals.spend_usd)} USD spent against {usd(totals.on_demand_usd)} USD on-demand."
+        )
+    return (
+        f"Spot cost {usd(-totals.savings_usd)} USD more than on-demand {when} "
+        f"({usd(totals.spend_usd)} USD against {usd(totals.on_demand_usd)} USD)."
+    )
+
+
+def _preemption_sentence(rows: Sequence[JobRow]) -> str:
+    hit = [r for r in rows if r.preemptions > 0]
+    if not hit:
+        return "No job was preempted." if rows else ""
+    times = sum(r.preemptions for r in hit)
+    jobs = _count(len(hit), "job")
+    verb = "was" if len(hit) == 1 else "were"
+    recovery = sum(r.recovery_hours for r in rows)
+    return (
+        f"{jobs} {verb} preempted {_count(times, 'time')}; "
+        f"recovery took {recovery:,.1f} paid hours without progress."
+    )
+
+
+def period_words(period: Period) -> str:
+    """``from 2026-03-02 to 2026-03-09`` (the end day shown inclusive when on a midnight)."""
+    last = period.until
+    if (last.hour, last.minute, last.second, last.microsecond) == (0, 0, 0, 0):
+        last -= timedelta(days=1)
+    first = period.since.date().isoformat()
+    if last.date() <= period.since.date():
+        return f"on {first}"
+    return f"from {first} to {last.date().isoformat()}"
+
+
+def usd(amount: float) -> str:
+    """A USD amount for people: cents below 1,000, whole dollars above."""
+    return f"{amount:,.2f}" if abs(amount) < 1000 else f"{amount:,.0f}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

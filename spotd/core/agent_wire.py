@@ -1,0 +1,212 @@
+"""What the on-VM agent and the daemon say to each other: report models and agent tokens.
+
+An agent speaks for exactly one attempt of one job. Its bearer token is
+``agent_token(daemon_token, client_token)``: an HMAC of the attempt's launch
+client token keyed with the daemon's own token. The daemon can recompute it for
+any attempt it knows, the VM never sees the daemon's token, and a token stolen
+from one VM is worthless for any other attempt.
+
+Routes (all ``POST``, JSON body, ``Authorization: Bearer <agent token>``,
+answer ``204`` on success, ``401`` on a missing or wrong token or an unknown
+attempt, ``422`` on a malformed body):
+
+``/v1/agent/heartbeat``  :class:`AgentReport`
+``/v1/agent/notice``     :class:`NoticeReport`
+``/v1/agent/exit``       :class:`ExitReport`
+``/v1/agent/preflight``  :class:`PreflightReport`
+
+and ``POST /v1/agent/join`` (:class:`JoinReport`), which answers ``200`` with the
+gang's :class:`Roster` once every node of the attempt has joined, else ``202``
+with a :class:`Waiting` body; the agent asks again until its gang timeout.
+
+The routes themselves are the daemon's (:mod:`spotd.daemon.agent_routes`): this module
+is the wire format both sides share, and imports no web framework, so the agent
+on a node starts quickly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NoticeKind = Literal["preemption", "rebalance"]
+ExitPhase = Literal["command", "rendezvous", "preflight"]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+GPU_UTIL_THRESHOLD_PCT = 85.0
+"""Under load, a GPU below this utilisation points at a bottleneck, most often the
+data pipeline (the practitioners' preflight rule)."""
+
+HEARTBEAT_PATH = "/v1/agent/heartbeat"
+NOTICE_PATH = "/v1/agent/notice"
+EXIT_PATH = "/v1/agent/exit"
+JOIN_PATH = "/v1/agent/join"
+PREFLIGHT_PATH = "/v1/agent/preflight"
+
+
+def agent_token(daemon_token: str, client_token: str) -> str:
+    """The bearer token of the agent of the attempt launched with ``client_token``.
+
+    HMAC-SHA256 keyed with ``daemon_token`` over ``client_token``, as lowercase hex.
+    """
+    return hmac.new(daemon_token.encode(), client_token.encode(), hashlib.sha256).hexdigest()
+
+
+class AgentReport(BaseModel):
+    """What every report carries: who speaks, from where, and when (aware UTC)."""
+
+    # Agents on VMs may run a newer spotd than the daemon: ignore fields we do not know.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    job_id: str
+    attempt: int
+    instance_id: str
+    provider: str
+    at: datetime
+
+
+class GpuReading(BaseModel):
+    """One GPU at one moment, as NVML saw it."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    index: int
+    name: str = ""
+    util_pct: float
+    mem_used_gb: float = 0.0
+    mem_total_gb: float = 0.0
+
+
+class HeartbeatReport(AgentReport):
+    """The agent is alive; with what the job and its GPUs said since the last beat.
+
+    ``step``, ``total_steps`` and ``checkpoint`` come from the job's progress file
+    (``spotd.train`` writes it); ``gpus`` from NVML where a driver is present.
+    """
+
+    step: int | None = None
+    total_steps: int | None = None
+    checkpoint: str | None = None
+    gpus: tuple[GpuReading, ...] = ()
+
+
+class JoinReport(AgentReport):
+    """A booted node's address, and two ports free on it (job, preflight) should it be rank 0."""
+
+    address: str = Field(min_length=1)
+    ports: tuple[Port, Port]
+
+
+class Roster(BaseModel):
+    """The assembled gang, as every node of it gets it. Ranks follow the launch order."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    rank: int
+    nodes: int
+    addresses: tuple[str, ...]
+    master_addr: str
+    master_port: int
+    preflight_port: int
+    rdzv_id: str
+
+
+class Waiting(BaseModel):
+    """The gang is not complete yet."""
+
+    joined: int
+    nodes: int
+
+
+class PreflightCheck(BaseModel):
+    """One check of a node: passed, failed, or skipped (with why)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str
+    ok: bool
+    detail: str = ""
+    skipped: bool = False
+
+
+class PreflightFigures(BaseModel):
+    """What a gang's preflight measured; every node of the gang reports the same verdict."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    passed: bool
+    busbw_gbps: float | None = None
+    """All-reduce bus bandwidth in GB/s (nccl-tests' definition); None when not measured."""
+    min_busbw_gbps: float | None = None
+    """The threshold it was held to; None for none."""
+    backend: str = ""
+    world_size: int = 1
+    seconds: float = 0.0
+    checks: tuple[PreflightCheck, ...] = ()
+    reason: str = ""
+    """Why it failed, in one line; empty when it passed."""
+
+
+class PreflightReport(AgentReport):
+    """The preflight of this node's gang ended (``figures.passed`` says how)."""
+
+    figures: PreflightFigures
+
+
+class NoticeReport(AgentReport):
+    """The provider announced it takes the VM back (``preemption``) or may soon (``rebalance``).
+
+    ``deadline`` is when the provider will act, if it said so.
+    """
+
+    kind: NoticeKind
+    deadline: datetime | None = None
+    detail: str = ""
+
+
+class ExitReport(AgentReport):
+    """The job's command ended. ``exit_code`` is 128 + N when signal N killed it."""
+
+    exit_code: int
+    phase: ExitPhase = "command"
+    """What ended: the job's command, or the agent before it (no gang, a failed preflight)."""
+
+
+class AgentReports(Protocol):
+    """Where the daemon's agent routes deliver authenticated reports.
+
+    Called from FastAPI's worker threads, so implementations must be thread-safe.
+    """
+
+    def heartbeat(self, report: HeartbeatReport) -> None:
+        """The agent of ``report.job_id``/``report.attempt`` is alive."""
+
+    def notice(self, report: NoticeReport) -> None:
+        """The provider sent a preemption or rebalance notice to the VM."""
+
+    def exited(self, report: ExitReport) -> None:
+        """The job's command on the VM ended with ``report.exit_code``."""
+
+    def join(self, report: JoinReport) -> Roster | Waiting:
+        """A node booted: keep its address; the roster once the whole gang joined."""
+
+    def preflight(self, report: PreflightReport) -> None:
+        """The gang's preflight ended on this node (and, if it passed, the command started)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderNotice:
+    """A provider's announcement.
+
+    ``preemption``: the VM will be taken back, at ``deadline`` if known.
+    ``rebalance``: an early warning (AWS) that preemption is likely; not a notice to act on.
+    """
+
+    kind: NoticeKind
+    deadline: datetime | None
+    detail: str

@@ -1,0 +1,327 @@
+"""The contracts between spotd's layers, all in one place.
+
+Adapters implement these protocols; mypy checks that they fit, and one
+contract test suite per protocol runs against every implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
+
+from spotd.core.spec import JobSpec
+from spotd.core.values import (
+    AttemptRecord,
+    Decision,
+    EventRecord,
+    Instance,
+    InstanceReport,
+    JobRecord,
+    JobStatus,
+    LaunchRequest,
+    LedgerEntry,
+    Offering,
+    PlacementContext,
+    Pool,
+    PricePoint,
+    Transition,
+)
+
+if TYPE_CHECKING:
+    from spotd.core.agent_wire import ProviderNotice
+    from spotd.core.kinds import BuiltProviders, ProviderContext
+    from spotd.core.values import NodeUsage
+
+
+class Clock(Protocol):
+    """Where "now" comes from: the wall clock, or a simulated one."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware UTC."""
+        ...
+
+    def seconds_to_real(self, seconds: float) -> float:
+        """Real seconds that ``seconds`` of this clock's time take."""
+        ...
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """A market of GPU instances: a cloud, or the simulator.
+
+    Every method raises only :class:`~spotd.core.errors.ProviderError` subclasses
+    for failures on the provider's side.
+    """
+
+    name: str
+
+    def offerings(self) -> Sequence[Offering]:
+        """Current offerings with spot and on-demand prices and capacity."""
+        ...
+
+    def launch(self, request: LaunchRequest) -> Sequence[Instance]:
+        """Start ``request.nodes`` nodes, all or none; idempotent by client token."""
+        ...
+
+    def describe(self, instance_ids: Sequence[str]) -> Sequence[Instance]:
+        """The current state of these instances (unknown ids are left out)."""
+        ...
+
+    def list_instances(self, tags: Mapping[str, str]) -> Sequence[Instance]:
+        """Every instance whose tags include all of ``tags``, ended ones too."""
+        ...
+
+    def terminate(self, instance_ids: Sequence[str]) -> None:
+        """Stop these instances; ids already gone are ignored."""
+        ...
+
+    def logs(self, instance_id: str) -> str:
+        """The job's output on that instance, as far as the provider keeps it."""
+        ...
+
+
+@runtime_checkable
+class Metered(Protocol):
+    """A provider that keeps its own meter (launch, end and price of each node).
+
+    The ledger bills from it when it is there, to match the provider's own
+    bill to the cent; otherwise it bills from what ``describe`` says.
+    """
+
+    def usage(self, instance_ids: Sequence[str]) -> Mapping[str, NodeUsage]:
+        """The meter's record of each instance, by id."""
+        ...
+
+
+@runtime_checkable
+class AgentHost(Protocol):
+    """A provider whose nodes run spotd's agent only once told where the daemon is.
+
+    The cloud adapters get the daemon's URL from the configuration at build
+    time (their boot scripts carry it); the simulated market learns it when
+    the daemon has bound its port, which may be any free one.
+    """
+
+    def link_agents(self, daemon_url: str, daemon_token: str) -> None:
+        """Run the agent around the job on nodes launched from now on."""
+        ...
+
+
+class Policy(Protocol):
+    """Decides where a job runs. The daemon, ``spotd plan`` and the simulator share them."""
+
+    name: str
+
+    def place(self, ctx: PlacementContext, offerings: Sequence[Offering]) -> Decision:
+        """Score every offering for the job and choose one (or none)."""
+        ...
+
+
+class Store(Protocol):
+    """Durable state: jobs, their events and their placement attempts."""
+
+    def create_job(self, spec: JobSpec, *, now: datetime) -> JobRecord:
+        """Insert a new PENDING job (and its first event)."""
+        ...
+
+    def get_job(self, job_id: str) -> JobRecord:
+        """The job with this id, or :class:`~spotd.core.errors.JobNotFound`."""
+        ...
+
+    def find_job(self, ref: str) -> JobRecord:
+        """A job by id, unique id prefix, or name (the newest of that name)."""
+        ...
+
+    def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
+        """Jobs, oldest first, optionally only those in ``statuses``."""
+        ...
+
+    def compare_and_set(self, change: Transition, *, now: datetime) -> JobRecord:
+        """Apply ``change`` if the job is still in ``change.expected``.
+
+        In one transaction: the status update guarded by the expected status,
+        the event row, and the attempt opened or closed with it. Raises
+        :class:`~spotd.core.errors.LostTransition` when the guard fails.
+        """
+        ...
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        """All attempts of a job in order."""
+        ...
+
+    def attempts_for(self, job_ids: Collection[str]) -> dict[str, list[AttemptRecord]]:
+        """The attempts of many jobs at once, by job id (every id is a key)."""
+        ...
+
+    def set_attempt_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> None:
+        """Record the instances a launch returned; the job's ``version`` goes up."""
+        ...
+
+    def mark_attempt_running(self, attempt_id: int, *, at: datetime) -> None:
+        """Record when all nodes of the attempt started running the job (the first time
+        only; that write, like every change of a job's status or attempts, bumps its
+        ``version``)."""
+        ...
+
+    def events(self, job_id: str) -> list[EventRecord]:
+        """All events of a job in order."""
+        ...
+
+    def claim_jobs(self, owner: str, *, now: datetime, lease_seconds: float) -> list[str]:
+        """Take or renew the lease of active jobs free or already ours; return their ids."""
+        ...
+
+    def record_prices(self, offerings: Sequence[Offering], *, at: datetime) -> int:
+        """Keep the offerings' prices as history; returns the rows written."""
+        ...
+
+    def price_history(self, pool: Pool, *, since: datetime) -> list[PricePoint]:
+        """The pool's polled prices since ``since``, oldest first."""
+        ...
+
+    def save_report(self, report: InstanceReport) -> None:
+        """Merge an agent's report (fields left None keep their value)."""
+        ...
+
+    def reports(self, job_id: str) -> list[InstanceReport]:
+        """What the agents of a job's instances reported."""
+        ...
+
+    def reports_for(self, job_ids: Collection[str]) -> dict[str, list[InstanceReport]]:
+        """The agents' reports of many jobs at once, by job id (every id is a key)."""
+        ...
+
+    def close(self) -> None:
+        """Release connections."""
+        ...
+
+    def replace_ledger(self, job_id: str, entries: Sequence[LedgerEntry]) -> None:
+        """Replace the job's ledger lines with ``entries`` in one transaction."""
+        ...
+
+    def ledger(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_id: str | None = None,
+    ) -> list[LedgerEntry]:
+        """Ledger lines starting in ``[since, until)``, of one job or all, oldest first."""
+        ...
+
+    def claim_notification(self, key: str, *, at: datetime) -> bool:
+        """Record notification ``key`` as sent; True when this call was the first."""
+        ...
+
+
+class Notifier(Protocol):
+    """Sends a message to people (email now; chat later)."""
+
+    def send(
+        self,
+        to: Sequence[str],
+        subject: str,
+        text: str,
+        html: str | None = None,
+        images: Mapping[str, bytes] | None = None,
+    ) -> None:
+        """Deliver one message (or accept it for delivery) or raise.
+
+        ``images`` maps a Content-ID to PNG bytes shown inline in ``html``,
+        which refers to each as ``cid:<content-id>``.
+        """
+        ...
+
+
+SettingsT_contra = TypeVar("SettingsT_contra", contravariant=True)
+
+
+class ProviderFactory(Protocol[SettingsT_contra]):
+    """A provider kind's ``build`` hook (:class:`spotd.core.kinds.ProviderKind`)."""
+
+    def __call__(self, settings: SettingsT_contra, context: ProviderContext, /) -> BuiltProviders:
+        """The kind's providers from its ``[providers.<name>]`` table.
+
+        Loads the kind's SDK if it has one. Raises ConfigError, or ValueError for a
+        setting the kind refuses (reported against its table).
+        """
+        ...
+
+
+class NoticeWatcher(Protocol):
+    """What the runner needs of a provider's notice source."""
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds to wait between two :meth:`check` calls."""
+        ...
+
+    def check(self) -> ProviderNotice | None:
+        """One poll; None when nothing is announced or the metadata service failed."""
+        ...
+
+    def instance_id(self) -> str | None:
+        """This VM's id as the provider's API names it, or None if unknown."""
+        ...
+
+    def job_ended(self) -> None:
+        """The job exited after a preemption notice (its checkpoint is done)."""
+        ...
+
+    def close(self) -> None:
+        """Release the HTTP client."""
+        ...
+
+
+class WatcherSettings(Protocol):
+    """What a notice watcher reads of the agent's settings (the agent's ``AgentConfig``)."""
+
+    @property
+    def metadata_base(self) -> str:
+        """The metadata service's base URL, without a trailing slash."""
+        ...
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between two polls."""
+        ...
+
+    @property
+    def vm_name(self) -> str:
+        """The VM's name where the provider's events name VMs (Azure); may be empty."""
+        ...
+
+    @property
+    def long_poll_seconds(self) -> float:
+        """How long a metadata long poll may wait (GCP)."""
+        ...
+
+    @property
+    def azure_ack(self) -> Literal["after-exit", "immediate"]:
+        """When a scheduled event is acknowledged (Azure)."""
+        ...
+
+    @property
+    def sim_state(self) -> str:
+        """A simulated node's status file."""
+        ...
+
+
+class NoticeWatcherFactory(Protocol):
+    """A provider kind's ``notice_watcher`` hook: the agent's watcher on its nodes."""
+
+    def __call__(self, config: WatcherSettings, /) -> NoticeWatcher:
+        """The watcher of ``config``'s metadata service (``config.metadata_base``) polling
+        every ``config.poll_interval`` seconds."""
+        ...
+
+
+class ClockOpener(Protocol):
+    """A provider kind's ``open_clock`` hook: the clock its records are on."""
+
+    def __call__(self, state_dir: Path, /) -> Clock | None:
+        """The kind's saved clock in ``state_dir``; None when it has not started.
+        Raises OSError or ValueError on an unreadable one."""
+        ...

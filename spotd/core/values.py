@@ -1,0 +1,574 @@
+"""Domain values shared by every layer: offerings, instances, job records.
+
+All are frozen dataclasses or ``str`` enums, so they cross module borders as
+typed values, never as loose dicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from spotd.core.capacity import CapacitySeries
+    from spotd.core.spec import JobSpec
+
+
+# -- a job's status ------------------------------------------------------------------
+
+
+class JobStatus(StrEnum):
+    """Where a job is in its life."""
+
+    PENDING = "pending"
+    """Submitted, waiting for its first placement."""
+    PROVISIONING = "provisioning"
+    """An attempt is open and its nodes are being launched or booting."""
+    RUNNING = "running"
+    """All nodes of the open attempt run the job."""
+    CHECKPOINTING = "checkpointing"
+    """A preemption notice came: the job is writing its checkpoint."""
+    RECOVERING = "recovering"
+    """The last attempt ended early; waiting for a new placement."""
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """Ended without success; ``failure`` says why."""
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+"""The statuses a job never leaves."""
+
+
+class FailureCause(StrEnum):
+    """Why a job failed, kept apart so users and reports can tell them apart."""
+
+    NO_CAPACITY = "no-capacity"
+    OVER_BUDGET = "over-budget"
+    DEADLINE_IMPOSSIBLE = "deadline-impossible"
+    USER_COMMAND_FAILED = "user-command-failed"
+    PROVIDER_ERROR = "provider-error"
+    INVALID_SPEC = "invalid-spec"
+
+
+class Market(StrEnum):
+    """How an instance is bought."""
+
+    SPOT = "spot"
+    """Preemptible capacity at the spot price."""
+    ON_DEMAND = "on-demand"
+    """Capacity that the provider does not take back."""
+
+
+class Fabric(StrEnum):
+    """The scale-out network between nodes (inside a node, NVLink always)."""
+
+    INFINIBAND = "infiniband"
+    EFA = "efa"
+    ROCE = "roce"
+    TCPX = "tcpx"
+    TCPXO = "tcpxo"
+    ETHERNET = "ethernet"
+
+
+@dataclass(frozen=True, slots=True)
+class Interconnect:
+    """Scale-out fabric of an instance type and its bandwidth per GPU."""
+
+    fabric: Fabric
+    gbps_per_gpu: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One place capacity comes from: provider, region, zone and instance type."""
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+
+    def __str__(self) -> str:
+        return f"{self.provider}/{self.zone}/{self.instance_type}"
+
+
+@dataclass(frozen=True, slots=True)
+class Offering:
+    """An instance type in one zone, with its current prices and capacity.
+
+    Prices are USD per node-hour. ``capacity`` is the provider's signal in
+    [0, 1] (placement score, obtainability) that spot capacity is there now;
+    None when the provider gives none.
+    """
+
+    pool: Pool
+    gpu: str
+    gpus_per_node: int
+    gpu_memory_gb: int
+    interconnect: Interconnect
+    spot_price: float | None
+    on_demand_price: float | None
+    capacity: float | None = None
+    notice_seconds: int = 120
+
+    def price(self, market: Market) -> float | None:
+        """The price per node-hour in ``market``, None where it is not sold."""
+        return self.spot_price if market is Market.SPOT else self.on_demand_price
+
+
+class InstanceState(StrEnum):
+    """What a provider says of one instance."""
+
+    PENDING = "pending"
+    """Requested, booting: not yet running the job."""
+    RUNNING = "running"
+    NOTICE = "notice"
+    """Running, but the provider has announced it will take it back."""
+    PREEMPTED = "preempted"
+    """Taken back by the provider."""
+    EXITED = "exited"
+    """The job's command ended by itself; see ``exit_code``."""
+    TERMINATED = "terminated"
+    """Stopped on our request."""
+
+
+ENDED_STATES = frozenset(
+    {InstanceState.PREEMPTED, InstanceState.EXITED, InstanceState.TERMINATED}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """One node as the provider describes it."""
+
+    id: str
+    pool: Pool
+    market: Market
+    state: InstanceState
+    tags: Mapping[str, str] = field(default_factory=dict)
+    exit_code: int | None = None
+    launched_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """Everything a provider needs to start the nodes of one attempt.
+
+    ``client_token`` makes the launch idempotent: a second request with the
+    same token returns the instances of the first and starts nothing.
+    """
+
+    offering: Offering
+    market: Market
+    nodes: int
+    client_token: str
+    tags: Mapping[str, str]
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str | None = None
+
+
+class AttemptEnd(StrEnum):
+    """Why a placement attempt ended."""
+
+    SUCCEEDED = "succeeded"
+    PREEMPTED = "preempted"
+    LOST = "lost"
+    """Instance gone without a notice (or its node failed)."""
+    USER_FAILED = "user-failed"
+    NO_CAPACITY = "no-capacity"
+    LAUNCH_FAILED = "launch-failed"
+    CANCELLED = "cancelled"
+    OVER_BUDGET = "over-budget"
+    MIGRATED = "migrated"
+    PREFLIGHT_FAILED = "preflight-failed"
+    """The gang's preflight (all-reduce bandwidth, node checks) fell short."""
+
+
+@dataclass(frozen=True, slots=True)
+class NewAttempt:
+    """An attempt to be opened together with a transition."""
+
+    pool: Pool
+    market: Market
+    nodes: int
+    price_per_node_hour: float
+    resume_from: str | None
+    work_per_hour: float | None = None
+    """Reference compute hours one running hour here does (:mod:`spotd.core.progress`)."""
+    checkpoint_interval_hours: float | None = None
+    """The checkpoint interval the job is told to keep here."""
+    saves_on_notice: bool | None = None
+    """Whether the job's checkpoint fits in this offering's preemption notice."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptClose:
+    """An attempt to be closed together with a transition."""
+
+    attempt_id: int
+    reason: AttemptEnd
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One placement of a job: where, how bought, when, and how it ended."""
+
+    id: int
+    job_id: str
+    seq: int
+    pool: Pool
+    market: Market
+    nodes: int
+    price_per_node_hour: float
+    client_token: str
+    instance_ids: tuple[str, ...]
+    resume_from: str | None
+    started_at: datetime
+    running_at: datetime | None
+    ended_at: datetime | None
+    end_reason: AttemptEnd | None
+    work_per_hour: float | None = None
+    """Reference compute hours one running hour does (:mod:`spotd.core.progress`); None on
+    attempts stored before spotd counted it, taken as 1."""
+    checkpoint_interval_hours: float | None = None
+    """The checkpoint interval the job was told; None on older attempts."""
+    saves_on_notice: bool | None = None
+    """Whether the job's checkpoint fits in the offering's preemption notice."""
+
+    @property
+    def open(self) -> bool:
+        return self.ended_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class EventRecord:
+    """One applied transition, with its cause."""
+
+    id: int
+    job_id: str
+    at: datetime
+    from_status: JobStatus | None
+    to_status: JobStatus
+    cause: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as the store holds it."""
+
+    id: str
+    name: str
+    spec: JobSpec
+    status: JobStatus
+    failure: FailureCause | None
+    submitted_at: datetime
+    updated_at: datetime
+    owner: str | None = None
+    lease_until: datetime | None = None
+    version: int = 0
+    """Counts every change of the job's status or attempts (not lease renewals): a
+    reader holding the attempts of an equal version holds the current ones."""
+
+
+class ExclusionKind(StrEnum):
+    """Which rule ruled a candidate out: the hard filters, in the order they are
+    checked (``spotd_policies.filters.HARD_FILTERS``), then the budget."""
+
+    GPU_MODEL = "gpu-model"
+    """The offering's GPU is not one the job accepts."""
+    GPUS_PER_NODE = "gpus-per-node"
+    """A node has another number of GPUs than the job asks."""
+    FABRIC = "fabric"
+    """The scale-out interconnect is slower than the job's size needs."""
+    PROVIDER = "provider"
+    """``market.providers`` does not match the provider."""
+    REGION = "region"
+    """``market.regions`` does not match the region."""
+    NOT_SOLD = "not-sold"
+    """The offering has no price in this market."""
+    PRICE_CAP = "price-cap"
+    """The price per GPU-hour is over ``market.max_price_per_gpu_hour``."""
+    NO_CAPACITY = "no-capacity"
+    """The provider's spot capacity signal says none is left now."""
+    COOLING_DOWN = "cooling-down"
+    """The spot pool cools down after a preemption or failure of this job."""
+    OVER_BUDGET = "over-budget"
+    """The expected cost is over what is left of the job's budget."""
+
+    @property
+    def transient(self) -> bool:
+        """Whether it rules the offering out for now only (capacity or a cooldown comes
+        back), not for what the offering or the job is."""
+        return self in _TRANSIENT
+
+
+_TRANSIENT = frozenset({ExclusionKind.NO_CAPACITY, ExclusionKind.COOLING_DOWN})
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusion:
+    """Why a candidate is ruled out: the rule (``kind``, for code to decide on) and
+    ``detail``, the sentence a person reads (``spotd plan``)."""
+
+    kind: ExclusionKind
+    detail: str
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One way to run a job, as a policy scored it.
+
+    ``price_per_hour`` is for all nodes. ``excluded`` is None for a usable
+    candidate and otherwise says which rule ruled it out and why.
+    ``breakdown`` carries the named parts of ``expected_cost_usd``.
+    """
+
+    offering: Offering
+    market: Market
+    nodes: int
+    price_per_hour: float
+    expected_cost_usd: float
+    excluded: Exclusion | None = None
+    breakdown: Mapping[str, float] = field(default_factory=dict)
+
+
+class PoolStats(Protocol):
+    """What history says about spot pools; None where there is too little to say."""
+
+    def preemptions_per_hour(self, pool: Pool) -> float | None:
+        """How often a running spot node of the pool was taken back."""
+        ...
+
+    def availability(self, pool: Pool) -> float | None:
+        """Share of the observed time the pool had spot capacity, in [0, 1]."""
+        ...
+
+    def capacity_series(self, pool: Pool) -> CapacitySeries | None:
+        """The pool's spot capacity over the observed time, as a regular series."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementContext:
+    """What a policy knows of a job when it places (or re-places) it.
+
+    ``cooldown`` maps pools that recently failed or preempted this job to the
+    reason, until their cooldown ends. ``spent_usd`` is the job's cost so far by its
+    ledger (:func:`spotd.billing.ledger.spend_so_far`).
+    ``current`` and ``current_market`` say where the job runs now (None when
+    it is not running), ``done_hours`` how much of ``spec.deadline.compute_hours``
+    is behind it, and ``changeover_hours`` what a new start costs in time
+    (boot, setup, restore) before progress resumes. ``stats`` gives pool
+    history where the caller has it.
+    """
+
+    job_id: str
+    spec: JobSpec
+    now: datetime
+    spent_usd: float = 0.0
+    current: Pool | None = None
+    current_market: Market | None = None
+    cooldown: Mapping[Pool, str] = field(default_factory=dict)
+    done_hours: float = 0.0
+    changeover_hours: float = 0.1
+    stats: PoolStats | None = None
+    checkpoint_at: Pool | None = None
+    """Where the latest checkpoint was written (the last attempt's pool), if anywhere."""
+
+
+class Decision:
+    """A policy's answer: the choice (None when nothing passes) and all candidates.
+
+    ``candidates`` lists the usable ones ranked, then the excluded ones with
+    their reasons. A policy may pass ``later``, a function giving the rest
+    of the list: the daemon only needs the choice, so scoring and explaining
+    every other offering of a large market waits until someone looks.
+    """
+
+    __slots__ = ("_later", "_ranked", "_resolved", "choice")
+
+    def __init__(
+        self,
+        choice: Candidate | None,
+        candidates: Sequence[Candidate] = (),
+        *,
+        later: Callable[[], Sequence[Candidate]] | None = None,
+    ) -> None:
+        self.choice = choice
+        self._ranked = tuple(candidates)
+        self._later = later
+        self._resolved: tuple[Candidate, ...] | None = None if later else self._ranked
+
+    @property
+    def candidates(self) -> tuple[Candidate, ...]:
+        """Usable candidates, best first, then the excluded ones."""
+        if self._resolved is None:
+            rest = self._later() if self._later else ()
+            self._resolved = (*self._ranked, *rest)
+        return self._resolved
+
+    def __repr__(self) -> str:
+        return f"Decision(choice={self.choice!r}, usable={len(self._ranked)})"
+
+
+@dataclass(frozen=True, slots=True)
+class PricePoint:
+    """One polled price of a pool in one market."""
+
+    pool: Pool
+    market: Market
+    price: float
+    capacity: float | None
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceReport:
+    """What an instance's on-VM agent last reported; None where it said nothing yet."""
+
+    instance_id: str
+    provider: str
+    job_id: str
+    attempt: int
+    heartbeat_at: datetime | None = None
+    notice_at: datetime | None = None
+    notice_kind: str | None = None
+    notice_deadline: datetime | None = None
+    exit_code: int | None = None
+    exited_at: datetime | None = None
+    address: str | None = None
+    """The node's address in its gang, as its agent reported on joining."""
+    ports: str | None = None
+    """Two ports free on the node when it joined, ``"job,preflight"``."""
+    joined_at: datetime | None = None
+    command_at: datetime | None = None
+    """When the agent started the job's command (after rendezvous and preflight)."""
+    exit_phase: str | None = None
+    """What the exit ended: ``command``, or the agent's ``rendezvous`` or ``preflight``."""
+    preflight: str | None = None
+    """The gang's preflight figures as JSON (``spotd.core.agent_wire.PreflightFigures``)."""
+    step: int | None = None
+    total_steps: int | None = None
+    checkpoint: str | None = None
+    """The job's last complete checkpoint, as the job reported it."""
+    gpus: str | None = None
+    """The latest GPU readings as JSON (a list of ``spotd.core.agent_wire.GpuReading``)."""
+    gpu_util_sum: float | None = None
+    """Sum over samples of the lowest GPU's utilisation in %; in a report, this one's share."""
+    gpu_samples: int | None = None
+    gpu_low_samples: int | None = None
+    """Samples in which some GPU was under the utilisation threshold."""
+
+    @property
+    def gpu_util_mean_pct(self) -> float | None:
+        """Mean over samples of the lowest GPU's utilisation, None without samples."""
+        if not self.gpu_samples or self.gpu_util_sum is None:
+            return None
+        return self.gpu_util_sum / self.gpu_samples
+
+
+def attempt_reports(
+    attempt: AttemptRecord, reports: Sequence[InstanceReport]
+) -> dict[str, InstanceReport]:
+    """The reports of this attempt's own instances, by instance id."""
+    ids = set(attempt.instance_ids)
+    return {
+        r.instance_id: r
+        for r in reports
+        if r.attempt == attempt.seq and r.provider == attempt.pool.provider and r.instance_id in ids
+    }
+
+
+# -- the ledger's lines -------------------------------------------------------------
+
+EntryKind = Literal["compute", "changeover", "egress"]
+"""What a ledger line bills: a node's running time, its boot, or a checkpoint's move."""
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One billed line: one kind of cost of one attempt on one UTC day.
+
+    ``billed_seconds`` are node-seconds (summed over the attempt's nodes),
+    after rounding up; ``gpus`` is the attempt's total GPUs over ``nodes``
+    nodes. ``usd`` is what was paid, ``on_demand_usd`` what the same time
+    would have cost on-demand (0 for egress).
+    """
+
+    job_id: str
+    attempt: int
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    gpu: str
+    gpus: int
+    nodes: int
+    fabric: str
+    market: str
+    kind: EntryKind
+    start: datetime
+    end: datetime
+    billed_seconds: float
+    usd: float
+    on_demand_usd: float
+    job_status: str
+
+    @property
+    def gpu_hours(self) -> float:
+        """GPU-hours billed: node-hours times GPUs per node."""
+        return self.billed_seconds / 3600.0 * self.gpus / max(1, self.nodes)
+
+    @property
+    def wall_hours(self) -> float:
+        """Hours of the attempt's clock this entry covers (node-seconds over nodes)."""
+        return self.billed_seconds / 3600.0 / max(1, self.nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUsage:
+    """A provider's own record of one node: its launch, its end and a price fixed at launch.
+
+    ``ended_at`` None: still running. ``price_per_hour`` None: the provider
+    bills the prices in force (the ledger integrates the price history).
+    """
+
+    instance_id: str
+    launched_at: datetime
+    ended_at: datetime | None
+    price_per_hour: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One requested change of a job's status, with what goes with it.
+
+    An attempt may be opened (``open_attempt``) or closed (``close_attempt``)
+    in the same transaction, so history and status never disagree.
+    """
+
+    job_id: str
+    expected: JobStatus
+    new: JobStatus
+    cause: str
+    detail: str = ""
+    failure: FailureCause | None = None
+    open_attempt: NewAttempt | None = None
+    close_attempt: AttemptClose | None = None

@@ -1,0 +1,1 @@
+"""The daemon process: configuration, wiring, the HTTP API, metrics, boot scripts."""

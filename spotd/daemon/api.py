@@ -1,0 +1,262 @@
+"""The daemon's HTTP API (FastAPI): what the CLI talks to.
+
+Every route but ``/v1/health`` needs ``Authorization: Bearer <token>``, the
+token being the content of the daemon's token file (mode 0600).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ValidationError
+
+from spotd import __version__
+from spotd.core.agent_wire import (
+    GPU_UTIL_THRESHOLD_PCT,
+    AgentReport,
+    ExitReport,
+    GpuReading,
+    HeartbeatReport,
+    JoinReport,
+    NoticeReport,
+    PreflightReport,
+    Roster,
+    Waiting,
+)
+from spotd.core.contracts import Store
+from spotd.core.errors import (
+    IllegalTransition,
+    JobNotFound,
+    LostTransition,
+    SpotdError,
+    StoreError,
+    SubmitRefused,
+)
+from spotd.core.spec import JobSpec
+from spotd.core.states import TERMINAL
+from spotd.core.values import InstanceReport, attempt_reports
+from spotd.daemon.agent_routes import create_agent_router
+from spotd.daemon.metrics import Outboxlike, create_metrics_router
+from spotd.daemon.planning import PlanView, plan_submitted
+from spotd.daemon.views import EventView, JobView, MarketView, event_view, job_view, market_view
+from spotd.engine.gang import roster_for
+from spotd.engine.reconcile import Engine
+
+
+class SubmitBody(BaseModel):
+    """A job spec, already parsed from TOML by the client."""
+
+    spec: dict[str, Any]
+
+
+class LogsView(BaseModel):
+    """The output of each node of each attempt."""
+
+    logs: dict[str, str]
+
+
+# Module level: FastAPI resolves the string annotations below in module globals.
+_bearer = HTTPBearer(auto_error=False)
+
+
+class StoreReports:
+    """What on-VM agents report, kept in the store where the engine reads it."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def heartbeat(self, report: HeartbeatReport) -> None:
+        fields: dict[str, Any] = {
+            "heartbeat_at": report.at,
+            "step": report.step,
+            "total_steps": report.total_steps,
+            "checkpoint": report.checkpoint,
+        }
+        if report.gpus:
+            fields.update(gpu_fields(report.gpus))
+        self._store.save_report(_base(report, **fields))
+
+    def join(self, report: JoinReport) -> Roster | Waiting:
+        # The store keeps the first ask's time: the node asks until its gang is complete.
+        self._store.save_report(
+            _base(report, address=report.address, joined_at=report.at,
+                  ports=",".join(map(str, report.ports)))
+        )  # fmt: skip
+        attempt = next(
+            (a for a in self._store.attempts(report.job_id) if a.seq == report.attempt), None
+        )
+        if attempt is None:  # authorised a moment ago: only a deleted job gets here
+            return Waiting(joined=0, nodes=0)
+        own = attempt_reports(attempt, self._store.reports(report.job_id))
+        return roster_for(attempt, own, report.instance_id)
+
+    def preflight(self, report: PreflightReport) -> None:
+        passed = report.figures.passed
+        self._store.save_report(
+            _base(report, preflight=report.figures.model_dump_json(),
+                  command_at=report.at if passed else None)
+        )  # fmt: skip
+
+    def notice(self, report: NoticeReport) -> None:
+        self._store.save_report(
+            _base(report, notice_at=report.at, notice_kind=report.kind,
+                  notice_deadline=report.deadline)
+        )
+
+    def exited(self, report: ExitReport) -> None:
+        self._store.save_report(
+            _base(report, exit_code=report.exit_code, exited_at=report.at,
+                  exit_phase=report.phase)
+        )  # fmt: skip
+
+
+def gpu_fields(readings: Sequence[GpuReading]) -> dict[str, Any]:
+    """One GPU sample as report fields: the readings, and its share of the running sums.
+
+    The sums follow the node's lowest GPU: one idle GPU of eight is a bottleneck
+    for a synchronous job all the same.
+    """
+    lowest = min(r.util_pct for r in readings)
+    return {
+        "gpus": json.dumps([r.model_dump() for r in readings]),
+        "gpu_util_sum": lowest,
+        "gpu_samples": 1,
+        "gpu_low_samples": int(lowest < GPU_UTIL_THRESHOLD_PCT),
+    }
+
+
+def _base(report: AgentReport, **fields: Any) -> InstanceReport:
+    return InstanceReport(
+        instance_id=report.instance_id,
+        provider=report.provider,
+        job_id=report.job_id,
+        attempt=report.attempt,
+        **fields,
+    )
+
+
+def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) -> FastAPI:
+    """The API over ``engine``, guarded by ``token``; agents use their own tokens."""
+    app = FastAPI(title="spotd", version=__version__)
+
+    def attempt_token_of(job_id: str, seq: int) -> str | None:
+        try:
+            attempts = engine.store.attempts(job_id)
+        except StoreError:
+            return None
+        return next((a.client_token for a in attempts if a.seq == seq), None)
+
+    app.include_router(create_agent_router(token, StoreReports(engine.store), attempt_token_of))
+
+    def authorized(
+        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> None:
+        if creds is None or not hmac.compare_digest(creds.credentials, token):
+            raise HTTPException(status_code=401, detail="missing or wrong bearer token")
+
+    @app.exception_handler(JobNotFound)
+    async def not_found(_: Request, exc: JobNotFound) -> JSONResponse:
+        return JSONResponse(status_code=404, content={"detail": str(exc)})
+
+    @app.exception_handler(SpotdError)
+    async def refused(_: Request, exc: SpotdError) -> JSONResponse:
+        return JSONResponse(status_code=409, content={"detail": str(exc)})
+
+    auth = [Depends(authorized)]
+    # Spend figures are not for anyone on the host: Prometheus sends the
+    # token too (``authorization: credentials_file`` in its scrape config).
+    app.include_router(create_metrics_router(engine, outbox=outbox, dependencies=auth))
+
+    @app.get("/v1/health")
+    def health() -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    app.include_router(create_jobs_router(engine, dependencies=auth))
+    return app
+
+
+def create_jobs_router(engine: Engine, *, dependencies: Sequence[Any] = ()) -> APIRouter:
+    """The job routes (submit, list, show, events, plan, cancel, logs) and the prices,
+    each guarded by ``dependencies``."""
+    router = APIRouter(dependencies=list(dependencies))
+
+    def view(ref: str) -> JobView:
+        job = engine.store.find_job(ref)
+        return job_view(
+            job, engine.store.attempts(job.id), engine.clock.now(), engine.store.reports(job.id),
+            engine.store.ledger(job_id=job.id),
+        )  # fmt: skip
+
+    @router.post("/v1/jobs", status_code=201)
+    def submit(body: SubmitBody) -> JobView:
+        try:
+            spec = JobSpec.model_validate(body.spec)
+        except ValidationError as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from exc
+        try:
+            job = engine.submit(spec)
+        except SubmitRefused as exc:
+            raise HTTPException(status_code=422, detail=str(exc)) from exc
+        return job_view(job, [], engine.clock.now())
+
+    @router.get("/v1/prices")
+    def prices() -> MarketView:
+        return market_view(engine.market.snapshots(), time.time())
+
+    @router.get("/v1/jobs")
+    def jobs(all: bool = True) -> list[JobView]:
+        now = engine.clock.now()
+        listed = engine.store.list_jobs()
+        if not all:
+            listed = [j for j in listed if j.status not in TERMINAL]
+        return [
+            job_view(j, engine.store.attempts(j.id), now, ledger=engine.store.ledger(job_id=j.id))
+            for j in listed
+        ]
+
+    @router.get("/v1/jobs/{ref}")
+    def job(ref: str) -> JobView:
+        return view(ref)
+
+    @router.get("/v1/jobs/{ref}/events")
+    def events(ref: str) -> list[EventView]:
+        job = engine.store.find_job(ref)
+        return [event_view(e) for e in engine.store.events(job.id)]
+
+    @router.get("/v1/jobs/{ref}/plan")
+    def plan(ref: str, policy: str | None = None) -> PlanView:
+        # The engine's context: the job's cooldowns, current placement and progress.
+        return plan_submitted(engine, engine.store.find_job(ref), policy)
+
+    @router.post("/v1/jobs/{ref}/cancel")
+    def cancel(ref: str) -> JobView:
+        for _ in range(5):
+            job = engine.store.find_job(ref)
+            if job.status in TERMINAL:
+                raise IllegalTransition(f"job {job.id} already {job.status}")
+            try:
+                engine.cancel(job)
+                return view(job.id)
+            except LostTransition:
+                continue  # the loop moved it meanwhile: read again and retry
+        raise StoreError(f"job {ref} kept changing; try again")
+
+    @router.get("/v1/jobs/{ref}/logs")
+    def logs(ref: str) -> LogsView:
+        job = engine.store.find_job(ref)
+        out: dict[str, str] = {}
+        for attempt in engine.store.attempts(job.id):
+            provider = engine.providers.get(attempt.pool.provider)
+            for iid in attempt.instance_ids:
+                key = f"attempt {attempt.seq} {attempt.pool} {iid}"
+                out[key] = provider.logs(iid) if provider else "(provider not enabled)"
+        return LogsView(logs=out)
+
+    return router

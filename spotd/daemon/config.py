@@ -1,0 +1,294 @@
+"""Daemon configuration: ``spotd.toml`` overlaid by ``SPOTD_*`` environment variables.
+
+Precedence, highest first: environment (``SPOTD_DATABASE_URL``,
+``SPOTD_DAEMON__PORT``, nested keys joined by ``__``), then the TOML file,
+then the defaults here. The file is the first that exists of ``--config``,
+``$SPOTD_CONFIG``, ``./spotd.toml`` and ``<user config dir>/spotd/spotd.toml``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import platformdirs
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import ErrorDetails
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from spotd.core.errors import ConfigError, UnknownProviderKind
+from spotd.core.kinds import AnyKind
+from spotd.mail import EmailSettings
+from spotd.registry import kind_names, provider_kinds
+
+
+class DaemonSettings(BaseModel):
+    """The ``[daemon]`` table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    """Address the HTTP API listens on; loopback unless you put a proxy in front."""
+    port: int = Field(default=8470, ge=0, le=65535)
+    """0 picks a free port; the CLI finds it in ``<data_dir>/daemon.json``."""
+    tick_seconds: float = Field(default=2.0, gt=0)
+    """Real seconds between two reconcile passes."""
+    owner: str = Field(default_factory=socket.gethostname)
+    """Name this daemon leases jobs under; give each daemon on a shared database its own."""
+    lease_seconds: float = Field(default=60.0, gt=0)
+    """A job whose owner has not renewed its lease for this long is taken over."""
+    drain_seconds: float = Field(default=10.0, ge=0)
+    """On SIGTERM, how long to wait for API requests and the reconcile pass in flight."""
+    reap_every_ticks: int = Field(default=10, ge=1)
+    """How often to look for instances no open attempt owns, and stop them."""
+
+
+class SchedulingSettings(BaseModel):
+    """The ``[scheduling]`` table: times in the market clock's hours."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str = "balanced"
+    """Name of the placement policy (entry point group ``spotd.policies``)."""
+    cooldown_hours: float = Field(default=0.5, ge=0)
+    """How long a pool that preempted a job or had no capacity is avoided; doubles on repeats."""
+    no_capacity_timeout_hours: float | None = Field(default=None, gt=0)
+    """Fail a job that found no capacity for this long; None waits forever."""
+    changeover_hours: float = Field(default=0.25, ge=0)
+    """Time a new start costs before progress resumes (boot, setup, restore)."""
+    replan_seconds: float = Field(default=60.0, gt=0)
+    """Real seconds between two checks of whether a running job should move."""
+    price_history_seconds: float = Field(default=300.0, gt=0)
+    """Real seconds between two price-history rows of one provider."""
+    price_poll_seconds: float = Field(default=300.0, gt=0)
+    """Real seconds between two price polls of a cloud (the simulator is polled every tick)."""
+
+
+class ProvidersBase(BaseModel):
+    """The ``[providers]`` table: one ``[providers.<name>]`` table per installed kind.
+
+    The fields are the installed provider kinds (:mod:`spotd.registry`), each
+    typed by its kind's settings model, so a third-party kind's table is read,
+    validated and overridden from ``SPOTD_PROVIDERS__<NAME>__<KEY>`` like the
+    shipped ones'. A table of no installed kind is refused.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    if TYPE_CHECKING:
+        # The fields are made at run time from the installed kinds.
+        def __init__(self, **tables: Any) -> None: ...
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    def table(self, kind: str) -> BaseModel:
+        """The settings table of the kind named ``kind``."""
+        if kind not in type(self).model_fields:
+            raise UnknownProviderKind(
+                f"no provider kind named {kind!r} (installed: {', '.join(kind_names())})"
+            )
+        table: BaseModel = getattr(self, kind)
+        return table
+
+    def enabled_kinds(self) -> list[tuple[AnyKind, BaseModel]]:
+        """The enabled kinds with their tables, by kind name."""
+        pairs = [(kind, self.table(kind.name)) for kind in provider_kinds()]
+        return [(kind, table) for kind, table in pairs if kind.is_enabled(table)]
+
+
+def _providers_model() -> type[ProvidersBase]:
+    fields: dict[str, Any] = {
+        kind.name: (kind.settings, Field(default_factory=kind.settings))
+        for kind in provider_kinds()
+    }
+    return create_model(
+        "ProvidersSettings", __base__=ProvidersBase, __module__=__name__, **fields
+    )
+
+
+if TYPE_CHECKING:
+    ProvidersSettings = ProvidersBase
+else:
+    ProvidersSettings = _providers_model()
+
+
+class AgentSettings(BaseModel):
+    """The ``[agent]`` table: how cloud nodes start spotd's agent and reach the daemon."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    daemon_url: str | None = None
+    """URL the agents on cloud nodes use to reach this daemon's API (through your
+    VPN or proxy); needed as soon as a cloud is enabled."""
+    install: str = "pip install spotd"
+    """Shell line that installs spotd on a fresh node (a pinned version or wheel URL)."""
+    python: str = "python3"
+    """Interpreter on the node that runs the agent."""
+
+
+def _default_data_dir() -> Path:
+    return platformdirs.user_data_path("spotd")
+
+
+class Settings(BaseSettings):
+    """Everything the daemon and the CLI read from configuration."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="SPOTD_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    """Database, API token, daemon address, default checkpoints and simulator state."""
+    database_url: str | None = None
+    """Any SQLAlchemy URL; default ``sqlite:///<data_dir>/spotd.db``."""
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
+    scheduling: SchedulingSettings = Field(default_factory=SchedulingSettings)
+    providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
+    agent: AgentSettings = Field(default_factory=AgentSettings)
+    email: EmailSettings = Field(default_factory=EmailSettings)
+
+    _toml_path: ClassVar[Path | None] = None
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._toml_path is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_path))
+        return tuple(sources)
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.data_dir / 'spotd.db'}"
+
+    @property
+    def token_file(self) -> Path:
+        return self.data_dir / "token"
+
+    @property
+    def address_file(self) -> Path:
+        return self.data_dir / "daemon.json"
+
+    def state_dir(self, kind: str) -> Path:
+        """The folder of provider kind ``kind``'s own state (the simulator's market)."""
+        return self.data_dir / kind
+
+    @property
+    def sim_state_dir(self) -> Path:
+        """The simulated market's state: ``state_dir`` of the kind its table names."""
+        return self.state_dir("sim")
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.data_dir / "checkpoints"
+
+
+# The TOML path is a class variable of the settings source; loading is
+# serialised so two threads never read each other's file.
+_load_lock = threading.Lock()
+
+
+def find_config_file(explicit: Path | None = None) -> Path | None:
+    """The configuration file in force, or None when there is none."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigError(f"{explicit}: no such configuration file")
+        return explicit
+    candidates = [
+        os.environ.get("SPOTD_CONFIG"),
+        "spotd.toml",
+        str(platformdirs.user_config_path("spotd") / "spotd.toml"),
+    ]
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
+
+
+def load_settings(config: Path | None = None, **overrides: object) -> Settings:
+    """Read the configuration; ``overrides`` (field=value) beat file and environment."""
+    path = find_config_file(config)
+    with _load_lock:
+        Settings._toml_path = path
+        try:
+            return Settings(**overrides)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            written = _read_toml(path)
+            problems = [
+                _problem(e["loc"], _message(e), path, written, overrides) for e in exc.errors()
+            ]
+            raise ConfigError("invalid configuration: " + "; ".join(problems)) from exc
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{path or 'environment'}: {exc}") from exc
+        finally:
+            Settings._toml_path = None
+
+
+def _message(error: ErrorDetails) -> str:
+    """The error's message; for a ``[providers.<name>]`` table of no installed kind,
+    one naming the kinds that are installed."""
+    loc = error["loc"]
+    if error["type"] == "extra_forbidden" and len(loc) == 2 and loc[0] == "providers":
+        return f"no provider kind named {loc[1]!r} is installed (known: {', '.join(kind_names())})"
+    return error["msg"]
+
+
+def _problem(
+    loc: tuple[int | str, ...],
+    msg: str,
+    path: Path | None,
+    written: Mapping[str, object],
+    overrides: Mapping[str, object],
+) -> str:
+    """One problem, named by its source, in the order sources win: a value given in
+    code, the environment variable of the field, the file, an environment variable
+    holding the field's whole table as JSON, else the defaults."""
+    field = ".".join(str(part) for part in loc)
+    if loc and loc[0] in overrides:
+        return f"given {loc[0]}: {field}: {msg}"
+    names = {key.upper(): key for key in os.environ}
+    variable = "SPOTD_" + "__".join(str(part) for part in loc).upper()
+    if variable in names:
+        return f"environment variable {names[variable]}: {field}: {msg}"
+    if _holds(written, loc):
+        return f"{path}: {field}: {msg}"
+    for depth in range(len(loc) - 1, 0, -1):
+        table = "SPOTD_" + "__".join(str(part) for part in loc[:depth]).upper()
+        if table in names:
+            return f"environment variable {names[table]}: {field}: {msg}"
+    return f"{path or 'defaults'}: {field}: {msg}"
+
+
+def _holds(data: object, loc: tuple[int | str, ...]) -> bool:
+    """Whether the nested tables of ``data`` have a value at ``loc``."""
+    for part in loc:
+        if not isinstance(data, Mapping) or part not in data:
+            return False
+        data = data[part]
+    return True
+
+
+def _read_toml(path: Path | None) -> dict[str, object]:
+    """The file's tables, or nothing where it cannot be read (its own error is reported)."""
+    if path is None:
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}

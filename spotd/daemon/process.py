@@ -1,0 +1,181 @@
+"""The long-running daemon: reconcile loop and price polls on APScheduler 3, HTTP API on uvicorn.
+
+Shutdown is graceful: on SIGTERM or SIGINT the API stops taking requests, the
+reconcile pass in flight finishes (bounded by ``daemon.drain_seconds``), and
+instances keep running: they are cloud machines, and the next daemon start
+picks them up from the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from types import FrameType
+
+import uvicorn
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from spotd.core.contracts import AgentHost
+from spotd.daemon.api import create_app
+from spotd.daemon.config import Settings
+from spotd.daemon.tokens import ensure_token
+from spotd.daemon.wiring import build_engine, build_mailer_for
+from spotd.engine.reconcile import Engine
+from spotd.mail import schedule_mail
+from spotd.registry import find_kind_of
+
+log = logging.getLogger(__name__)
+
+
+class _ThreadServer(uvicorn.Server):
+    """uvicorn without its own signal handling: the daemon owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Daemon:
+    """One daemon process: engine, scheduler and API server."""
+
+    def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
+        self.settings = settings
+        self.engine = engine or build_engine(settings)
+        self.mailer = build_mailer_for(settings, self.engine)
+        if self.mailer is not None:
+            self.engine.on_end = self.mailer.job_ended
+        self.scheduler = BackgroundScheduler(timezone="UTC")
+        self._stopping = threading.Event()
+        self._in_pass = threading.Lock()
+        self._ticks = 0
+        self._server: _ThreadServer | None = None
+        self._server_thread: threading.Thread | None = None
+        self.port = 0
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the API server and the scheduled work in background threads."""
+        token = ensure_token(self.settings.token_file)
+        sock = self._bind()
+        outbox = self.mailer.outbox if self.mailer is not None else None
+        config = uvicorn.Config(
+            create_app(self.engine, token, outbox=outbox), log_level="warning", lifespan="off"
+        )
+        self._server = _ThreadServer(config)
+        self._server_thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [sock]}, name="spotd-api", daemon=True
+        )
+        self._server_thread.start()
+        self._link_agents(token)
+        self._write_address()
+        self._schedule()
+        if self.mailer is not None:
+            schedule_mail(self.scheduler, self.mailer)
+        self.scheduler.start()
+        log.info("spotd daemon listening on %s:%d", self.settings.daemon.host, self.port)
+
+    def stop(self) -> None:
+        """Drain: stop the API, let the pass in flight finish, stop the scheduler."""
+        self._stopping.set()
+        if self._server is not None:
+            self._server.should_exit = True
+        drain = self.settings.daemon.drain_seconds
+        if self._server_thread is not None:
+            self._server_thread.join(timeout=drain)
+        self.scheduler.shutdown(wait=False)
+        # Bounded wait for the pass in flight: each step is short and safe to
+        # cut (the next start repeats it), so a stuck provider call must not
+        # hold the shutdown hostage.
+        if self._in_pass.acquire(timeout=drain):
+            self._in_pass.release()
+        else:
+            log.warning("a reconcile pass is still running after %.0f s; stopping anyway", drain)
+        with contextlib.suppress(FileNotFoundError):
+            self.settings.address_file.unlink()
+        self.engine.store.close()
+        log.info("spotd daemon stopped")
+
+    def run_forever(self) -> None:
+        """Start, then block until SIGTERM or SIGINT, then drain."""
+        done = threading.Event()
+
+        def on_signal(signum: int, _frame: FrameType | None) -> None:
+            log.info("received %s, draining", signal.Signals(signum).name)
+            done.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        while not done.wait(0.5):
+            pass
+        self.stop()
+
+    # -- scheduled work ----------------------------------------------------
+
+    def _schedule(self) -> None:
+        every = self.settings.daemon.tick_seconds
+        self.scheduler.add_job(
+            self._reconcile, "interval", seconds=every, id="reconcile",
+            max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
+        )
+        for name in self.engine.providers:
+            # The provider's kind says how often (the simulator's market moves with
+            # its fast clock); a cloud's API has rate limits and its prices move
+            # over minutes: [scheduling] price_poll_seconds.
+            kind = find_kind_of(name)
+            own = None if kind is None else kind.price_poll_seconds
+            poll = self.settings.scheduling.price_poll_seconds if own is None else max(every, own)
+            self.scheduler.add_job(
+                self.engine.market.refresh, "interval", args=[name], seconds=poll,
+                id=f"poll-{name}", max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
+            )
+
+    def _reconcile(self) -> None:
+        with self._in_pass:
+            if self._stopping.is_set():
+                return
+            try:
+                self.engine.tick()
+                self._ticks += 1
+                if self._ticks % self.settings.daemon.reap_every_ticks == 0:
+                    self.engine.reap()
+            except Exception:
+                # The loop must outlive any one bad pass (a database hiccup, say).
+                log.exception("reconcile pass failed; next pass retries")
+
+    # -- helpers --------------------------------------------------------------
+
+    def _link_agents(self, token: str) -> None:
+        """Tell the providers whose nodes need it where this daemon answers."""
+        host = self.settings.daemon.host
+        if host in ("0.0.0.0", "::", ""):  # noqa: S104 - the bind-all address, read not bound
+            host = "127.0.0.1"
+        url = f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
+        for provider in self.engine.providers.values():
+            if isinstance(provider, AgentHost):
+                provider.link_agents(url, token)
+
+    def _bind(self) -> socket.socket:
+        host, port = self.settings.daemon.host, self.settings.daemon.port
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        # Listen now, not when uvicorn gets to it: clients that read the address
+        # file the moment it appears queue in the backlog instead of being refused.
+        sock.listen(128)
+        self.port = sock.getsockname()[1]
+        return sock
+
+    def _write_address(self) -> None:
+        info = {"host": self.settings.daemon.host, "port": self.port, "pid": os.getpid()}
+        tmp = self.settings.address_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        tmp.replace(self.settings.address_file)

@@ -1,0 +1,351 @@
+"""What the HTTP API returns and the CLI shows: plain pydantic models built from records."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from spotd.billing.ledger import ledger_so_far, spend_by_attempt
+from spotd.core.agent_wire import GpuReading, PreflightFigures
+from spotd.core.progress import job_done_hours, reported_steps, running_rate
+from spotd.core.states import JobStatus
+from spotd.core.values import (
+    AttemptEnd,
+    AttemptRecord,
+    EventRecord,
+    InstanceReport,
+    JobRecord,
+    LedgerEntry,
+    Offering,
+    attempt_reports,
+)
+from spotd.engine.gang import gang_state
+from spotd.market.cache import Snapshot
+
+
+class GpuView(BaseModel):
+    """A node's GPUs: the latest sample, and over the attempt."""
+
+    instance_id: str
+    util_pct: list[float]
+    """Each GPU's utilisation in the latest sample."""
+    mean_lowest_pct: float | None
+    """The node's lowest GPU, averaged over its samples."""
+    low_share: float | None
+    """Share of samples in which some GPU was under the threshold."""
+    samples: int
+
+
+class GangView(BaseModel):
+    """An attempt's nodes as their agents reported them."""
+
+    addresses: list[str]
+    """Every node's address, in rank order, once it joined."""
+    joined: int
+    started: int
+    preflight: PreflightFigures | None
+    step: int | None
+    """The job's own step count (from rank 0's progress file)."""
+    total_steps: int | None
+    checkpoint: str | None
+    """The last complete checkpoint the job reported."""
+    gpus: list[GpuView]
+
+
+class AttemptView(BaseModel):
+    """One placement attempt."""
+
+    seq: int
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    market: str
+    nodes: int
+    price_per_node_hour: float
+    instance_ids: list[str]
+    resume_from: str | None
+    started_at: datetime
+    running_at: datetime | None
+    ended_at: datetime | None
+    end_reason: str | None
+    cost_usd: float
+    """What the attempt cost by the job's ledger, an open attempt billed up to now."""
+    work_per_hour: float | None = None
+    """Reference compute hours a running hour here does (None: not known)."""
+    checkpoint_interval_hours: float | None = None
+    saves_on_notice: bool | None = None
+    gang: GangView | None = None
+    """What the attempt's agents reported; None where none did (or an older daemon)."""
+
+
+class EventView(BaseModel):
+    """One applied transition."""
+
+    at: datetime
+    from_status: str | None
+    to_status: str
+    cause: str
+    detail: str
+
+
+class ProgressView(BaseModel):
+    """How far a job is, as the daemon estimates it (:mod:`spotd.core.progress`).
+
+    Hours are the reference compute hours ``deadline.compute_hours`` is stated
+    in; a job that succeeded is complete. ``slack_hours`` is the time to the
+    deadline less the work left at reference speed: what the job can still
+    spare for waiting, changeovers and slower offerings. Both deadline figures
+    are None once the job has ended. ``finish_in_hours`` is how long the work
+    left takes at the rate of the attempt running now (its offering's speed,
+    fabric and checkpoint writes; no preemption counted): None while nothing
+    runs, and without ``compute_hours``.
+    """
+
+    done_hours: float
+    compute_hours: float | None
+    finish_by: datetime | None
+    hours_to_deadline: float | None
+    slack_hours: float | None
+    finish_in_hours: float | None = None
+    step: int | None = None
+    """The job's own step count, where it reports one (``spotd.train``)."""
+    total_steps: int | None = None
+    from_job: bool = False
+    """``done_hours`` is the job's own count (steps done of its total), not an estimate."""
+
+
+class JobView(BaseModel):
+    """A job with its attempts and what they cost."""
+
+    id: str
+    name: str
+    status: str
+    failure: str | None
+    submitted_at: datetime
+    updated_at: datetime
+    preemptions: int
+    providers: list[str]
+    cost_usd: float
+    """The job's cost by its ledger (:func:`spotd.billing.ledger.spend_so_far`): what its
+    budget is enforced against and what reports, alerts and job-end emails show."""
+    attempts: list[AttemptView]
+    spec: dict[str, Any]
+    progress: ProgressView | None = None
+    """None from a daemon older than the field."""
+
+
+def gang_view(a: AttemptRecord, reports: Sequence[InstanceReport]) -> GangView | None:
+    """What the attempt's agents said, None when none said anything."""
+    own = attempt_reports(a, reports)
+    if not own:
+        return None
+    state = gang_state(a, reports)
+    ranked = [own[i] for i in a.instance_ids if i in own]
+    progress = max(ranked, key=lambda r: r.step if r.step is not None else -1)
+    return GangView(
+        addresses=[r.address for r in ranked if r.address],
+        joined=state.joined,
+        started=state.started,
+        preflight=state.preflight,
+        step=progress.step,
+        total_steps=progress.total_steps,
+        checkpoint=progress.checkpoint,
+        gpus=[g for g in map(_gpu_view, ranked) if g is not None],
+    )
+
+
+def _gpu_view(r: InstanceReport) -> GpuView | None:
+    if not r.gpus or not r.gpu_samples:
+        return None
+    latest = [GpuReading.model_validate(g) for g in json.loads(r.gpus)]
+    return GpuView(
+        instance_id=r.instance_id,
+        util_pct=[g.util_pct for g in latest],
+        mean_lowest_pct=r.gpu_util_mean_pct,
+        low_share=(r.gpu_low_samples or 0) / r.gpu_samples,
+        samples=r.gpu_samples,
+    )
+
+
+def attempt_view(
+    a: AttemptRecord, cost_usd: float, reports: Sequence[InstanceReport] = ()
+) -> AttemptView:
+    """The view of one attempt, with its cost by the job's ledger (:func:`job_view`)."""
+    return AttemptView(
+        seq=a.seq,
+        provider=a.pool.provider,
+        region=a.pool.region,
+        zone=a.pool.zone,
+        instance_type=a.pool.instance_type,
+        market=str(a.market),
+        nodes=a.nodes,
+        price_per_node_hour=a.price_per_node_hour,
+        instance_ids=list(a.instance_ids),
+        resume_from=a.resume_from,
+        started_at=a.started_at,
+        running_at=a.running_at,
+        ended_at=a.ended_at,
+        end_reason=str(a.end_reason) if a.end_reason else None,
+        cost_usd=round(cost_usd, 6),
+        work_per_hour=a.work_per_hour,
+        checkpoint_interval_hours=a.checkpoint_interval_hours,
+        saves_on_notice=a.saves_on_notice,
+        gang=gang_view(a, reports),
+    )
+
+
+def job_view(
+    job: JobRecord,
+    attempts: Sequence[AttemptRecord],
+    now: datetime,
+    reports: Sequence[InstanceReport] = (),
+    ledger: Sequence[LedgerEntry] = (),
+) -> JobView:
+    """The view of a job and its attempts (with what their agents reported).
+
+    Costs are the job's ledger: ``ledger`` holds its stored lines
+    (``store.ledger(job_id=...)``), the attempts they do not cover are billed
+    up to ``now`` by the same rules (:func:`spotd.billing.ledger.ledger_so_far`).
+    """
+    spend = spend_by_attempt(ledger_so_far(job, attempts, ledger, now))
+    views = [attempt_view(a, spend.get(a.seq, 0.0), reports) for a in attempts]
+    return JobView(
+        id=job.id,
+        name=job.name,
+        status=str(job.status),
+        failure=str(job.failure) if job.failure else None,
+        submitted_at=job.submitted_at,
+        updated_at=job.updated_at,
+        preemptions=sum(a.end_reason is AttemptEnd.PREEMPTED for a in attempts),
+        providers=sorted({a.pool.provider for a in attempts if a.running_at is not None}),
+        cost_usd=round(sum(spend.values()), 6),
+        attempts=views,
+        spec=job.spec.model_dump(mode="json"),
+        progress=progress_view(job, attempts, now, reports),
+    )
+
+
+def progress_view(
+    job: JobRecord,
+    attempts: Sequence[AttemptRecord],
+    now: datetime,
+    reports: Sequence[InstanceReport] = (),
+) -> ProgressView:
+    """The job's progress (its own count where it reports one, else the daemon's
+    estimate) and, while it is active with a deadline, its time left and slack."""
+    deadline = job.spec.deadline
+    total = deadline.compute_hours if deadline else None
+    steps = reported_steps(reports)
+    done = job_done_hours(job.spec, attempts, steps, now)
+    if job.status is JobStatus.SUCCEEDED and total is not None:
+        done = total  # its command said so; the estimate may have lagged
+    finish_by = deadline.finish_by if deadline else None
+    to_go = None
+    if finish_by is not None and not job.status.terminal:
+        to_go = (finish_by - now).total_seconds() / 3600
+    slack = None if to_go is None or total is None else to_go - (total - done)
+    rate = None if job.status.terminal else running_rate(attempts)
+    finish_in = None if not rate or total is None else (total - done) / rate
+    return ProgressView(
+        done_hours=round(done, 4),
+        compute_hours=total,
+        finish_by=finish_by,
+        hours_to_deadline=None if to_go is None else round(to_go, 4),
+        slack_hours=None if slack is None else round(slack, 4),
+        finish_in_hours=None if finish_in is None else round(finish_in, 4),
+        step=steps[0] if steps else None,
+        total_steps=steps[1] if steps else None,
+        from_job=steps is not None and total is not None,
+    )
+
+
+def event_view(e: EventRecord) -> EventView:
+    """The view of one event."""
+    return EventView(
+        at=e.at,
+        from_status=str(e.from_status) if e.from_status else None,
+        to_status=str(e.to_status),
+        cause=e.cause,
+        detail=e.detail,
+    )
+
+
+class OfferingView(BaseModel):
+    """One offering with both prices and its fabric."""
+
+    provider: str
+    region: str
+    zone: str
+    instance_type: str
+    gpu: str
+    gpus_per_node: int
+    gpu_memory_gb: int
+    fabric: str
+    gbps_per_gpu: float
+    spot_price: float | None
+    on_demand_price: float | None
+    capacity: float | None
+
+
+class ProviderMarketView(BaseModel):
+    """How fresh one provider's offerings are."""
+
+    provider: str
+    offerings: int
+    age_seconds: float | None
+    """Seconds since the last good poll; None if there never was one."""
+    stale: bool
+    error: str | None
+    failures: int
+
+
+class MarketView(BaseModel):
+    """The current market as the daemon sees it."""
+
+    providers: list[ProviderMarketView]
+    offerings: list[OfferingView]
+
+
+def offering_view(o: Offering) -> OfferingView:
+    """The view of one offering."""
+    return OfferingView(
+        provider=o.pool.provider,
+        region=o.pool.region,
+        zone=o.pool.zone,
+        instance_type=o.pool.instance_type,
+        gpu=o.gpu,
+        gpus_per_node=o.gpus_per_node,
+        gpu_memory_gb=o.gpu_memory_gb,
+        fabric=str(o.interconnect.fabric),
+        gbps_per_gpu=o.interconnect.gbps_per_gpu,
+        spot_price=o.spot_price,
+        on_demand_price=o.on_demand_price,
+        capacity=o.capacity,
+    )
+
+
+def _rounded(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds, 1)
+
+
+def market_view(snapshots: Mapping[str, Snapshot], now: float) -> MarketView:
+    """The view of every provider's snapshot, as of wall time ``now``."""
+    return MarketView(
+        providers=[
+            ProviderMarketView(
+                provider=name,
+                offerings=len(s.offerings),
+                age_seconds=_rounded(s.age(now)),
+                stale=s.stale,
+                error=s.error,
+                failures=s.failures,
+            )
+            for name, s in sorted(snapshots.items())
+        ],
+        offerings=[offering_view(o) for s in snapshots.values() for o in s.offerings],
+    )

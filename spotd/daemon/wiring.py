@@ -1,0 +1,163 @@
+"""Builds the daemon's parts from its settings: store, clock, providers, policy, engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from spotd.core.clock import WallClock
+from spotd.core.contracts import Clock, Provider
+from spotd.core.errors import ConfigError
+from spotd.core.kinds import AnyKind, ProviderContext
+from spotd.daemon.config import Settings
+from spotd.daemon.tokens import ensure_token
+from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.registry import kind_names, load_policy
+from spotd.store import open_store
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from spotd.core.values import LaunchRequest
+    from spotd.daemon.bootstrap import BootKind
+    from spotd.mail import Mailer
+
+
+def build_providers(settings: Settings) -> tuple[Clock, dict[str, Provider]]:
+    """The providers of every enabled kind, and the clock they share.
+
+    A kind may bring its own clock (the simulated market's, which may run
+    faster than real time); it can share a daemon with other kinds only at
+    real speed, and only one kind may bring one.
+    """
+    enabled = settings.providers.enabled_kinds()
+    if not enabled:
+        tables = ", ".join(f"[providers.{name}]" for name in kind_names())
+        raise ConfigError(f"no provider is enabled: enable one of {tables}")
+    _check_clocks(enabled)
+    script = _boot_scripts(settings, [kind for kind, _ in enabled if kind.boot is not None])
+    clock: Clock | None = None
+    providers: dict[str, Provider] = {}
+    for kind, table in enabled:
+        context = ProviderContext(
+            state_dir=settings.state_dir(kind.name),
+            boot_script=script(kind.name) if kind.boot is not None else None,
+        )
+        try:
+            built = kind.build(table, context)
+        except ValueError as exc:
+            # A clock speed other than the one the state dir was created with, say.
+            raise ConfigError(f"[providers.{kind.name}]: {exc}") from exc
+        clock = clock or built.clock
+        for provider in built.providers:
+            if provider.name in providers:
+                raise ConfigError(f"two enabled kinds build a provider named {provider.name!r}")
+            providers[provider.name] = provider
+    return clock or WallClock(), providers
+
+
+def _check_clocks(enabled: list[tuple[AnyKind, BaseModel]]) -> None:
+    """Refuse kinds whose clocks cannot be one: two of their own, or one off real time
+    beside others. Checked before anything is built, so no state dir takes a wrong speed."""
+    own = [(kind, kind.clock_speed(table)) for kind, table in enabled if kind.clock_speed]
+    if len(own) > 1:
+        names = ", ".join(f"[providers.{kind.name}]" for kind, _ in own)
+        raise ConfigError(f"{names} each bring a clock of their own: enable only one of them")
+    others = [kind.name for kind, _ in enabled if kind.clock_speed is None]
+    for kind, speed in own:
+        if others and speed != 1:
+            raise ConfigError(
+                f"[providers.{kind.name}] speed {speed:g} cannot share a daemon with real "
+                f"clouds ({', '.join(others)}): set speed = 1 or disable it"
+            )
+
+
+def records_clock(settings: Settings) -> Clock:
+    """The clock the daemon's records are on, for commands that read them beside it
+    (``spotd report``): an enabled kind's own once it has started (the simulated
+    market's), else the wall's."""
+    for kind, _ in settings.providers.enabled_kinds():
+        if kind.open_clock is None:
+            continue
+        try:
+            clock = kind.open_clock(settings.state_dir(kind.name))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"[providers.{kind.name}]: {exc}") from exc
+        if clock is not None:
+            return clock
+    return WallClock()
+
+
+def _boot_scripts(
+    settings: Settings, booted: list[AnyKind]
+) -> Callable[[BootKind], Callable[[LaunchRequest], str]]:
+    """``kind -> (request -> boot script)`` for the kinds whose nodes the daemon boots."""
+    if not booted:
+        return _no_boot_script
+    agent = settings.agent
+    if not agent.daemon_url:
+        raise ConfigError(
+            "[agent] daemon_url is needed when a cloud is enabled "
+            f"({', '.join(kind.name for kind in booted)}): the agents on the nodes report to it"
+        )
+    from spotd.daemon.bootstrap import bootstrap_for
+
+    token = ensure_token(settings.token_file)
+
+    def script(kind: BootKind) -> Callable[[LaunchRequest], str]:
+        return bootstrap_for(
+            kind,
+            daemon_url=agent.daemon_url or "",
+            daemon_token=token,
+            install=agent.install,
+            python=agent.python,
+        )
+
+    return script
+
+
+def _no_boot_script(kind: BootKind) -> Callable[[LaunchRequest], str]:
+    raise ConfigError(f"[providers.{kind}] has no boot-script carrier")
+
+
+def build_engine(settings: Settings) -> Engine:
+    """An engine wired as the settings say."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    store = open_store(settings.db_url)
+    clock, providers = build_providers(settings)
+    engine_settings = EngineSettings(
+        owner=settings.daemon.owner,
+        lease_seconds=settings.daemon.lease_seconds,
+        cooldown_hours=settings.scheduling.cooldown_hours,
+        no_capacity_timeout_hours=settings.scheduling.no_capacity_timeout_hours,
+        checkpoints_dir=settings.checkpoints_dir,
+        changeover_hours=settings.scheduling.changeover_hours,
+        replan_seconds=settings.scheduling.replan_seconds,
+        price_history_seconds=settings.scheduling.price_history_seconds,
+    )
+    return Engine(store, providers, load_policy(settings.scheduling.policy), clock, engine_settings)
+
+
+def build_mailer_for(settings: Settings, engine: Engine) -> Mailer | None:
+    """The mailer of the ``[email]`` table (None when no SMTP host is set)."""
+    if not settings.email.enabled:
+        return None
+    from functools import partial
+
+    from spotd.billing import charts, reports
+    from spotd.mail import ReportKit, build_mailer
+
+    kit = ReportKit(
+        partial(reports.build_report, engine.store),
+        reports.render_text,
+        reports.render_html,
+        charts.render_charts,
+    )
+    return build_mailer(
+        settings.email,
+        settings.data_dir,
+        store=engine.store,
+        clock=engine.clock,
+        claim=lambda key: engine.store.claim_notification(key, at=engine.clock.now()),
+        reports=kit,
+    )

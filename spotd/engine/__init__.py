@@ -1,0 +1,1 @@
+"""The reconcile loop: attempts, gangs, checkpoints and progress, the policy's context."""

@@ -1,0 +1,100 @@
+"""What a job's attempts say: the pools to avoid, its open attempt.
+
+Its progress is counted in :mod:`spotd.core.progress`, its cost in :mod:`spotd.billing.ledger`
+(:func:`spotd.billing.ledger.spend_so_far`).
+
+Pure functions over attempt records (and agent reports), used by the engine
+and by anything else that needs the same answers (views, reports).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from spotd.core.values import (
+    AttemptEnd,
+    AttemptRecord,
+    Instance,
+    InstanceReport,
+    InstanceState,
+    Pool,
+)
+
+# Attempt ends that say something about the pool, so it is avoided for a while.
+POOL_TROUBLE = frozenset(
+    {
+        AttemptEnd.PREEMPTED,
+        AttemptEnd.NO_CAPACITY,
+        AttemptEnd.LOST,
+        AttemptEnd.LAUNCH_FAILED,
+        AttemptEnd.PREFLIGHT_FAILED,
+    }
+)
+
+
+def cooldowns(
+    attempts: Sequence[AttemptRecord], now: datetime, base: timedelta, pools: Iterable[Pool]
+) -> dict[Pool, str]:
+    """Spot pools to avoid for now, with the reason.
+
+    A preemption or a capacity failure cools the whole region for that
+    instance type, not just the zone: spot reclaims follow regional demand,
+    so the zone next door is the likeliest to go next. The cooldown doubles
+    with every repeat in the same region.
+    """
+    troubles: dict[tuple[str, str, str], list[AttemptRecord]] = {}
+    for a in attempts:
+        if a.end_reason in POOL_TROUBLE:
+            troubles.setdefault(region_key(a.pool), []).append(a)
+    reasons: dict[tuple[str, str, str], str] = {}
+    for key, bad in troubles.items():
+        last = bad[-1]
+        assert last.ended_at is not None
+        until = last.ended_at + base * 2 ** (len(bad) - 1)
+        if now < until:
+            reasons[key] = (
+                f"{last.end_reason} in {last.pool.zone} ({len(bad)}x in {key[1]}), "
+                f"until {until:%Y-%m-%d %H:%M}"
+            )
+    if not reasons:
+        return {}
+    every = set(pools) | {a.pool for a in attempts}
+    return {p: reasons[region_key(p)] for p in every if region_key(p) in reasons}
+
+
+def with_report(instance: Instance | None, report: InstanceReport | None) -> Instance | None:
+    """The provider's view of an instance, corrected by what its agent said.
+
+    The agent is the only one who knows how the job ended: a cloud reports a
+    VM that shut itself down as stopped or deleted, or still running. An exit
+    after a preemption notice is a preemption (the job checkpointed and left);
+    any other exit is the job's own ending, success or failure.
+    """
+    if instance is None or report is None:
+        return instance
+    if report.exit_code is not None and instance.state is not InstanceState.PREEMPTED:
+        # The provider's own notice counts as much as the agent's report of one: the
+        # job may exit on the signal before the agent's watcher has seen the notice.
+        noticed = instance.state is InstanceState.NOTICE or (
+            report.notice_at is not None and report.notice_kind != "rebalance"
+        )
+        if noticed and report.exit_code != 0:
+            return replace(instance, state=InstanceState.PREEMPTED, exit_code=report.exit_code)
+        return replace(instance, state=InstanceState.EXITED, exit_code=report.exit_code)
+    if instance.ended:
+        return instance
+    if report.notice_at is not None and report.notice_kind != "rebalance":
+        return replace(instance, state=InstanceState.NOTICE)
+    return instance
+
+
+def region_key(pool: Pool) -> tuple[str, str, str]:
+    """The key a cooldown is kept under: provider, region and instance type."""
+    return (pool.provider, pool.region, pool.instance_type)
+
+
+def open_attempt(attempts: Sequence[AttemptRecord]) -> AttemptRecord | None:
+    """The attempt still going on (always the last one), if any."""
+    return attempts[-1] if attempts and attempts[-1].open else None

@@ -1,0 +1,892 @@
+"""The reconcile loop: one pass moves every job this daemon leases one step on.
+
+Each pass reads the store, asks providers what their instances are doing, and
+applies at most one transition per job. Every step is safe to repeat after a
+crash at any point: an attempt row (with its client token) is committed
+before its launch, a launch with the same token starts nothing new, and
+instances that no open attempt owns are stopped by :meth:`Engine.reap`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from spotd import checkpoints
+from spotd.billing.ledger import record_ledger, spend_so_far, usage_from_instances
+from spotd.core.cadence import checkpoint_interval, saves_on_notice
+from spotd.core.contracts import Clock, Metered, Policy, Provider, Store
+from spotd.core.errors import (
+    CapacityError,
+    CheckpointError,
+    InvalidRequestError,
+    LostTransition,
+    PriceTooLowError,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaError,
+    SpotdError,
+    StoreError,
+    SubmitRefused,
+)
+from spotd.core.fabric_env import fabric_environment
+from spotd.core.progress import work_per_hour
+from spotd.core.spec import JobSpec, deadline_controlled
+from spotd.core.states import ACTIVE, FailureCause, JobStatus, Transition, transition
+from spotd.core.values import (
+    AttemptClose,
+    AttemptEnd,
+    AttemptRecord,
+    Decision,
+    Instance,
+    InstanceReport,
+    InstanceState,
+    JobRecord,
+    LaunchRequest,
+    LedgerEntry,
+    Market,
+    NewAttempt,
+    NodeUsage,
+    Offering,
+    PlacementContext,
+)
+from spotd.engine.attempts import open_attempt, with_report
+from spotd.engine.context import placement_context
+from spotd.engine.gang import (
+    GangState,
+    assembly_seconds,
+    gang_environment,
+    gang_state,
+    preflight_summary,
+)
+from spotd.market.cache import MarketCache, unoffered_gpus
+from spotd.market.stats import HistoryStats, expected_preemptions
+
+log = logging.getLogger(__name__)
+
+TAG_JOB = "spotd-job"
+TAG_ATTEMPT = "spotd-attempt"
+TAG_OWNER = "spotd-owner"
+
+WATCHED = frozenset({JobStatus.PROVISIONING, JobStatus.RUNNING, JobStatus.CHECKPOINTING})
+
+
+@dataclass(slots=True)
+class _Pass:
+    """What one reconcile pass read in bulk before stepping the jobs."""
+
+    attempts: dict[str, list[AttemptRecord]]
+    reports: dict[str, list[InstanceReport]]
+    described: dict[str, dict[str, Instance] | None]
+    """Provider -> its instances by id; None when the bulk describe failed."""
+
+
+MISSING_BEFORE_LOST = 3
+"""Describes in a row an instance must be absent from before its node counts as lost."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    """Knobs of the reconcile loop (see ``docs/config.md``)."""
+
+    owner: str
+    lease_seconds: float = 60.0
+    cooldown_hours: float = 0.5
+    no_capacity_timeout_hours: float | None = None
+    checkpoints_dir: Path = Path("checkpoints")
+    price_history_seconds: float = 300.0
+    """Real seconds between two price-history rows of one provider."""
+    changeover_hours: float = 0.25
+    """Time a new start costs before progress resumes (boot, setup, restore)."""
+    replan_seconds: float = 60.0
+    """Real seconds between two checks of whether a running job should move."""
+    stats_window_hours: float = 7 * 24.0
+    """How much price history the pool statistics look at."""
+
+
+def checkpoint_uri(job: JobRecord, settings: EngineSettings) -> str:
+    """Where the job's checkpoints go: its spec's URI or a folder of the daemon's."""
+    return job.spec.checkpoint.uri or str(settings.checkpoints_dir / job.id)
+
+
+def job_environment(
+    job: JobRecord,
+    attempt: AttemptRecord,
+    offering: Offering,
+    *,
+    checkpoint_uri: str,
+    interval_hours: float,
+) -> dict[str, str]:
+    """Everything the nodes of ``attempt`` are told before they boot.
+
+    In order, later winning: the fabric's NCCL and libfabric variables (with
+    the job's per-fabric overrides), the job's own ``[env]``, what the gang
+    needs to assemble and pass preflight, and spotd's own variables. The
+    agent adds the rest once the gang has assembled (rank, master, roster).
+    """
+    env = fabric_environment(
+        offering.interconnect, job.spec.fabric_env, nodes=attempt.nodes,
+        instance_type=offering.pool.instance_type,
+    )  # fmt: skip
+    env.update(job.spec.env)
+    env.update(gang_environment(job.spec, attempt, offering))
+    env.update(
+        SPOTD_JOB_ID=job.id,
+        SPOTD_ATTEMPT=str(attempt.seq),
+        SPOTD_NUM_NODES=str(attempt.nodes),
+        SPOTD_CHECKPOINT_URI=checkpoint_uri,
+        SPOTD_RESUME_FROM=attempt.resume_from or "",
+        SPOTD_CHECKPOINT_INTERVAL_SECONDS=str(round(interval_hours * 3600)),
+    )
+    return env
+
+
+class Engine:
+    """Moves jobs through the state machine against providers and a policy."""
+
+    def __init__(
+        self,
+        store: Store,
+        providers: Mapping[str, Provider],
+        policy: Policy,
+        clock: Clock,
+        settings: EngineSettings,
+    ) -> None:
+        self.store = store
+        self.providers = dict(providers)
+        self.policy = policy
+        self.clock = clock
+        self.settings = settings
+        self.market = MarketCache(self.providers, on_fresh=self._keep_history)
+        self._history_at: dict[str, float] = {}
+        self._missing: dict[str, int] = {}
+        self._replanned_at: dict[str, float] = {}
+        self._kept: dict[str, tuple[int, list[AttemptRecord]]] = {}
+        """The attempts of the jobs of the last pass, by job id, with the job's version."""
+        self._bills: dict[str, tuple[int, list[LedgerEntry]]] = {}
+        """The stored ledger lines of jobs, by job id, with the job's version they were read at."""
+        self._pass: _Pass | None = None
+        self._placing = threading.Lock()
+        """Held while a policy places a job: the reconcile loop and the API may both ask."""
+        self.on_end: Callable[[JobRecord], None] | None = None
+        """Called with a job that just reached a terminal status (e.g. the mailer)."""
+        self.stats = HistoryStats(
+            store, now=clock.now(), window=timedelta(hours=settings.stats_window_hours)
+        )
+        self._handlers: Mapping[JobStatus, Callable[[JobRecord], None]] = {
+            JobStatus.PENDING: self._place,
+            JobStatus.RECOVERING: self._place,
+            JobStatus.PROVISIONING: self._provisioning,
+            JobStatus.RUNNING: self._watch,
+            JobStatus.CHECKPOINTING: self._watch,
+        }
+
+    # -- public -----------------------------------------------------------
+
+    def submit(self, spec: JobSpec) -> JobRecord:
+        """Store a new job; the next pass places it. SubmitRefused, and nothing stored,
+        for a job this daemon could never run: a checkpoint location it has no way to
+        open, or GPU models that no provider offers."""
+        if spec.checkpoint.uri:
+            try:
+                checkpoints.check_location(spec.checkpoint.uri)
+            except CheckpointError as exc:
+                raise SubmitRefused(f"checkpoint.uri: {exc}") from exc
+        problem = unoffered_gpus(spec.resources.gpus, self.market.offered_gpus())
+        if problem is not None:
+            raise SubmitRefused(f"resources.gpus: {problem}")
+        return self.store.create_job(spec, now=self.clock.now())
+
+    def tick(self) -> None:
+        """One reconcile pass over every job this daemon holds the lease of."""
+        now = self.clock.now()
+        # The lease is set in real seconds; the store compares clock times.
+        lease = self.settings.lease_seconds / self.clock.seconds_to_real(1.0)
+        owned = set(self.store.claim_jobs(self.settings.owner, now=now, lease_seconds=lease))
+        jobs = [j for j in self.store.list_jobs(ACTIVE) if j.id in owned]
+        # One query for all attempts, one for all agent reports, one describe
+        # per provider: a pass over 10,000 jobs must not make 40,000 calls.
+        self._pass = self._prefetch(jobs)
+        self._bills = {i: b for i, b in self._bills.items() if i in owned}
+        try:
+            for job in jobs:
+                self.step(job)
+        finally:
+            self._pass = None
+
+    def step(self, job: JobRecord) -> None:
+        """Move one job one step; errors are logged, never raised to the loop."""
+        try:
+            self._handlers[job.status](job)
+        except LostTransition as exc:
+            log.info("job %s changed under us, next pass sees it: %s", job.id, exc)
+        except SpotdError as exc:
+            log.warning("job %s: %s: %s", job.id, type(exc).__name__, exc)
+        except Exception:
+            log.exception("job %s: unexpected error; the daemon goes on", job.id)
+
+    def plan(self, job: JobRecord, policy: Policy | None = None) -> Decision:
+        """What the policy (the engine's, or ``policy``) would choose for the job now.
+
+        Safe to call from another thread (the API's ``spotd plan JOB``): one
+        placement at a time asks the policy, which may keep per-job state.
+        """
+        with self._placing:
+            return (policy or self.policy).place(self.context(job), self.market.offerings())
+
+    def context(self, job: JobRecord) -> PlacementContext:
+        """Everything the policy may know of the job now (:mod:`spotd.engine.context`)."""
+        now = self.clock.now()
+        attempts = self._attempts(job.id)
+        return placement_context(
+            job.id,
+            job.spec,
+            now,
+            attempts=attempts,
+            reports=self._reports(job.id),
+            pools=(o.pool for o in self.market.offerings()),
+            cooldown_hours=self.settings.cooldown_hours,
+            changeover_hours=self.settings.changeover_hours,
+            spent_usd=self._spent(job, attempts, now),
+            stats=self.stats.at(now),
+        )
+
+    def cancel(self, job: JobRecord) -> JobRecord:
+        """Cancel an active job and stop its instances."""
+        attempt = open_attempt(self._attempts(job.id))
+        close = AttemptClose(attempt.id, AttemptEnd.CANCELLED) if attempt else None
+        job = self._move(job, JobStatus.CANCELLED, "cancelled by user", close=close)
+        self._settle(job, attempt)
+        return job
+
+    def reap(self) -> int:
+        """Stop running instances that no open attempt owns; return how many."""
+        stopped = 0
+        for provider in self.providers.values():
+            try:
+                mine = provider.list_instances({TAG_OWNER: self.settings.owner})
+            except ProviderError as exc:
+                log.warning("reaper could not list %s: %s", provider.name, exc)
+                continue
+            except Exception:
+                log.exception("reaper: listing %s raised", provider.name)  # an adapter's bug
+                continue
+            orphans = [i.id for i in mine if not i.ended and self._orphaned(i)]
+            if not orphans:
+                continue
+            log.warning("stopping %d instance(s) no attempt owns: %s", len(orphans), orphans)
+            try:
+                provider.terminate(orphans)
+            except Exception as exc:
+                # One provider's failure (or an adapter's unmapped error) must not keep
+                # the reaper from the others.
+                log.warning("reaper could not stop %s on %s: %s", orphans, provider.name, exc)
+                continue
+            stopped += len(orphans)
+        return stopped
+
+    def _keep_history(self, provider: str, offerings: tuple[Offering, ...]) -> None:
+        # Polls can be far more frequent than the history needs to be.
+        now = time.monotonic()
+        last = self._history_at.get(provider)
+        if last is not None and now - last < self.settings.price_history_seconds:
+            return
+        self._history_at[provider] = now
+        try:
+            self.store.record_prices(offerings, at=self.clock.now())
+        except StoreError as exc:
+            log.warning("could not keep the price history of %s: %s", provider, exc)
+
+    # -- placing ------------------------------------------------------------
+
+    def _place(self, job: JobRecord) -> None:
+        now = self.clock.now()
+        attempts = self._attempts(job.id)
+        if self._over_budget(job, attempts, now):
+            return
+        if job.status is JobStatus.PENDING and self._deadline_impossible(job, now):
+            return
+        decision = self.plan(job)
+        if decision.choice is None:
+            self._waited_too_long(job, now)
+            return
+        choice = decision.choice
+        uri = checkpoint_uri(job, self.settings)
+        try:
+            checkpoints.check_location(uri)
+        except CheckpointError as exc:
+            # Stored before the daemon lost the backend (or by an older one): no pass
+            # would ever place it, so say so rather than wait forever.
+            job = self._move(job, JobStatus.FAILED, "checkpoint location unusable",
+                             detail=str(exc), failure=FailureCause.INVALID_SPEC)  # fmt: skip
+            self._settle(job, None)
+            return
+        latest = checkpoints.latest_complete(uri)
+        interval = self._interval_hours(job.spec, choice.offering, choice.market)
+        new = NewAttempt(
+            pool=choice.offering.pool,
+            market=choice.market,
+            nodes=choice.nodes,
+            price_per_node_hour=choice.price_per_hour / choice.nodes,
+            resume_from=latest.uri if latest else None,
+            work_per_hour=work_per_hour(job.spec, choice.offering, interval),
+            checkpoint_interval_hours=interval,
+            saves_on_notice=saves_on_notice(job.spec, choice.offering.notice_seconds),
+        )
+        detail = f"{choice.offering.pool} {choice.market} {choice.price_per_hour:.2f} USD/h"
+        if latest is not None:
+            detail += f", resume from step {latest.step}"
+        job = self._move(job, JobStatus.PROVISIONING, "placed", detail=detail, open_=new)
+        opened = open_attempt(self._attempts(job.id))
+        if opened is not None:
+            self._launch(job, opened)
+
+    def _launch(self, job: JobRecord, attempt: AttemptRecord) -> None:
+        provider = self.providers[attempt.pool.provider]
+        offering = self.market.find(attempt.pool)
+        if offering is None:
+            raise ProviderError(f"{attempt.pool} is no longer offered", provider=provider.name)
+        request = LaunchRequest(
+            offering=offering,
+            market=attempt.market,
+            nodes=attempt.nodes,
+            client_token=attempt.client_token,
+            tags={
+                TAG_JOB: job.id,
+                TAG_ATTEMPT: str(attempt.seq),
+                TAG_OWNER: self.settings.owner,
+            },
+            command=job.spec.command,
+            env=self._job_env(job, attempt, offering),
+            workdir=job.spec.workdir,
+        )
+        try:
+            instances = provider.launch(request)
+        except ProviderError as exc:
+            self._launch_failed(job, attempt, exc)
+            return
+        self.store.set_attempt_instances(attempt.id, [i.id for i in instances])
+        self._forget(job.id)
+
+    def _launch_failed(self, job: JobRecord, attempt: AttemptRecord, exc: ProviderError) -> None:
+        if exc.retryable and not isinstance(exc, CapacityError):
+            # Throttled or a 5xx: the same request may pass on the next pass.
+            log.warning("launch of %s for %s deferred: %s", attempt.pool, job.id, exc)
+            return
+        no_capacity = isinstance(exc, CapacityError | QuotaError | PriceTooLowError)
+        reason = AttemptEnd.NO_CAPACITY if no_capacity else AttemptEnd.LAUNCH_FAILED
+        detail = f"{attempt.pool}: {type(exc).__name__}: {exc}"
+        close = AttemptClose(attempt.id, reason)
+        if isinstance(exc, InvalidRequestError):
+            # The request the job makes cannot be carried (its env would carry the
+            # daemon's token, say): every pool would refuse it alike.
+            job = self._move(job, JobStatus.FAILED, "launch request refused", detail=detail,
+                             close=close, failure=FailureCause.INVALID_SPEC)  # fmt: skip
+            self._settle(job, attempt)
+            return
+        self._move(job, JobStatus.RECOVERING, str(reason), detail=detail, close=close)
+
+    def _job_env(
+        self, job: JobRecord, attempt: AttemptRecord, offering: Offering
+    ) -> dict[str, str]:
+        interval = attempt.checkpoint_interval_hours
+        if interval is None:  # placed by a version that did not keep it
+            interval = self._interval_hours(job.spec, offering, attempt.market)
+        return job_environment(
+            job, attempt, offering, checkpoint_uri=checkpoint_uri(job, self.settings),
+            interval_hours=interval,
+        )  # fmt: skip
+
+    def _interval_hours(self, spec: JobSpec, offering: Offering, market: Market) -> float:
+        """The checkpoint interval the job should keep: its own, or Young's for this pool.
+
+        The cost model priced the placement with this interval (same rate, same
+        statistics), so the job is told it (it may ignore it) and the attempt
+        keeps it for the count of progress.
+        """
+        stats = self.stats.at(self.clock.now())
+        return checkpoint_interval(spec, expected_preemptions(stats, offering, market))
+
+    # -- watching -------------------------------------------------------------
+
+    def _provisioning(self, job: JobRecord) -> None:
+        attempt = self._require_open(job)
+        if not attempt.instance_ids:
+            # Crashed between committing the attempt and recording its launch:
+            # the same client token returns the instances of the first call.
+            self._launch(job, attempt)
+            return
+        self._watch(job)
+
+    def _watch(self, job: JobRecord) -> None:
+        attempt = self._require_open(job)
+        instances = self._describe(attempt)
+        now = self.clock.now()
+        if self._over_budget(job, self._attempts(job.id), now, attempt):
+            return
+        gang = gang_state(attempt, self._reports(job.id))
+        if self._gang_failed(job, attempt, gang, instances):
+            return
+        if any(i is None or i.ended for i in instances):
+            self._attempt_ended(job, attempt, instances)
+        elif job.status is JobStatus.PROVISIONING and all(
+            i is not None and i.state in (InstanceState.RUNNING, InstanceState.NOTICE)
+            for i in instances
+        ) and (attempt.nodes == 1 or gang.assembled(attempt.nodes)):
+            self.store.mark_attempt_running(attempt.id, at=now)
+            self._forget(job.id)
+            detail = str(attempt.pool)
+            if gang.preflight is not None:
+                detail += f"; {preflight_summary(gang.preflight)}"
+            self._move(job, JobStatus.RUNNING, "all nodes running", detail=detail)
+        elif job.status is JobStatus.RUNNING and any(
+            i is not None and i.state is InstanceState.NOTICE for i in instances
+        ):
+            self._move(
+                job, JobStatus.CHECKPOINTING, "preemption notice", detail=str(attempt.pool)
+            )
+        elif job.status is JobStatus.RUNNING:
+            self._maybe_move(job, attempt)
+
+    def _gang_failed(
+        self,
+        job: JobRecord,
+        attempt: AttemptRecord,
+        gang: GangState,
+        instances: Sequence[Instance | None],
+    ) -> bool:
+        """End the attempt if its preflight failed or its gang did not assemble in time.
+
+        Checked before the nodes' exits: an agent that gave up on its gang or
+        on a failed preflight exits too, and that is no verdict on the job's
+        command. No job ever runs on a partial gang.
+        """
+        if gang.preflight_failed:
+            self._preflight_failed(job, attempt, gang)
+            return True
+        if gang.gave_up == "rendezvous" or self._assembly_overdue(job, attempt, gang):
+            running = sum(1 for i in instances if i is not None and not i.ended)
+            self._finish(
+                job, attempt=attempt, status=JobStatus.RECOVERING, end=AttemptEnd.LOST,
+                detail=f"{attempt.pool}: gang did not assemble in "
+                f"{assembly_seconds(job.spec):g} s ({running} of {attempt.nodes} node(s) up, "
+                f"{gang.joined} joined, {gang.started} passed preflight)",
+            )  # fmt: skip
+            return True
+        return False
+
+    def _assembly_overdue(self, job: JobRecord, attempt: AttemptRecord, gang: GangState) -> bool:
+        """A multi-node attempt still assembling past its gang and preflight timeouts."""
+        if job.status is not JobStatus.PROVISIONING or attempt.nodes == 1:
+            return False
+        if gang.assembled(attempt.nodes):
+            return False
+        waited = (self.clock.now() - attempt.started_at).total_seconds()
+        # The timeouts are real seconds; the engine's clock may run faster (simulator).
+        return waited >= assembly_seconds(job.spec) / self.clock.seconds_to_real(1.0)
+
+    def _preflight_failed(self, job: JobRecord, attempt: AttemptRecord, gang: GangState) -> None:
+        """The pool failed the gang's checks: cool it and go elsewhere. A check that
+        every pool would fail alike (the checkpoint location) fails the job instead."""
+        summary = "preflight failed (its figures never reached the daemon)"
+        if gang.preflight is not None:
+            summary = preflight_summary(gang.preflight)
+        detail = f"{attempt.pool}: {summary}"
+        if gang.job_at_fault:
+            self._finish(job, attempt=attempt, status=JobStatus.FAILED,
+                         end=AttemptEnd.PREFLIGHT_FAILED, detail=detail,
+                         failure=FailureCause.INVALID_SPEC)  # fmt: skip
+            return
+        self._finish(job, attempt=attempt, status=JobStatus.RECOVERING,
+                     end=AttemptEnd.PREFLIGHT_FAILED, detail=detail)  # fmt: skip
+
+    def _maybe_move(self, job: JobRecord, attempt: AttemptRecord) -> None:
+        """Ask the policy, now and then, whether the running job should be elsewhere.
+
+        A policy that weighs the cost of moving (``balanced``: changeover and
+        egress in the score, a hysteresis margin) makes a move worth its price.
+        The nodes are terminated, which the job sees as a notice (SIGTERM, so
+        it checkpoints), and the next pass places it where the policy says. A
+        deadline job may also be stopped to wait for spot when the plan says so.
+        """
+        now = time.monotonic()
+        if now - self._replanned_at.get(job.id, 0.0) < self.settings.replan_seconds:
+            return
+        self._replanned_at[job.id] = now
+        choice = self.plan(job).choice
+        if choice is None and not deadline_controlled(job.spec):
+            return  # nothing better to go to: a running job keeps running
+        if choice is not None and (choice.offering.pool, choice.market) == (
+            attempt.pool,
+            attempt.market,
+        ):
+            return
+        target = f"{choice.offering.pool} {choice.market}" if choice else "waiting for spot"
+        self._finish(
+            job,
+            attempt=attempt,
+            status=JobStatus.RECOVERING,
+            end=AttemptEnd.MIGRATED,
+            detail=f"policy moves it from {attempt.pool} {attempt.market} to {target}",
+        )
+
+    def _describe(self, attempt: AttemptRecord) -> list[Instance | None]:
+        """The attempt's instances as the provider sees them, plus what their agents said.
+
+        A cloud sees a preemption notice only on the VM, and a job's exit code
+        not at all: the on-VM agent reports both.
+        """
+        provider = self.providers[attempt.pool.provider]
+        seen = self._described(provider, attempt.instance_ids)
+        reports = {
+            r.instance_id: r
+            for r in self._reports(attempt.job_id)
+            if r.attempt == attempt.seq and r.provider == provider.name
+        }
+        return [
+            with_report(self._seen_or_missing(iid, seen), reports.get(iid))
+            for iid in attempt.instance_ids
+        ]
+
+    def _seen_or_missing(self, iid: str, seen: Mapping[str, Instance]) -> Instance | None:
+        """The instance, or None once it was missing from several describes in a row.
+
+        Clouds list a new instance a little after launching it, and a single
+        failed lookup must not restart a healthy job: only a repeated absence
+        counts as a lost node.
+        """
+        if iid in seen:
+            self._missing.pop(iid, None)
+            return seen[iid]
+        self._missing[iid] = self._missing.get(iid, 0) + 1
+        if self._missing[iid] >= MISSING_BEFORE_LOST:
+            return None
+        raise ProviderError(f"instance {iid} not listed yet ({self._missing[iid]}x)")
+
+    def _attempt_ended(
+        self, job: JobRecord, attempt: AttemptRecord, instances: Sequence[Instance | None]
+    ) -> None:
+        ended = [i for i in instances if i is not None and i.ended]
+        # EXITED without a code: the VM shut down but nobody said how the job
+        # ended. That is neither success nor the user's failure: recover it.
+        failed = [
+            i
+            for i in ended
+            if i.state is InstanceState.EXITED and i.exit_code not in (None, 0)
+        ]
+        preempted = [i for i in ended if i.state is InstanceState.PREEMPTED]
+        # A gang's other nodes stop with the noticed one (their ranks agreed to
+        # checkpoint and leave); their exit is part of the preemption, not a failure.
+        noticed = [i for i in instances if i is not None and i.state is InstanceState.NOTICE]
+        done = [i for i in ended if i.state is InstanceState.EXITED and i.exit_code == 0]
+        if failed and not preempted and not noticed:
+            codes = ", ".join(f"{i.id}: {i.exit_code}" for i in failed)
+            self._finish(
+                job,
+                attempt=attempt,
+                status=JobStatus.FAILED,
+                end=AttemptEnd.USER_FAILED,
+                detail=f"command exited with {codes}",
+                failure=FailureCause.USER_COMMAND_FAILED,
+            )
+        elif preempted or (noticed and failed):
+            preempted = preempted or noticed
+            self._finish(
+                job,
+                attempt=attempt,
+                status=JobStatus.RECOVERING,
+                end=AttemptEnd.PREEMPTED,
+                detail=f"{attempt.pool} preempted {len(preempted)} of {len(instances)} node(s)",
+            )
+        elif len(done) == len(instances):
+            self._finish(
+                job,
+                attempt=attempt,
+                status=JobStatus.SUCCEEDED,
+                end=AttemptEnd.SUCCEEDED,
+                detail="exit 0",
+            )
+        elif len(done) == len(ended) and not any(i is None for i in instances):
+            return  # some nodes finished first; wait for the rest
+        else:
+            self._finish(
+                job,
+                attempt=attempt,
+                status=JobStatus.RECOVERING,
+                end=AttemptEnd.LOST,
+                detail=f"{attempt.pool}: node(s) gone without notice",
+            )
+
+    def _finish(
+        self,
+        job: JobRecord,
+        *,
+        attempt: AttemptRecord,
+        status: JobStatus,
+        end: AttemptEnd,
+        detail: str,
+        failure: FailureCause | None = None,
+    ) -> None:
+        moved = self._move(
+            job,
+            status,
+            str(end),
+            detail=detail,
+            failure=failure,
+            close=AttemptClose(attempt.id, end),
+        )
+        # Gang: one lost node ends the attempt; stop the rest. The reaper
+        # covers a crash between the transition and this call.
+        self._settle(moved, attempt)
+
+    # -- limits -------------------------------------------------------------
+
+    def _over_budget(
+        self,
+        job: JobRecord,
+        attempts: Sequence[AttemptRecord],
+        now: datetime,
+        running: AttemptRecord | None = None,
+    ) -> bool:
+        budget = job.spec.budget
+        if budget is None:
+            return False
+        spent = self._spent(job, attempts, now)
+        if spent < budget.max_usd:
+            return False
+        close = AttemptClose(running.id, AttemptEnd.OVER_BUDGET) if running else None
+        moved = self._move(
+            job,
+            JobStatus.FAILED,
+            "over budget",
+            detail=f"spent {spent:,.2f} of {budget.max_usd:,.2f} USD",
+            failure=FailureCause.OVER_BUDGET,
+            close=close,
+        )
+        self._settle(moved, running)
+        return True
+
+    def _deadline_impossible(self, job: JobRecord, now: datetime) -> bool:
+        deadline = job.spec.deadline
+        if deadline is None or deadline.finish_by is None or deadline.compute_hours is None:
+            return False
+        earliest = now + timedelta(hours=deadline.compute_hours)
+        if earliest <= deadline.finish_by:
+            return False
+        moved = self._move(
+            job,
+            JobStatus.FAILED,
+            "deadline impossible",
+            detail=f"{deadline.compute_hours:g} h of compute cannot end by "
+            f"{deadline.finish_by.isoformat()}",
+            failure=FailureCause.DEADLINE_IMPOSSIBLE,
+        )
+        self._settle(moved, None)
+        return True
+
+    def _waited_too_long(self, job: JobRecord, now: datetime) -> None:
+        limit = self.settings.no_capacity_timeout_hours
+        if limit is None or now - job.updated_at < timedelta(hours=limit):
+            return
+        moved = self._move(
+            job,
+            JobStatus.FAILED,
+            "no capacity",
+            detail=f"no offering passed the filters for {limit:g} h",
+            failure=FailureCause.NO_CAPACITY,
+        )
+        self._settle(moved, None)
+
+    # -- helpers --------------------------------------------------------------
+
+    def _move(
+        self,
+        job: JobRecord,
+        new: JobStatus,
+        cause: str,
+        *,
+        detail: str = "",
+        failure: FailureCause | None = None,
+        open_: NewAttempt | None = None,
+        close: AttemptClose | None = None,
+    ) -> JobRecord:
+        change = Transition(
+            job_id=job.id,
+            expected=job.status,
+            new=new,
+            cause=cause,
+            detail=detail,
+            failure=failure,
+            open_attempt=open_,
+            close_attempt=close,
+        )
+        moved = transition(self.store, change, now=self.clock.now())
+        self._forget(job.id)
+        # A job that ended is announced by _settle, once its ledger is final.
+        log.info("job %s: %s -> %s (%s) %s", job.id, job.status, new, cause, detail)
+        return moved
+
+    def _prefetch(self, jobs: Sequence[JobRecord]) -> _Pass:
+        ids = [j.id for j in jobs]
+        attempts = self._attempts_of(jobs)
+        reports = self.store.reports_for(ids)
+        wanted: dict[str, list[str]] = {}
+        for job in jobs:
+            if job.status in WATCHED:
+                open_ = open_attempt(attempts[job.id])
+                if open_ is not None:
+                    wanted.setdefault(open_.pool.provider, []).extend(open_.instance_ids)
+        described: dict[str, dict[str, Instance] | None] = {}
+        for name, instance_ids in wanted.items():
+            provider = self.providers.get(name)
+            if provider is None:
+                continue
+            try:
+                described[name] = {i.id: i for i in provider.describe(instance_ids)}
+            except ProviderError as exc:
+                log.warning("describe of %d %s instances failed: %s", len(instance_ids), name, exc)
+                described[name] = None
+            except Exception:
+                # An error the adapter failed to map is a bug in it; it must not stall
+                # the jobs of every other provider. Its own jobs wait as on a failure.
+                log.exception("describe of %d %s instances raised", len(instance_ids), name)
+                described[name] = None
+        return _Pass(attempts, reports, described)
+
+    def _attempts_of(self, jobs: Sequence[JobRecord]) -> dict[str, list[AttemptRecord]]:
+        """The jobs' attempts: those kept from the last pass where the job's version
+        is unchanged, the rest read in one query.
+
+        Every change of a job's status or attempts bumps its version, whichever daemon
+        or command makes it, so an unchanged version means unchanged attempts.
+        In a steady pass over 10,000 running jobs this skips most of the reading.
+        """
+        kept = self._kept
+        stale = [j.id for j in jobs if j.id not in kept or kept[j.id][0] != j.version]
+        read = self.store.attempts_for(stale) if stale else {}
+        self._kept = {
+            j.id: (j.version, read[j.id]) if j.id in read else kept[j.id] for j in jobs
+        }
+        return {job_id: records for job_id, (_, records) in self._kept.items()}
+
+    def _attempts(self, job_id: str) -> list[AttemptRecord]:
+        if self._pass is not None and job_id in self._pass.attempts:
+            return self._pass.attempts[job_id]
+        return self.store.attempts(job_id)
+
+    def _reports(self, job_id: str) -> list[InstanceReport]:
+        if self._pass is not None and job_id in self._pass.reports:
+            return self._pass.reports[job_id]
+        return self.store.reports(job_id)
+
+    def _described(self, provider: Provider, ids: Sequence[str]) -> dict[str, Instance]:
+        if self._pass is not None and provider.name in self._pass.described:
+            seen = self._pass.described[provider.name]
+            if seen is None:
+                raise ProviderUnavailable(
+                    f"{provider.name} could not describe its instances this pass",
+                    provider=provider.name,
+                )
+            if all(i in seen for i in ids):
+                return seen
+        return {i.id: i for i in provider.describe(ids)}
+
+    def _forget(self, job_id: str) -> None:
+        """Drop what the pass read of a job: it just changed."""
+        if self._pass is not None:
+            self._pass.attempts.pop(job_id, None)
+
+    def _require_open(self, job: JobRecord) -> AttemptRecord:
+        attempt = open_attempt(self._attempts(job.id))
+        if attempt is None:
+            raise StoreError(f"job {job.id} is {job.status} but has no open attempt")
+        return attempt
+
+    def _settle(self, job: JobRecord, closed: AttemptRecord | None) -> None:
+        """After a transition that closed ``closed`` or ended the job: stop the closed
+        attempt's nodes, bill the job, and then, for a job that ended, call ``on_end``:
+        its ledger is final, so the job-end email carries the job's cost."""
+        if closed is not None:
+            self._terminate(closed)
+        if closed is not None or job.status.terminal:
+            self._bill(job)
+        if job.status.terminal and self.on_end is not None:
+            self.on_end(job)
+
+    def _spent(
+        self, job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime
+    ) -> float:
+        """The job's cost so far by its ledger (:func:`spotd.billing.ledger.spend_so_far`).
+
+        The stored lines are read once per version of the job (a transition or a
+        bill changes them, and this engine's bills are kept as they are written):
+        a steady pass reads nothing. The open attempt is priced to ``now`` at its
+        price at placement, with no read of the price history.
+        """
+        if not any(not a.open and a.instance_ids for a in attempts):
+            return spend_so_far(job, attempts, (), now)  # nothing billed yet: nothing to read
+        kept = self._bills.get(job.id)
+        if kept is None or kept[0] != job.version:
+            billed = self.store.ledger(job_id=job.id)
+            covered = {e.attempt for e in billed}
+            # Read between another thread's transition and its bill: read again next time.
+            if all(a.open or not a.instance_ids or a.seq in covered for a in attempts):
+                self._bills[job.id] = (job.version, billed)
+            kept = (job.version, billed)
+        return spend_so_far(job, attempts, kept[1], now)
+
+    def _bill(self, job: JobRecord) -> None:
+        """Rebuild the job's ledger now that one of its attempts ended.
+
+        Instances are priced from the provider's own meter where it keeps one
+        (the simulator), else from the launch and end times it reports.
+        """
+        try:
+            attempts = self.store.attempts(job.id)
+            usage: dict[str, NodeUsage] = {}
+            for a in attempts:
+                provider = self.providers.get(a.pool.provider)
+                if provider is None or not a.instance_ids:
+                    continue
+                if isinstance(provider, Metered):
+                    usage.update(provider.usage(a.instance_ids))
+                else:
+                    usage.update(usage_from_instances(provider.describe(a.instance_ids)))
+            pools = {a.pool for a in attempts}
+            on_demand = {
+                o.pool: o.on_demand_price
+                for o in self.market.offerings()
+                if o.on_demand_price is not None and o.pool in pools
+            }
+            entries = record_ledger(self.store, job, self.clock.now(),
+                                    on_demand_prices=on_demand, usage=usage)  # fmt: skip
+            self._bills[job.id] = (job.version, entries)
+        except SpotdError as exc:
+            log.warning("ledger of %s not updated, the next attempt end retries: %s", job.id, exc)
+
+    def _terminate(self, attempt: AttemptRecord) -> None:
+        if not attempt.instance_ids:
+            return
+        try:
+            self.providers[attempt.pool.provider].terminate(attempt.instance_ids)
+        except ProviderError as exc:
+            log.warning("terminate of %s failed, the reaper retries: %s", attempt.instance_ids, exc)
+
+    def _orphaned(self, instance: Instance) -> bool:
+        job_id = instance.tags.get(TAG_JOB, "")
+        try:
+            attempts = self.store.attempts(job_id)
+        except StoreError as exc:
+            # Unknown is not orphaned: stopping a healthy run on a locked database
+            # loses its work, while a true orphan is only stopped a pass later.
+            log.warning("reaper skips %s, its attempts could not be read: %s", instance.id, exc)
+            return False
+        owner = next((a for a in attempts if str(a.seq) == instance.tags.get(TAG_ATTEMPT)), None)
+        return owner is None or not owner.open
+
+

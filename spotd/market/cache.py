@@ -1,0 +1,214 @@
+"""The last good offerings of every provider, refreshed by polls.
+
+A failed poll keeps the previous offerings, records the error, and backs
+off (doubling up to ``max_backoff_seconds``) before the provider is asked
+again, so placement goes on with stale data rather than none and a failing
+API is not hammered. Each snapshot says how old it is.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import overload
+
+from spotd.core.contracts import Provider
+from spotd.core.errors import ProviderError
+from spotd.core.values import Market, Offering, Pool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one provider offered at its last successful poll."""
+
+    offerings: tuple[Offering, ...]
+    fetched_at: float
+    """Wall time (``time.time()``) of the last successful poll; 0 if never."""
+    error: str | None = None
+    """The last poll's error, when it failed."""
+    failures: int = 0
+    """Polls failed in a row."""
+    retry_at: float = 0.0
+    """Wall time before which a failed provider is not polled again."""
+
+    def age(self, now: float | None = None) -> float | None:
+        """Seconds since the last good poll; None if there never was one."""
+        if not self.fetched_at:
+            return None
+        return (now if now is not None else time.time()) - self.fetched_at
+
+    @property
+    def stale(self) -> bool:
+        """Whether the last poll failed (the offerings are older than they should be)."""
+        return self.error is not None
+
+
+class MarketCache:
+    """Thread-safe cache of every provider's offerings."""
+
+    def __init__(
+        self,
+        providers: Mapping[str, Provider],
+        *,
+        base_backoff_seconds: float = 5.0,
+        max_backoff_seconds: float = 600.0,
+        on_fresh: Callable[[str, tuple[Offering, ...]], None] | None = None,
+    ) -> None:
+        self._providers = dict(providers)
+        self._snapshots: dict[str, Snapshot] = {}
+        self._lock = threading.Lock()
+        self._base = base_backoff_seconds
+        self._max = max_backoff_seconds
+        self._on_fresh = on_fresh
+        self._index: OfferingIndex | None = None
+        self._gpus: frozenset[str] | None = None
+
+    def refresh(self, name: str) -> Snapshot:
+        """Poll one provider, unless it is backing off; on failure keep its last data."""
+        old = self.snapshot(name)
+        now = time.time()
+        if old.failures and now < old.retry_at:
+            return old
+        try:
+            offerings = tuple(self._providers[name].offerings())
+        except ProviderError as exc:
+            fresh = self._failed(name, old, exc, now)
+        except Exception as exc:
+            # An error the adapter failed to map is a bug in it; back off all the same
+            # rather than hammer a failing API on every poll.
+            log.exception("price poll of %s raised", name)
+            fresh = self._failed(name, old, exc, now)
+        else:
+            fresh = Snapshot(offerings, now)
+            if self._on_fresh is not None:
+                self._on_fresh(name, offerings)
+        with self._lock:
+            if fresh is not old:
+                self._index = None
+                self._gpus = None
+            self._snapshots[name] = fresh
+        return fresh
+
+    def _failed(self, name: str, old: Snapshot, exc: Exception, now: float) -> Snapshot:
+        failures = old.failures + 1
+        delay = min(self._max, self._base * 2 ** (failures - 1))
+        age = old.age(now)
+        log.warning(
+            "price poll of %s failed (%d in a row, retry in %.0f s, data %s): %s",
+            name, failures, delay, f"{age:.0f} s old" if age is not None else "none", exc,
+        )
+        return replace(old, error=f"{type(exc).__name__}: {exc}", failures=failures,
+                       retry_at=now + delay)
+
+    def refresh_all(self) -> None:
+        """Poll every provider once."""
+        for name in self._providers:
+            self.refresh(name)
+
+    def snapshot(self, name: str) -> Snapshot:
+        """The current snapshot of one provider (empty if never polled)."""
+        with self._lock:
+            return self._snapshots.get(name, Snapshot((), 0.0))
+
+    def snapshots(self) -> dict[str, Snapshot]:
+        """Every provider's snapshot, by provider name."""
+        return {name: self.snapshot(name) for name in self._providers}
+
+    def offerings(self) -> OfferingIndex:
+        """All providers' offerings, indexed, polling those never polled yet."""
+        for name in self._providers:
+            if name not in self._snapshots:
+                self.refresh(name)
+        with self._lock:
+            if self._index is None:
+                self._index = OfferingIndex(
+                    o for snap in self._snapshots.values() for o in snap.offerings
+                )
+            return self._index
+
+    def offered_gpus(self) -> frozenset[str] | None:
+        """The GPU models (upper case) some provider offers now; None until every
+        provider has answered a poll once, when nobody can tell what is offered."""
+        with self._lock:
+            snaps = [self._snapshots.get(name) for name in self._providers]
+            if not snaps or any(s is None or not s.fetched_at for s in snaps):
+                return None
+            if self._gpus is None:  # kept until the next poll changes a snapshot
+                self._gpus = frozenset(o.gpu.upper() for s in snaps if s for o in s.offerings)
+            return self._gpus
+
+    def find(self, pool: Pool) -> Offering | None:
+        """The current offering of ``pool``, if its provider lists it."""
+        for offering in self.snapshot(pool.provider).offerings:
+            if offering.pool == pool:
+                return offering
+        return None
+
+
+def unoffered_gpus(gpus: Sequence[str], offered: frozenset[str] | None) -> str | None:
+    """Why no provider can run a job that accepts ``gpus``, given the models ``offered``
+    (:meth:`MarketCache.offered_gpus`); None if one is offered, or if nobody can tell yet."""
+    if not offered or offered & set(gpus):
+        return None
+    known = sorted(offered)
+    close = {m for g in gpus for m in difflib.get_close_matches(g, known, n=1, cutoff=0.5)}
+    hint = f"; did you mean {' or '.join(sorted(close))}?" if close else ""
+    return f"no enabled provider offers {', '.join(gpus)} (offered: {', '.join(known)}){hint}"
+
+
+class OfferingIndex(Sequence[Offering]):
+    """A market's offerings with buckets by (GPU model, GPUs per node, market), cheapest first.
+
+    Policies walk only the buckets a job can use, in price order, and stop
+    once the price alone rules out beating the best found: placing a job
+    against tens of thousands of offerings then costs a few dozen checks.
+    Buckets are built on first use and kept for the life of the snapshot.
+    """
+
+    def __init__(self, offerings: Iterable[Offering]) -> None:
+        self._all = tuple(offerings)
+        self._buckets: dict[tuple[str, int, Market], tuple[Offering, ...]] = {}
+
+    @classmethod
+    def of(cls, offerings: Sequence[Offering]) -> OfferingIndex:
+        """``offerings`` as an index (itself when it already is one)."""
+        return offerings if isinstance(offerings, OfferingIndex) else cls(offerings)
+
+    @overload
+    def __getitem__(self, i: int) -> Offering: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Offering]: ...
+    def __getitem__(self, i: int | slice) -> Offering | Sequence[Offering]:
+        return self._all[i]
+
+    def __len__(self) -> int:
+        return len(self._all)
+
+    def bucket(self, gpu: str, gpus_per_node: int, market: Market) -> tuple[Offering, ...]:
+        """Offerings of that GPU model and node size sold in ``market``, cheapest first."""
+        key = (gpu.upper(), gpus_per_node, market)
+        found = self._buckets.get(key)
+        if found is None:
+            if not self._buckets:
+                self._build()
+            found = self._buckets.get(key, ())
+        return found
+
+    def _build(self) -> None:
+        groups: dict[tuple[str, int, Market], list[tuple[float, Offering]]] = {}
+        for off in self._all:
+            for market in Market:
+                price = off.price(market)
+                if price is not None:
+                    key = (off.gpu.upper(), off.gpus_per_node, market)
+                    groups.setdefault(key, []).append((price, off))
+        self._buckets = {
+            key: tuple(o for _, o in sorted(items, key=lambda item: item[0]))
+            for key, items in groups.items()
+        }

@@ -1,0 +1,317 @@
+"""The gang preflight, with real worker processes and gloo over loopback.
+
+Two "nodes" share this machine, each on its own loopback address (the whole
+127/8 is loopback on Linux): node 0 at 127.0.0.2, which is also the master,
+node 1 at 127.0.0.3. Each node runs ``run_preflight`` in its own thread, as its
+agent would on its own VM. Nothing leaves the loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spotd.agent import preflight, preflight_worker
+from spotd.agent.gpu import GpuSource, RecordedSource
+from spotd.agent.preflight import PreflightPlan, gpu_model_matches, run_preflight
+from spotd.agent.preflight_worker import bus_bandwidth_gbps
+from spotd.core.agent_wire import PreflightCheck, PreflightFigures
+
+NODE_ADDRS = ("127.0.0.2", "127.0.0.3")
+MASTER = NODE_ADDRS[0]
+# Small and short: the figures only need to be positive and agreed on.
+FAST = {"size_mb": 2.0, "iterations": 5, "timeout_seconds": 60.0}
+
+
+def free_port() -> int:
+    # Any address: the TCP store listens on every interface, so the port must be
+    # free on all of them, not only on the master's.
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        return int(sock.getsockname()[1])
+
+
+def node_plan(rank: int, port: int, tmp_path: Path, **fields: Any) -> PreflightPlan:
+    values: dict[str, Any] = {
+        "node_rank": rank,
+        "nodes": 2,
+        "master_addr": MASTER,
+        "node_addr": NODE_ADDRS[rank],
+        "port": port,
+        "checkpoint_uri": str(tmp_path / "ckpt"),
+        **FAST,
+        **fields,
+    }
+    return PreflightPlan(**values)
+
+
+def run_nodes(plans: list[PreflightPlan], gpus: GpuSource | None = None) -> list[PreflightFigures]:
+    """Every plan's preflight at once, one thread per node, in plan order."""
+    with ThreadPoolExecutor(max_workers=len(plans)) as pool:
+        futures = [pool.submit(run_preflight, plan, gpus) for plan in plans]
+        return [f.result(timeout=120) for f in futures]
+
+
+def gang(tmp_path: Path, **fields: Any) -> list[PreflightFigures]:
+    port = free_port()
+    return run_nodes([node_plan(rank, port, tmp_path, **fields) for rank in (0, 1)])
+
+
+def check(figures: PreflightFigures, name: str) -> PreflightCheck:
+    return next(c for c in figures.checks if c.name == name)
+
+
+@pytest.mark.timeout(60)
+def test_two_nodes_measure_the_same_bandwidth_and_pass(tmp_path: Path) -> None:
+    first, second = gang(tmp_path)
+    assert first.passed and second.passed, (first.reason, second.reason)
+    assert first.busbw_gbps is not None and first.busbw_gbps > 0
+    assert second.busbw_gbps == first.busbw_gbps  # the slowest rank's time, on both
+    assert first.backend == "gloo" and first.world_size == 2
+    assert first.reason == second.reason == ""
+    assert check(first, preflight.CHECK_GANG).ok
+    assert check(first, preflight.CHECK_CHECKPOINT).ok
+    assert not list((tmp_path / "ckpt").iterdir())  # the probes were removed
+    assert 0 < first.seconds < 60
+
+
+@pytest.mark.timeout(60)
+def test_a_threshold_no_loopback_reaches_fails_both(tmp_path: Path) -> None:
+    first, second = gang(tmp_path, min_busbw_gbps=1e6)
+    assert not first.passed and not second.passed
+    assert first.reason == second.reason
+    assert first.reason.startswith("bus bandwidth ")
+    assert first.reason.endswith(" GB/s below 1000000 GB/s")
+    assert first.min_busbw_gbps == 1e6
+    assert not check(second, preflight.CHECK_BANDWIDTH).ok
+
+
+@pytest.mark.timeout(60)
+def test_one_unwritable_checkpoint_location_fails_the_whole_gang(tmp_path: Path) -> None:
+    # Root ignores permissions; a path under a regular file cannot be created by anyone.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    port = free_port()
+    plans = [
+        node_plan(0, port, tmp_path),
+        node_plan(1, port, tmp_path, checkpoint_uri=str(blocker / "ckpt")),
+    ]
+    first, second = run_nodes(plans)
+    assert not first.passed and not second.passed
+    assert first.reason == second.reason
+    assert first.reason.startswith("node 1: checkpoint location not writable: ")
+    assert check(first, preflight.CHECK_CHECKPOINT).ok  # node 0's own location is fine
+    assert not check(first, preflight.CHECK_GANG).ok
+    assert not check(second, preflight.CHECK_CHECKPOINT).ok
+    # The bandwidth is measured all the same.
+    assert first.busbw_gbps is not None and first.busbw_gbps == second.busbw_gbps
+
+
+@pytest.mark.timeout(60)
+def test_a_peer_that_never_arrives_ends_at_the_timeout(tmp_path: Path) -> None:
+    # Two gangs of two, each missing a node: the master alone, and node 1 alone
+    # (whose store never answers). Both run at once to halve the wait.
+    timeout = 4.0
+    alone = [
+        node_plan(0, free_port(), tmp_path, timeout_seconds=timeout),
+        node_plan(1, free_port(), tmp_path, timeout_seconds=timeout),
+    ]
+    start = time.monotonic()
+    results = run_nodes(alone)
+    assert time.monotonic() - start < timeout + 5
+    for figures in results:
+        assert not figures.passed
+        assert figures.reason == "preflight timed out after 4 s"
+        assert figures.busbw_gbps is None
+        assert timeout <= figures.seconds < timeout + 5
+
+
+@pytest.mark.timeout(30)
+def test_a_world_of_one_measures_nothing_and_passes(tmp_path: Path) -> None:
+    plan = PreflightPlan(
+        node_rank=0, nodes=1, master_addr=MASTER, port=free_port(), checkpoint_uri=str(tmp_path)
+    )
+    figures = run_preflight(plan, None)
+    assert figures.passed, figures.reason
+    assert figures.busbw_gbps is None
+    assert figures.world_size == 1
+    bandwidth = check(figures, preflight.CHECK_BANDWIDTH)
+    assert bandwidth.skipped and "no peer" in bandwidth.detail
+    assert check(figures, preflight.CHECK_CHECKPOINT).ok
+    assert figures.seconds < 5  # no worker was started
+
+
+@pytest.mark.timeout(30)
+def test_one_node_with_several_local_processes_measures_between_them(tmp_path: Path) -> None:
+    plan = PreflightPlan(
+        node_rank=0, nodes=1, local_procs=2, master_addr="127.0.0.1", port=free_port(), **FAST
+    )
+    figures = run_preflight(plan, None)
+    assert figures.passed, figures.reason
+    assert figures.world_size == 2
+    assert figures.busbw_gbps is not None and figures.busbw_gbps > 0
+
+
+def recording(tmp_path: Path, gpus: int, name: str = "NVIDIA A100-SXM4-80GB") -> RecordedSource:
+    moment = [{"util_pct": 0.0, "mem_used_gb": 0.5, "mem_total_gb": 80.0}] * gpus
+    path = tmp_path / "nvml.json"
+    path.write_text(json.dumps({"gpus": [name] * gpus, "samples": [moment]}))
+    return RecordedSource(path)
+
+
+def single_node(**fields: Any) -> PreflightPlan:
+    # One node, one process (gloo on CPU): the node checks without a gang.
+    values: dict[str, Any] = {
+        "node_rank": 0,
+        "nodes": 1,
+        "master_addr": MASTER,
+        "port": 29500,
+        "backend": "gloo",
+    }
+    return PreflightPlan(**{**values, **fields})
+
+
+@pytest.mark.timeout(30)
+def test_fewer_gpus_than_offered_fail_the_count_check(tmp_path: Path) -> None:
+    plan = single_node(expect_gpus=8, expect_gpu_model="A100", expect_gpu_memory_gb=80)
+    figures = run_preflight(plan, recording(tmp_path, gpus=4))
+    assert not figures.passed
+    assert figures.reason == "node 0: expected 8 GPUs, found 4"
+    assert not check(figures, preflight.CHECK_GPU_COUNT).ok
+    assert check(figures, preflight.CHECK_GPU_MODEL).ok
+    assert check(figures, preflight.CHECK_GPU_MEMORY).ok
+    assert check(figures, preflight.CHECK_GPU_DRIVER).ok
+
+
+@pytest.mark.timeout(30)
+def test_gpus_as_offered_pass(tmp_path: Path) -> None:
+    plan = single_node(expect_gpus=4, expect_gpu_model="A100", expect_gpu_memory_gb=80)
+    figures = run_preflight(plan, recording(tmp_path, gpus=4))
+    assert figures.passed, figures.reason
+    gpu_checks = [check(figures, name) for name in preflight._GPU_CHECKS]
+    assert all(c.ok and not c.skipped for c in gpu_checks)
+
+
+@pytest.mark.timeout(30)
+def test_wrong_model_and_small_memory_fail(tmp_path: Path) -> None:
+    plan = single_node(expect_gpus=2, expect_gpu_model="H100", expect_gpu_memory_gb=141)
+    figures = run_preflight(plan, recording(tmp_path, gpus=2))
+    assert not figures.passed
+    assert "expected H100 GPUs, found NVIDIA A100-SXM4-80GB" in figures.reason
+    assert "expected 141 GB per GPU, GPU 0 has 80.0 GB" in figures.reason
+    assert not check(figures, preflight.CHECK_GPU_MODEL).ok
+    assert not check(figures, preflight.CHECK_GPU_MEMORY).ok
+
+
+@pytest.mark.timeout(30)
+def test_no_driver_on_a_gpu_offering_fails() -> None:
+    figures = run_preflight(single_node(expect_gpus=8, expect_gpu_model="H100"), None)
+    assert not figures.passed
+    assert figures.reason == "node 0: no NVIDIA driver answers (NVML)"
+    assert check(figures, preflight.CHECK_GPU_COUNT).skipped
+
+
+@pytest.mark.timeout(30)
+def test_simulated_gpus_are_skipped_not_passed(tmp_path: Path) -> None:
+    plan = single_node(expect_gpus=8, expect_gpu_model="H100", simulated=True)
+    for gpus in (None, recording(tmp_path, gpus=1)):
+        figures = run_preflight(plan, gpus)
+        assert figures.passed, figures.reason
+        for name in preflight._GPU_CHECKS:
+            gpu_check = check(figures, name)
+            assert gpu_check.skipped and gpu_check.detail == preflight.SIMULATED
+
+
+def test_the_backend_follows_the_gpus(tmp_path: Path) -> None:
+    readings = recording(tmp_path, gpus=2).sample()
+    plan = single_node(backend=None)
+    assert preflight._default_backend(plan, readings) == "nccl"
+    assert preflight._default_backend(plan, []) == "gloo"
+    assert preflight._default_backend(single_node(backend=None, simulated=True), readings) == "gloo"
+
+
+@pytest.mark.timeout(30)
+def test_without_torch_the_verdict_rests_on_the_node_checks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(preflight, "_torch_available", lambda: False)
+    port = free_port()
+    ok = run_preflight(node_plan(0, port, tmp_path), None)
+    assert ok.passed, ok.reason
+    bandwidth = check(ok, preflight.CHECK_BANDWIDTH)
+    assert bandwidth.skipped and bandwidth.detail == "torch not installed"
+    assert ok.busbw_gbps is None
+    bad = run_preflight(node_plan(1, port, tmp_path, expect_gpus=2), None)
+    assert not bad.passed
+    assert bad.reason == "node 1: no NVIDIA driver answers (NVML)"
+
+
+@pytest.mark.timeout(30)
+def test_a_worker_that_fails_ends_the_preflight_at_once() -> None:
+    # This torch has no NCCL: the workers fail at once, and so does the preflight,
+    # with their error rather than a timeout.
+    plan = PreflightPlan(
+        node_rank=0,
+        nodes=1,
+        local_procs=2,
+        master_addr="127.0.0.1",
+        port=free_port(),
+        backend="nccl",
+        timeout_seconds=25,
+    )
+    figures = run_preflight(plan, None)
+    assert not figures.passed
+    assert figures.reason.startswith("node 0: preflight worker ")
+    assert "timed out" not in figures.reason
+    assert figures.seconds < 20
+
+
+def test_a_rank_outside_the_gang_is_refused() -> None:
+    with pytest.raises(ValueError, match="node_rank 2 is not below nodes 2"):
+        PreflightPlan(node_rank=2, nodes=2, master_addr=MASTER, port=29500)
+
+
+@pytest.mark.parametrize(
+    ("expected", "name", "matches"),
+    [
+        ("A100", "NVIDIA A100-SXM4-80GB", True),
+        ("a100", "NVIDIA A100 80GB PCIe", True),
+        ("H100", "NVIDIA H100 80GB HBM3", True),
+        ("H100-NVL", "NVIDIA H100 NVL", True),
+        ("A10G", "NVIDIA A10G", True),
+        ("L4", "NVIDIA L4", True),
+        ("V100", "Tesla V100-SXM2-16GB", True),
+        ("A10", "NVIDIA A100-SXM4-40GB", False),
+        ("L4", "NVIDIA L40S", False),
+        ("H100-NVL", "NVIDIA H100 80GB HBM3", False),
+        ("", "anything", True),
+    ],
+)
+def test_gpu_model_matches_words(expected: str, name: str, matches: bool) -> None:
+    assert gpu_model_matches(expected, name) is matches
+
+
+@pytest.mark.parametrize(
+    ("world", "busbw"),
+    [(2, 1.0), (4, 1.5), (8, 1.75)],
+)
+def test_bus_bandwidth_is_nccl_tests_definition(world: int, busbw: float) -> None:
+    # 1 GB in 1 s is an algbw of 1 GB/s; busbw scales it by 2 (n - 1) / n.
+    assert bus_bandwidth_gbps(1_000_000_000, 1.0, world) == pytest.approx(busbw)
+
+
+def test_a_worker_without_its_spec_prints_one_failure_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert preflight_worker.main({"RANK": "3"}) == preflight_worker.EXIT_FAILED
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1
+    failure = preflight_worker.WorkerFailure.model_validate_json(lines[0])
+    assert failure.rank == 3
+    assert preflight_worker.SPEC_VARIABLE in failure.error

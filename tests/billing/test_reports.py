@@ -1,0 +1,229 @@
+"""``spotd report``: totals from the ledger, the same in every format, findings, charts."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from engine_support import spec
+from PIL import Image
+
+from spotd.billing.ledger import record_ledger
+from spotd.billing.report_model import usd
+from spotd.billing.reports import (
+    CHART_NAMES,
+    Report,
+    build_report,
+    cid_sources,
+    data_uri_sources,
+    render_charts,
+    render_csv,
+    render_html,
+    render_json,
+    render_text,
+)
+from spotd.core.states import JobStatus, Transition
+from spotd.core.values import AttemptClose, AttemptEnd, LedgerEntry, Market, NewAttempt, Pool
+from spotd.store import SqlStore
+
+T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+SINCE, UNTIL = datetime(2026, 3, 2, tzinfo=UTC), datetime(2026, 3, 9, tzinfo=UTC)
+EAST = Pool("aws", "us-east-1", "us-east-1a", "p4d.24xlarge")
+WEST = Pool("aws", "us-west-2", "us-west-2b", "p4d.24xlarge")
+GCP = Pool("gcp", "us-central1", "us-central1-a", "a3-highgpu-8g")
+ON_DEMAND = {EAST: 32.77, WEST: 32.77, GCP: 88.25}
+PNG = b"\x89PNG\r\n\x1a\n"
+S = JobStatus
+
+
+def h(hours: float) -> datetime:
+    return T0 + timedelta(hours=hours)
+
+
+def _move(store: SqlStore, job_id: str, old: S, new: S, when: datetime, **kw: object) -> None:
+    store.compare_and_set(Transition(job_id, old, new, cause=str(new), **kw), now=when)  # type: ignore[arg-type]
+
+
+def _attempt(
+    store: SqlStore, job_id: str, old: S, pool: Pool, price: float, start: float, *,
+    run_after: float, end: float, reason: AttemptEnd, final: S, market: Market = Market.SPOT,
+) -> None:  # fmt: skip
+    """One attempt: opened at ``start`` h, running ``run_after`` h later, closed at ``end`` h."""
+    new = NewAttempt(pool, market, 1, price, resume_from="ck/1" if old is S.RECOVERING else None)
+    _move(store, job_id, old, S.PROVISIONING, h(start), open_attempt=new)
+    opened = store.attempts(job_id)[-1]
+    store.set_attempt_instances(opened.id, [f"{job_id}-{opened.seq}"])
+    store.mark_attempt_running(opened.id, at=h(start + run_after))
+    _move(store, job_id, S.PROVISIONING, S.RUNNING, h(start + run_after))
+    _move(store, job_id, S.RUNNING, final, h(end), close_attempt=AttemptClose(opened.id, reason))
+
+
+@pytest.fixture
+def filled(store: SqlStore) -> SqlStore:
+    """Two jobs over a week: one preempted twice across regions, one on-demand on GCP."""
+    big = store.create_job(spec(name="llama-70b", checkpoint={"size_gb": 100}), now=T0)
+    _attempt(store, big.id, S.PENDING, EAST, 12.0, 0, run_after=0.1, end=10,
+             reason=AttemptEnd.PREEMPTED, final=S.RECOVERING)  # fmt: skip
+    _attempt(store, big.id, S.RECOVERING, WEST, 11.0, 10.2, run_after=0.2, end=30,
+             reason=AttemptEnd.PREEMPTED, final=S.RECOVERING)  # fmt: skip
+    _attempt(store, big.id, S.RECOVERING, WEST, 11.5, 30.5, run_after=0.25, end=50,
+             reason=AttemptEnd.SUCCEEDED, final=S.SUCCEEDED)  # fmt: skip
+    small = store.create_job(spec(name="eval"), now=T0)
+    _attempt(store, small.id, S.PENDING, GCP, 88.25, 24, run_after=0.05, end=26,
+             reason=AttemptEnd.SUCCEEDED, final=S.SUCCEEDED, market=Market.ON_DEMAND)  # fmt: skip
+    for job_id in (big.id, small.id):
+        record_ledger(store, store.get_job(job_id), h(200), on_demand_prices=ON_DEMAND)
+    return store
+
+
+@pytest.fixture
+def report(filled: SqlStore) -> Report:
+    return build_report(filled, since=SINCE, until=UNTIL)
+
+
+def _sums(entries: list[LedgerEntry]) -> tuple[float, float, float]:
+    return (
+        sum(e.usd for e in entries),
+        sum(e.on_demand_usd for e in entries),
+        sum(e.gpu_hours for e in entries),
+    )
+
+
+# -- totals ------------------------------------------------------------------------------
+
+
+def test_report_totals_are_the_sum_of_the_ledger(filled: SqlStore, report: Report) -> None:
+    entries = filled.ledger(since=SINCE, until=UNTIL)
+    spend, on_demand, gpu_hours = _sums(entries)
+    t = report.totals
+    assert t.spend_usd == pytest.approx(spend) and spend > 0
+    assert t.on_demand_usd == pytest.approx(on_demand)
+    assert t.savings_usd == pytest.approx(on_demand - spend)
+    assert t.savings_pct == pytest.approx(100 * (on_demand - spend) / on_demand)
+    assert t.gpu_hours == pytest.approx(gpu_hours)
+    assert t.egress_usd == pytest.approx(100 * 0.02), "one move east -> west"
+    assert (t.jobs, t.preemptions) == (2, 2)
+    # The boots after the two preemptions; each job's first boot is its start, not a recovery.
+    assert t.recovery_hours == pytest.approx(0.2 + 0.25)
+    assert sum(j.spend_usd for j in report.jobs) == pytest.approx(spend)
+    for rows in (report.by_provider, report.by_region, report.by_gpu, report.by_fabric,
+                 report.by_gpu_fabric, report.by_market, report.by_day):  # fmt: skip
+        assert sum(r.spend_usd for r in rows) == pytest.approx(spend)
+        assert sum(r.on_demand_usd for r in rows) == pytest.approx(on_demand)
+    daily = sum(sum(d.by_provider.values()) for d in report.daily)
+    assert daily == pytest.approx(spend)
+    assert [r.key for r in report.by_day] == sorted(r.key for r in report.by_day)
+    assert {r.key for r in report.by_market} == {"spot", "on-demand"}
+
+
+def test_a_period_and_a_job_select_their_lines(filled: SqlStore, report: Report) -> None:
+    big = next(j for j in report.jobs if j.name.startswith("llama"))
+    one = build_report(filled, since=SINCE, until=UNTIL, job_id=big.job_id)
+    assert one.totals.spend_usd == pytest.approx(big.spend_usd)
+    assert [j.job_id for j in one.jobs] == [big.job_id]
+    day2 = build_report(filled, since=SINCE + timedelta(days=1), until=SINCE + timedelta(days=2))
+    lines = filled.ledger(since=SINCE + timedelta(days=1), until=SINCE + timedelta(days=2))
+    assert day2.totals.spend_usd == pytest.approx(_sums(lines)[0])
+    empty = build_report(filled, since=UNTIL, until=UNTIL + timedelta(days=7))
+    assert empty.totals.spend_usd == 0 and empty.jobs == []
+    assert empty.findings == [f"Nothing was spent from {UNTIL.date()} to 2026-03-15."]
+
+
+# -- formats ------------------------------------------------------------------------------
+
+
+def _money(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def test_every_format_carries_the_same_totals(report: Report) -> None:
+    t = report.totals
+    expected = {k: round(getattr(t, k), 2) for k in ("spend_usd", "on_demand_usd",
+                                                      "savings_usd", "gpu_hours")}  # fmt: skip
+
+    from_json = json.loads(render_json(report))["totals"]
+    assert {k: round(from_json[k], 2) for k in expected} == expected
+
+    rows = list(csv.DictReader(io.StringIO(render_csv(report))))
+    (total,) = [r for r in rows if r["row"] == "total"]
+    assert {k: float(total[k]) for k in expected} == expected
+    assert sum(float(r["spend_usd"]) for r in rows if r["row"] == "job") == pytest.approx(
+        t.spend_usd, abs=0.01
+    )
+
+    text = render_text(report)
+    labels = {"spend_usd": "Spend", "on_demand_usd": "On-demand equivalent",
+              "savings_usd": "Savings", "gpu_hours": "GPU-hours"}  # fmt: skip
+    for key, label in labels.items():
+        found = re.search(rf"^  {label}: +([\d,.-]+)", text, re.MULTILINE)
+        assert found is not None, label
+        assert _money(found.group(1)) == expected[key]
+
+    html = render_html(report, cid_sources())
+    for key, value in expected.items():
+        found = re.search(rf'data-total="{key}">([\d,.-]+)', html)
+        assert found is not None, key
+        assert _money(found.group(1)) == value
+    assert int(re.findall(r'data-total="preemptions">(\d+)', html)[0]) == t.preemptions
+    assert f"Preemptions:           {t.preemptions}" in text
+    assert total["preemptions"] == str(t.preemptions)
+
+
+def test_html_references_each_chart_by_cid_and_escapes(report: Report) -> None:
+    html = render_html(report, cid_sources())
+    for name in CHART_NAMES:
+        assert f'src="cid:{name}"' in html
+    tricky = report.model_copy(update={"findings": ["<b>A & B</b>"]})
+    assert "&lt;b&gt;A &amp; B&lt;/b&gt;" in render_html(tricky, cid_sources())
+    assert "<b>A & B</b>" in render_text(tricky), "text is not HTML-escaped"
+    standalone = render_html(report, data_uri_sources(render_charts(report)))
+    assert standalone.count('src="data:image/png;base64,') == len(CHART_NAMES)
+    assert "<img" not in render_html(report, {}), "charts left out are not shown"
+
+
+# -- findings -----------------------------------------------------------------------------
+
+
+def test_findings_say_the_right_numbers(report: Report) -> None:
+    t = report.totals
+    text = " ".join(report.findings)
+    saved = f"Spot saved {t.savings_pct:.0f} % ({usd(t.savings_usd)} USD)"
+    assert f"{saved} from 2026-03-02 to 2026-03-08" in text
+    assert "1 job was preempted 2 times" in text
+    # East ran 9.9 h for one preemption, west 19.8 h for one: east is the worse pool.
+    assert f"{EAST} was the least reliable pool: 1 preemption in 9.9 running hours." in text
+    top = report.jobs[0]
+    assert top.name == "llama-70b"
+    top_sentence = (
+        f"The most expensive job was llama-70b ({top.job_id}) at {usd(top.spend_usd)} USD."
+    )
+    assert top_sentence in text
+    assert report.findings[0].startswith("Spot saved")
+
+
+# -- charts --------------------------------------------------------------------------------
+
+
+def test_charts_are_png_images_rendered_quickly(report: Report) -> None:
+    began = time.perf_counter()
+    charts = render_charts(report)
+    took = time.perf_counter() - began
+    assert set(charts) == set(CHART_NAMES)
+    for name, png in charts.items():
+        assert png.startswith(PNG), name
+        with Image.open(io.BytesIO(png)) as image:
+            image.verify()
+        with Image.open(io.BytesIO(png)) as image:
+            assert image.format == "PNG" and image.size == (664, 300)
+    assert took < 1.5, f"charts took {took:.2f} s"
+
+
+def test_an_empty_report_still_has_charts(filled: SqlStore) -> None:
+    empty = build_report(filled, since=UNTIL, until=UNTIL + timedelta(days=1))
+    assert all(png.startswith(PNG) for png in render_charts(empty).values())
+    assert "No job spent anything" in render_html(empty, cid_sources())

@@ -1,0 +1,55 @@
+"""A real 2-node x 2-process torchrun job on the simulated market, through a preemption.
+
+Every node is its own VM process on its own loopback address, with the real
+agent; the job is ``examples/train_ddp.py`` under torchrun on gloo, writing
+DCP checkpoints through ``spotd.train``. One node of the running gang is
+reclaimed with its provider's notice; the job must resume on a new gang from
+the last complete checkpoint (never a torn one) and end with the weights of
+an uninterrupted run. The test's timeout catches a rank that hangs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from spotd.checkpoints import MARKER, checkpoint_name
+from spotd.cli.demo_ddp import DdpDemoOptions, run_ddp_demo
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
+
+
+def test_ddp_job_resumes_on_a_new_gang_from_the_last_complete_checkpoint(
+    tmp_path: Path,
+) -> None:
+    # A torn checkpoint far ahead: shards written, no marker. It must never be resumed.
+    torn = tmp_path / "checkpoints" / checkpoint_name(99_999_999)
+    torn.mkdir(parents=True)
+    (torn / "__0_0.distcp").write_bytes(b"half a shard")
+    options = DdpDemoOptions(steps=70, preemptions=1, progress_per_attempt=20, keep=tmp_path,
+                             quiet=True, timeout_seconds=250)  # fmt: skip
+    summary = run_ddp_demo(options, Console(quiet=True))
+
+    assert summary.status == "succeeded", summary
+    assert summary.preemptions == 1
+    first, *rest = summary.attempts
+    assert first.end_reason == "preempted" and first.resume_from is None
+    assert rest and rest[-1].end_reason == "succeeded"
+    for attempt in summary.attempts:
+        # Two nodes, each on an address of its own, and a preflight every gang passed.
+        assert attempt.nodes == 2 and len(set(attempt.addresses)) == 2
+        assert all(a.startswith("127.") and a != "127.0.0.1" for a in attempt.addresses)
+        assert attempt.preflight is not None and attempt.preflight.passed
+        assert attempt.preflight.world_size == 2
+    resumed = rest[0].resume_from
+    assert resumed is not None and Path(resumed) != torn
+    assert (Path(resumed) / MARKER).exists()
+    step = int(Path(resumed).name.removeprefix("step-"))
+    assert 0 < step < options.steps
+    # The same weights as the run that was never interrupted (same world size: bitwise).
+    assert summary.result_digest == summary.reference_digest
+    assert json.loads(summary.model_dump_json())["providers_used"]

@@ -1,0 +1,264 @@
+"""The daemon as users run it: a real process, driven by the real CLI.
+
+The recovery tests SIGKILL the daemon at several points of a job's life,
+restart it, and check that the job still ends with the right weights, that no
+attempt was launched twice, and that no instance is left running.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from spotd.core.states import JobStatus
+from spotd.core.values import JobRecord
+from spotd.daemon.config import load_settings
+from spotd.daemon.wiring import build_providers
+from spotd.store import SqlStore, open_store
+
+TRAINER = Path(str(resources.files("spotd.examples") / "train_tiny.py"))
+STEPS = 100
+
+CONFIG = """
+data_dir = "{root}"
+
+[daemon]
+port = 0
+tick_seconds = 0.1
+owner = "test-daemon"
+reap_every_ticks = 3
+
+[scheduling]
+cooldown_hours = 1.0
+
+[providers.sim]
+seed = {seed}
+speed = 600
+mean_up_hours = {up}
+mean_down_hours = 1.0
+boot_seconds = {boot}
+epoch = 2026-02-02T00:00:00Z
+"""
+
+JOB = """
+name = "tiny"
+command = ["{python}", "{trainer}", "--steps", "{steps}", "--ckpt-every", "5",
+           "--step-seconds", "0.1"]
+
+[resources]
+gpus = ["A100"]
+gpus_per_node = 1
+
+[checkpoint]
+uri = "ckpt"
+"""
+
+
+@dataclass
+class Setup:
+    root: Path
+    config: Path
+    job_file: Path
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "spotd", *args, "--config", str(self.config)],
+            capture_output=True, text=True, timeout=60, check=False,
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        if check:
+            assert result.returncode == 0, result.stdout + result.stderr
+        return result
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> Setup:
+    return make_setup(tmp_path, seed=5)
+
+
+def make_setup(root: Path, *, seed: int, up: float = 0.5, boot: float = 120) -> Setup:
+    config = root / "spotd.toml"
+    config.write_text(CONFIG.format(root=root, seed=seed, up=up, boot=boot))
+    job_file = root / "job.toml"
+    job_file.write_text(JOB.format(python=sys.executable, trainer=TRAINER, steps=STEPS))
+    return Setup(root, config, job_file)
+
+
+class Daemon:
+    """A ``spotd daemon`` process."""
+
+    def __init__(self, setup: Setup) -> None:
+        self.setup = setup
+        address = setup.root / "daemon.json"
+        address.unlink(missing_ok=True)
+        self.log = (setup.root / "daemon.log").open("a")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "spotd", "daemon", "--config", str(setup.config)],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if json.loads(address.read_text())["pid"] == self.proc.pid:
+                    return
+            except (OSError, ValueError, KeyError):
+                pass
+            assert self.proc.poll() is None, (setup.root / "daemon.log").read_text()
+            time.sleep(0.05)
+        raise AssertionError("daemon did not start")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def store(setup: Setup) -> Iterator[SqlStore]:
+    s = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
+    yield s
+    s.close()
+
+
+def wait_for(
+    store: SqlStore, job_id: str, cond: Callable[[JobRecord, int], bool], timeout: float = 60
+) -> JobRecord:
+    limit = time.monotonic() + timeout
+    while time.monotonic() < limit:
+        job = store.get_job(job_id)
+        if cond(job, len(store.attempts(job_id))):
+            return job
+        time.sleep(0.02)
+    raise AssertionError(f"{job_id} never got there; it is {store.get_job(job_id).status}")
+
+
+def uninterrupted_digest() -> str:
+    out = subprocess.run(
+        [sys.executable, str(TRAINER), "--steps", str(STEPS)],
+        capture_output=True, text=True, check=True, env={"PATH": os.environ["PATH"]},
+    ).stdout
+    return out.split("digest: ")[1].split()[0]
+
+
+def submit(setup: Setup) -> str:
+    job: dict[str, str] = json.loads(setup.cli("submit", str(setup.job_file), "--json").stdout)
+    return job["id"]
+
+
+def assert_clean_finish(setup: Setup, store: SqlStore, job_id: str) -> None:
+    job = store.get_job(job_id)
+    assert job.status is JobStatus.SUCCEEDED, store.events(job_id)
+    attempts = store.attempts(job_id)
+    launches = (setup.root / "sim" / "launches.log").read_text().splitlines()
+    tokens = [line.split()[0] for line in launches]
+    for attempt in attempts:
+        assert tokens.count(attempt.client_token) <= attempt.nodes, "launched twice"
+    owned = {i for a in attempts for i in a.instance_ids}
+    settings = load_settings(setup.config)
+    _, providers = build_providers(settings)
+    last = attempts[-1]
+    logs = providers[last.pool.provider].logs(last.instance_ids[0])
+    assert f"digest: {uninterrupted_digest()}" in logs
+    instances = [i for p in providers.values() for i in p.list_instances({})]
+    assert {i.id for i in instances} <= owned, "an instance no attempt owns"
+    assert all(i.ended for i in instances), [i for i in instances if not i.ended]
+
+
+KILL_POINTS: dict[str, Callable[[JobRecord, int], bool]] = {
+    # Any launch: the first may fail at once (the simulated market runs on wall time)
+    # and be followed by a second before the test first looks.
+    "during launch": lambda j, n: j.status is JobStatus.PROVISIONING,
+    "while running": lambda j, n: j.status is JobStatus.RUNNING,
+    "during recovery": lambda j, n: j.status is JobStatus.RECOVERING
+    or (j.status is JobStatus.PROVISIONING and n > 1),
+}
+
+
+BOOT_SECONDS = {"during launch": 600.0}
+"""Simulated boot per kill point (default 120 s, 0.2 s of wall time at speed 600): killing
+during a launch needs a boot long enough (1 s) for the test to see it on a busy machine."""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_sigkill_and_restart_finishes_the_job(setup: Setup, store: SqlStore, point: str) -> None:
+    if point in BOOT_SECONDS:
+        setup = make_setup(setup.root, seed=5, boot=BOOT_SECONDS[point])
+    daemon = Daemon(setup)
+    job_id = submit(setup)
+    wait_for(store, job_id, KILL_POINTS[point])
+    daemon.kill()
+    time.sleep(0.5)  # the instances go on without their daemon
+    daemon = Daemon(setup)
+    wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=90)
+    assert daemon.stop() == 0, "SIGTERM should drain and exit cleanly"
+    assert_clean_finish(setup, store, job_id)
+
+
+def test_cli_against_a_running_daemon(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path, seed=5, up=500.0)  # a calm market: no preemption
+    store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
+    daemon = Daemon(setup)
+    try:
+        bad = setup.root / "bad.toml"
+        bad.write_text(
+            'name = "x"\ncommand = ["true"]\n[resources]\ngpus = ["A100"]\ngpus_per_node = -2\n'
+        )
+        result = setup.cli("submit", str(bad), check=False)
+        assert result.returncode == 2
+        assert "bad.toml" in result.stderr and "resources.gpus_per_node" in result.stderr
+        assert "line 5" in result.stderr
+
+        job_id = submit(setup)
+        wait_for(store, job_id, lambda j, _: j.status is JobStatus.RUNNING)
+        status = json.loads(setup.cli("status", job_id, "--json").stdout)
+        assert status["id"] == job_id and status["status"] == "running"
+        assert status["attempts"][0]["provider"].startswith("sim-")
+        assert status["progress"]["done_hours"] >= 0
+        assert "progress: " in setup.cli("status", job_id).stdout
+        table = setup.cli("status").stdout
+        assert job_id in table and "running" in table
+        events = json.loads(setup.cli("events", job_id, "--json").stdout)
+        assert [e["to_status"] for e in events][:3] == ["pending", "provisioning", "running"]
+        assert "cancelled" in setup.cli("cancel", job_id).stdout
+        assert store.get_job(job_id).status is JobStatus.CANCELLED
+        missing = setup.cli("status", "j-nope", check=False)
+        assert missing.returncode == 1 and "j-nope" in missing.stderr
+    finally:
+        assert daemon.stop() == 0
+        store.close()
+
+
+def test_token_file_is_private_and_required(setup: Setup) -> None:
+    daemon = Daemon(setup)
+    try:
+        token = setup.root / "token"
+        assert token.stat().st_mode & 0o777 == 0o600
+        import httpx
+
+        port = json.loads((setup.root / "daemon.json").read_text())["port"]
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/health").status_code == 200
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/jobs").status_code == 401
+        bad = {"Authorization": "Bearer nope"}
+        assert httpx.get(f"http://127.0.0.1:{port}/v1/jobs", headers=bad).status_code == 401
+    finally:
+        daemon.stop()
+
+
+def test_cli_without_daemon_says_how_to_start_it(setup: Setup) -> None:
+    result = setup.cli("status", check=False)
+    assert result.returncode == 1
+    assert "spotd daemon" in result.stderr

@@ -1,0 +1,646 @@
+"""AWS-specific behaviour of the AWS adapter, beyond the Provider contract suite.
+
+The real boto3 clients run against moto, with botocore hooks answering what
+moto lacks (see ``fakes/aws_fake.py``); nothing reaches the network. Every
+price here is made up.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.awsrequest import AWSResponse
+from botocore.exceptions import (
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ParamValidationError,
+    ReadTimeoutError,
+)
+from fakes.aws_fake import (
+    FAKE_ACCESS_KEY,
+    FAKE_SECRET_KEY,
+    FakeAws,
+    aws_env,
+    new_session,
+    price_list_item,
+)
+from gang_support import assert_gang_env, gang_request, script_env
+from moto import mock_aws
+from pydantic import ValidationError
+
+from spotd.core.errors import (
+    AuthError,
+    CapacityError,
+    InvalidRequestError,
+    NotFoundError,
+    PriceTooLowError,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaError,
+    ThrottledError,
+)
+from spotd.core.values import Fabric, InstanceState, LaunchRequest, Market, Offering, Pool
+from spotd.daemon.bootstrap import bootstrap_for
+from spotd.market import catalog as interconnect_module
+from spotd.market.catalog import UNKNOWN_NODE_GBPS
+from spotd_aws import AwsProvider, AwsSettings, build_aws_provider, map_aws_errors
+from spotd_aws.errors import ERROR_CODES
+from spotd_aws.instances import (
+    IDEMPOTENCY_TAG,
+    aws_client_token,
+    launch_params,
+    state_of,
+)
+from spotd_aws.kind import INSTANCE_TYPES
+from spotd_aws.prices import parse_on_demand
+
+EAST, WEST = "us-east-1", "us-west-2"
+
+
+def bootstrap(request: LaunchRequest) -> str:
+    return f"#!/bin/sh\necho agent {request.client_token}\n"
+
+
+@dataclass
+class Env:
+    """moto, the hooks and a clock for the caches; ``provider()`` builds an adapter."""
+
+    fake: FakeAws
+    session: Any
+    clock: list[float] = field(default_factory=lambda: [0.0])
+
+    def provider(self, user_data: Any = bootstrap, **overrides: Any) -> AwsProvider:
+        values: dict[str, Any] = {
+            "enabled": True, "regions": [EAST], "instance_types": ["g5.xlarge"],
+            "image_id": {EAST: FakeAws.ami(EAST)},
+        }  # fmt: skip
+        values.update(overrides)
+        return AwsProvider(
+            AwsSettings(**values), user_data=user_data, session=self.session,
+            clock=lambda: self.clock[0],
+        )  # fmt: skip
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[Env]:
+    with aws_env(tmp_path), mock_aws():
+        fake = FakeAws()
+        session = new_session()
+        fake.install(session)
+        yield Env(fake, session)
+
+
+def by_zone(offerings: list[Offering], itype: str = "g5.xlarge") -> dict[str, Offering]:
+    return {o.pool.zone: o for o in offerings if o.pool.instance_type == itype}
+
+
+def request(offering: Offering, token: str = "tok", nodes: int = 1,
+            market: Market = Market.SPOT) -> LaunchRequest:
+    return LaunchRequest(
+        offering=offering, market=market, nodes=nodes, client_token=token,
+        tags={"spotd-job": "j-aws", "spotd-attempt": "3", "spotd-owner": "d1"},
+        command=("python", "train.py"), env={},
+    )  # fmt: skip
+
+
+def g5_offering(env: Env, provider: AwsProvider, zone: str = "us-east-1a") -> Offering:
+    env.fake.add_spot_price(zone, "g5.xlarge", 0.4)
+    return by_zone(provider.offerings())[zone]
+
+
+# -- settings and factory ----------------------------------------------------------
+
+
+def test_settings_defaults_and_extra_forbidden() -> None:
+    settings = AwsSettings()
+    assert settings.enabled is False
+    assert settings.regions == ["us-east-1", "us-west-2"]
+    assert settings.instance_types is None and settings.pricing_region == "us-east-1"
+    with pytest.raises(ValidationError):
+        AwsSettings(access_key="AKIA...")  # type: ignore[call-arg]
+    for bad in ("ec2.local:4566", "ftp://ec2.local", "http://"):
+        with pytest.raises(ValidationError, match="endpoint_url must be an http"):
+            AwsSettings(endpoint_url=bad)
+    assert AwsSettings(endpoint_url="http://127.0.0.1:5000").endpoint_url == "http://127.0.0.1:5000"
+
+
+def test_factory_builds_a_provider() -> None:
+    provider = build_aws_provider(AwsSettings(), user_data=bootstrap)
+    assert isinstance(provider, AwsProvider) and provider.name == "aws"
+    assert provider.instance_types == sorted(INSTANCE_TYPES)
+
+
+def test_clients_retry_little_and_time_out(env: Env) -> None:
+    provider = env.provider()
+    config = provider._clients.ec2(EAST).meta.config
+    assert config.retries["total_max_attempts"] == 2
+    assert config.connect_timeout == 5 and config.read_timeout == 30
+
+
+# -- offerings: spot prices ----------------------------------------------------------
+
+
+def test_latest_spot_price_per_zone_wins(env: Env) -> None:
+    f = env.fake
+    f.add_spot_price("us-east-1a", "g5.xlarge", 0.50, timedelta(hours=3))
+    f.add_spot_price("us-east-1a", "g5.xlarge", 0.61, timedelta(hours=1))
+    f.add_spot_price("us-east-1a", "g5.xlarge", 0.55, timedelta(hours=2))
+    f.add_spot_price("us-east-1b", "g5.xlarge", 0.40, timedelta(hours=5))
+    offers = by_zone(env.provider().offerings())
+    assert offers["us-east-1a"].spot_price == pytest.approx(0.61)
+    assert offers["us-east-1b"].spot_price == pytest.approx(0.40)
+    assert offers["us-east-1c"].spot_price is None  # no row: not sold as spot now
+    (call,) = env.fake.params("DescribeSpotPriceHistory")
+    assert call["ProductDescriptions"] == ["Linux/UNIX"]
+    assert call["InstanceTypes"] == ["g5.xlarge"]
+
+
+def test_spot_price_history_is_paged(env: Env) -> None:
+    env.fake.spot_page_size = 2
+    for hours, price in [(6, 0.30), (5, 0.31), (4, 0.32), (3, 0.33), (2, 0.34), (1, 0.35)]:
+        env.fake.add_spot_price("us-east-1d", "g5.xlarge", price, timedelta(hours=hours))
+    env.fake.add_spot_price("us-east-1a", "g5.xlarge", 0.77)  # newest row on the last page
+    offers = by_zone(env.provider().offerings())
+    calls = env.fake.params("DescribeSpotPriceHistory")
+    assert len(calls) == 4
+    assert [c.get("NextToken") for c in calls] == [None, "2", "4", "6"]
+    assert offers["us-east-1d"].spot_price == pytest.approx(0.35)
+    assert offers["us-east-1a"].spot_price == pytest.approx(0.77)
+
+
+# -- offerings: on-demand prices -----------------------------------------------------
+
+
+def test_on_demand_price_parsed_from_a_price_list_string() -> None:
+    item = price_list_item(EAST, "p5.48xlarge", 55.04)
+    assert isinstance(item, str)
+    assert json.loads(item)["terms"]["Reserved"]  # a cheaper term that must be ignored
+    assert parse_on_demand(item) == pytest.approx(55.04)
+
+
+@pytest.mark.parametrize("variant", [
+    {"operating_system": "Windows"},
+    {"tenancy": "Dedicated"},
+    {"capacity_status": "UnusedCapacityReservation"},
+    {"pre_installed_sw": "SQL Std"},
+])  # fmt: skip
+def test_other_price_list_entries_are_not_on_demand(variant: dict[str, str]) -> None:
+    assert parse_on_demand(price_list_item(EAST, "p5.48xlarge", 55.04, **variant)) is None
+
+
+def test_free_or_capacity_block_entries_give_no_price() -> None:
+    free = json.loads(price_list_item(EAST, "g5.xlarge", 0.0))
+    assert parse_on_demand(free) is None
+    block = json.loads(price_list_item(EAST, "g5.xlarge", 1.0))
+    block["product"]["attributes"]["marketoption"] = "CapacityBlock"
+    assert parse_on_demand(json.dumps(block)) is None
+
+
+def test_on_demand_prices_come_filtered_and_are_cached_for_hours(env: Env) -> None:
+    env.fake.on_demand[(EAST, "g5.xlarge")] = 1.006
+    provider = env.provider()
+    first = provider.offerings()
+    assert [o.on_demand_price for o in first] == pytest.approx([1.006] * len(first))
+    (call,) = env.fake.params("GetProducts")
+    filters = {f["Field"]: f["Value"] for f in call["Filters"]}
+    assert call["ServiceCode"] == "AmazonEC2"
+    assert filters == {
+        "operatingSystem": "Linux", "tenancy": "Shared", "preInstalledSw": "NA",
+        "capacitystatus": "Used", "instanceType": "g5.xlarge", "regionCode": EAST,
+    }  # fmt: skip
+    provider.offerings()
+    assert len(env.fake.params("GetProducts")) == 1  # cached
+    env.clock[0] += 7 * 3600
+    provider.offerings()
+    assert len(env.fake.params("GetProducts")) == 2  # stale after hours
+
+
+def test_pricing_failure_leaves_on_demand_empty_and_warns(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    env.fake.on_demand[(EAST, "g5.xlarge")] = 1.006
+    env.fake.fail_next("GetProducts", "AccessDeniedException", 400)
+    provider = env.provider()
+    with caplog.at_level(logging.WARNING):
+        assert {o.on_demand_price for o in provider.offerings()} == {None}
+    assert "on-demand price" in caplog.text
+    # Failures are not cached: the next poll asks again and gets it.
+    again = provider.offerings()
+    assert [o.on_demand_price for o in again] == pytest.approx([1.006] * len(again))
+
+
+# -- offerings: capacity and instance facts --------------------------------------------
+
+
+def test_placement_scores_map_to_capacity_per_zone(env: Env) -> None:
+    env.fake.scores.update({
+        ("us-east-1a", "g5.xlarge"): 1, ("us-east-1b", "g5.xlarge"): 10,
+        ("us-east-1c", "g5.xlarge"): 5,
+    })  # fmt: skip
+    offers = by_zone(env.provider().offerings())
+    assert offers["us-east-1a"].capacity == pytest.approx(0.1)
+    assert offers["us-east-1b"].capacity == pytest.approx(1.0)
+    assert offers["us-east-1c"].capacity == pytest.approx(0.5)
+    assert offers["us-east-1d"].capacity is None  # no score for that zone
+    (call,) = env.fake.params("GetSpotPlacementScores")
+    assert call["SingleAvailabilityZone"] is True
+    assert call["InstanceTypes"] == ["g5.xlarge"] and call["RegionNames"] == [EAST]
+    assert call["TargetCapacity"] == 1
+
+
+def test_failed_placement_scores_leave_capacity_empty_and_warn(
+    env: Env, caplog: pytest.LogCaptureFixture
+) -> None:
+    env.fake.add_spot_price("us-east-1a", "g5.xlarge", 0.4)
+    env.fake.fail_next("GetSpotPlacementScores", "UnauthorizedOperation", 403)
+    with caplog.at_level(logging.WARNING):
+        offers = by_zone(env.provider().offerings())
+    assert offers and all(o.capacity is None for o in offers.values())
+    assert offers["us-east-1a"].spot_price == pytest.approx(0.4)
+    assert "spot placement scores" in caplog.text
+
+
+def test_gpu_facts_from_the_api_and_fabric_from_the_table(env: Env) -> None:
+    offers = by_zone(env.provider(instance_types=["p5.48xlarge"]).offerings(), "p5.48xlarge")
+    offer = next(iter(offers.values()))
+    assert (offer.gpu, offer.gpus_per_node, offer.gpu_memory_gb) == ("H100", 8, 80)
+    assert offer.interconnect.fabric is Fabric.EFA
+    assert offer.interconnect.gbps_per_gpu == pytest.approx(400)
+    assert offer.notice_seconds == 120
+
+
+def test_unknown_type_gets_the_conservative_fabric_and_a_warning(
+    env: Env, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(interconnect_module, "_warned", set())  # warned once per process
+    with caplog.at_level(logging.WARNING):
+        offers = env.provider(instance_types=["g4dn.xlarge"]).offerings()
+    assert offers and {o.gpu for o in offers} == {"T4"}
+    assert {o.interconnect.fabric for o in offers} == {Fabric.ETHERNET}
+    assert {o.interconnect.gbps_per_gpu for o in offers} == {UNKNOWN_NODE_GBPS}
+    assert "g4dn.xlarge" in caplog.text
+
+
+def test_default_types_are_the_interconnect_table(env: Env) -> None:
+    provider = env.provider(instance_types=None)
+    types = {o.pool.instance_type for o in provider.offerings()}
+    (call,) = env.fake.params("DescribeInstanceTypeOfferings")
+    assert call["Filters"][0]["Values"] == sorted(INSTANCE_TYPES)
+    assert {"p5.48xlarge", "g5.xlarge"} <= types <= set(INSTANCE_TYPES)
+
+
+def test_static_facts_are_cached_between_polls(env: Env) -> None:
+    provider = env.provider()
+    provider.offerings()
+    provider.offerings()
+    assert len(env.fake.params("DescribeInstanceTypeOfferings")) == 1
+    assert len(env.fake.params("DescribeInstanceTypes")) == 1
+    assert len(env.fake.params("DescribeSpotPriceHistory")) == 2  # prices: every poll
+
+
+# -- launch -----------------------------------------------------------------------------
+
+
+def test_a_boot_script_the_renderer_refuses_is_an_invalid_request(env: Env) -> None:
+    # The real renderer refuses a script that would carry the daemon's own token.
+    render = bootstrap_for("aws", daemon_url="http://d:8000", daemon_token="s3cret")
+    provider = env.provider(user_data=render)
+    leaky = replace(request(g5_offering(env, provider)), env={"TOKEN": "s3cret"})
+    with pytest.raises(InvalidRequestError, match="daemon's token") as err:
+        provider.launch(leaky)
+    assert not err.value.retryable and err.value.code == "InvalidParameter"
+    assert env.fake.params("RunInstances") == []
+
+
+def test_launch_sends_tags_token_spot_options_and_user_data(env: Env) -> None:
+    provider = env.provider()
+    (inst,) = provider.launch(request(g5_offering(env, provider), token="tok-42"))
+    (params,) = env.fake.params("RunInstances")
+    assert params["ClientToken"] == "tok-42"
+    assert params["MinCount"] == params["MaxCount"] == 1
+    assert params["InstanceType"] == "g5.xlarge"
+    assert params["Placement"] == {"AvailabilityZone": "us-east-1a"}
+    assert params["InstanceMarketOptions"] == {
+        "MarketType": "spot",
+        "SpotOptions": {
+            "SpotInstanceType": "one-time",
+            "InstanceInterruptionBehavior": "terminate",
+        },
+    }
+    tags = {t["Key"]: t["Value"] for t in params["TagSpecifications"][0]["Tags"]}
+    assert tags == {"spotd-job": "j-aws", "spotd-attempt": "3", "spotd-owner": "d1",
+                    "Name": "spotd-j-aws-3", IDEMPOTENCY_TAG: "tok-42"}  # fmt: skip
+    # boto3 base64-encodes UserData itself: the adapter passes the plain script.
+    assert base64.b64decode(params["UserData"]).decode() == "#!/bin/sh\necho agent tok-42\n"
+    assert inst.market is Market.SPOT and inst.tags["spotd-job"] == "j-aws"
+    assert inst.pool.zone == "us-east-1a" and inst.state is InstanceState.PENDING
+
+
+def test_moto_ignores_client_token_so_the_adapter_looks_up_its_tag(env: Env) -> None:
+    ec2 = boto3.client("ec2", region_name=EAST)  # unhooked: not counted below
+    args = {"ImageId": FakeAws.ami(EAST), "MinCount": 1, "MaxCount": 1, "ClientToken": "x"}
+    a, b = ec2.run_instances(**args), ec2.run_instances(**args)
+    assert a["Instances"][0]["InstanceId"] != b["Instances"][0]["InstanceId"]  # the fake's gap
+    provider = env.provider()
+    offer = g5_offering(env, provider)
+    first = provider.launch(request(offer, token="same"))
+    again = provider.launch(request(offer, token="same"))
+    assert [i.id for i in again] == [i.id for i in first]
+    assert len(env.fake.params("RunInstances")) == 1
+    assert len(provider.list_instances({"spotd-job": "j-aws"})) == 1
+
+
+def test_long_client_token_is_hashed_to_64_ascii_chars(env: Env) -> None:
+    long_token = "job-" + "é" + "x" * 120
+    short = aws_client_token(long_token)
+    assert len(short) <= 64 and short.isascii()
+    assert short == aws_client_token(long_token) != aws_client_token(long_token + "y")
+    assert aws_client_token("a" * 64) == "a" * 64
+    provider = env.provider()
+    offer = g5_offering(env, provider)
+    first = provider.launch(request(offer, token=long_token))
+    again = provider.launch(request(offer, token=long_token))
+    assert [i.id for i in again] == [i.id for i in first]
+    (params,) = env.fake.params("RunInstances")
+    assert params["ClientToken"] == short
+
+
+def test_multi_node_launch_is_one_call_in_one_zone(env: Env) -> None:
+    provider = env.provider()
+    nodes = provider.launch(request(g5_offering(env, provider, "us-east-1b"), nodes=3))
+    assert len(nodes) == 3 and {n.pool.zone for n in nodes} == {"us-east-1b"}
+    (params,) = env.fake.params("RunInstances")
+    assert params["MinCount"] == params["MaxCount"] == 3
+
+
+def test_on_demand_launch_has_no_spot_options(env: Env) -> None:
+    provider = env.provider()
+    (inst,) = provider.launch(request(g5_offering(env, provider), market=Market.ON_DEMAND))
+    assert "InstanceMarketOptions" not in env.fake.params("RunInstances")[0]
+    assert inst.market is Market.ON_DEMAND
+    assert provider.describe([inst.id])[0].market is Market.ON_DEMAND
+
+
+def test_network_and_identity_settings_reach_run_instances() -> None:
+    settings = AwsSettings(
+        image_id={EAST: "ami-1"}, subnet_ids={"us-east-1a": "subnet-1"},
+        security_group_ids=["sg-1"], instance_profile="spotd-node", key_name="ops",
+    )  # fmt: skip
+    offer = _some_offer()
+    params = launch_params(settings, request(offer), "t", "#!/bin/sh")
+    assert params["SubnetId"] == "subnet-1" and params["SecurityGroupIds"] == ["sg-1"]
+    assert params["IamInstanceProfile"] == {"Name": "spotd-node"}
+    assert params["KeyName"] == "ops" and params["ImageId"] == "ami-1"
+    arn = settings.model_copy(update={"instance_profile": "arn:aws:iam::1:instance-profile/x"})
+    assert "Arn" in launch_params(arn, request(offer), "t", "")["IamInstanceProfile"]
+
+
+def test_launch_without_an_image_for_the_region_is_refused(env: Env) -> None:
+    provider = env.provider(image_id={})
+    with pytest.raises(ProviderError, match="image_id") as err:
+        provider.launch(request(g5_offering(env, provider)))
+    assert type(err.value) is ProviderError and env.fake.params("RunInstances") == []
+
+
+# -- instances -------------------------------------------------------------------------
+
+
+def raw(state: str, reason: str = "") -> dict[str, Any]:
+    return {"InstanceId": "i-1", "State": {"Name": state}, "StateReason": {"Code": reason}}
+
+
+@pytest.mark.parametrize(("state", "reason", "expected"), [
+    ("pending", "", InstanceState.PENDING),
+    ("running", "", InstanceState.RUNNING),
+    ("shutting-down", "Server.SpotInstanceTermination", InstanceState.PREEMPTED),
+    ("terminated", "Server.SpotInstanceTermination", InstanceState.PREEMPTED),
+    ("stopped", "Server.SpotInstanceShutdown", InstanceState.PREEMPTED),
+    ("terminated", "Client.InstanceInitiatedShutdown", InstanceState.EXITED),
+    ("stopped", "Client.InstanceInitiatedShutdown", InstanceState.EXITED),
+    ("terminated", "Client.UserInitiatedShutdown", InstanceState.TERMINATED),
+    ("shutting-down", "Client.UserInitiatedShutdown", InstanceState.TERMINATED),
+    ("stopped", "Client.UserInitiatedShutdown", InstanceState.TERMINATED),
+    ("stopping", "", InstanceState.TERMINATED),
+    ("terminated", "Server.InternalError", InstanceState.TERMINATED),
+    ("terminated", "", InstanceState.TERMINATED),
+    ("some-new-state", "", InstanceState.PENDING),
+])  # fmt: skip
+def test_state_mapping(state: str, reason: str, expected: InstanceState) -> None:
+    assert state_of(raw(state, reason)) is expected
+
+
+def test_terminate_and_interruption_as_described(env: Env) -> None:
+    provider = env.provider()
+    offer = g5_offering(env, provider)
+    a, b = provider.launch(request(offer, token="a")), provider.launch(request(offer, token="b"))
+    ida, idb = a[0].id, b[0].id
+    assert provider.describe([ida])[0].state is InstanceState.RUNNING
+    provider.terminate([ida])
+    env.fake.interrupt(idb, EAST)
+    found = {i.id: i for i in provider.describe([idb, ida])}
+    assert [i.id for i in provider.describe([idb, ida])] == [idb, ida]
+    assert found[ida].state is InstanceState.TERMINATED
+    assert found[idb].state is InstanceState.PREEMPTED
+    assert found[idb].ended_at is not None and found[idb].exit_code is None
+    provider.terminate([ida, idb, "i-0123456789abcdef0", "no-such-instance"])  # all ignored
+    assert len(env.fake.params("TerminateInstances")) == 1
+
+
+def test_unknown_ids_are_left_out(env: Env) -> None:
+    provider = env.provider()
+    assert provider.describe(["i-0123456789abcdef0", "sim-aws-123", ""]) == []
+    assert provider.logs("i-0123456789abcdef0") == ""
+
+
+def test_instances_are_found_in_every_region(env: Env) -> None:
+    images = {EAST: FakeAws.ami(EAST), WEST: FakeAws.ami(WEST)}
+    provider = env.provider(regions=[EAST, WEST], image_id=images)
+    env.fake.add_spot_price("us-west-2a", "g5.xlarge", 0.5)
+    offers = provider.offerings()
+    east = next(o for o in offers if o.pool.zone == "us-east-1a")
+    west = next(o for o in offers if o.pool.zone == "us-west-2a")
+    (ie,) = provider.launch(request(east, token="e"))
+    (iw,) = provider.launch(request(west, token="w"))
+    listed = provider.list_instances({"spotd-owner": "d1"})
+    assert {i.id: i.pool.region for i in listed} == {ie.id: EAST, iw.id: WEST}
+    fresh = env.provider(regions=[EAST, WEST], image_id=images)  # no memory of where they are
+    assert [i.pool.region for i in fresh.describe([iw.id, ie.id])] == [WEST, EAST]
+    fresh.terminate([iw.id])
+    assert fresh.describe([iw.id])[0].state is InstanceState.TERMINATED
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("code", "expected"), sorted(ERROR_CODES.items()))
+def test_every_error_code_maps_to_its_class(
+    env: Env, code: str, expected: type[ProviderError]
+) -> None:
+    provider = env.provider()
+    offer = _some_offer()
+    env.fake.fail_next("RunInstances", code, 400)
+    with pytest.raises(ProviderError) as err:
+        provider.launch(request(offer))
+    assert type(err.value) is expected
+    assert err.value.provider == "aws" and err.value.code == code
+
+
+def test_required_codes_are_all_mapped() -> None:
+    required = {
+        CapacityError: ["InsufficientInstanceCapacity", "InsufficientCapacity", "Unsupported"],
+        PriceTooLowError: ["SpotMaxPriceTooLow"],
+        QuotaError: ["MaxSpotInstanceCountExceeded", "VcpuLimitExceeded", "InstanceLimitExceeded"],
+        ThrottledError: ["RequestLimitExceeded", "Throttling", "ThrottlingException"],
+        AuthError: ["AuthFailure", "UnauthorizedOperation", "InvalidClientTokenId", "ExpiredToken"],
+        ProviderUnavailable: ["InternalError", "ServiceUnavailable"],
+        NotFoundError: ["InvalidInstanceID.NotFound"],
+    }
+    for kind, codes in required.items():
+        for code in codes:
+            assert ERROR_CODES[code] is kind, code
+
+
+@pytest.mark.parametrize(("code", "status", "expected"), [
+    ("InsufficientInstanceCapacity", 500, CapacityError),  # the code wins over the status
+    ("SomethingNew", 502, ProviderUnavailable),
+    ("SomethingNew", 429, ThrottledError),
+    ("InvalidParameterValue", 400, ProviderError),
+])  # fmt: skip
+def test_unknown_codes_fall_back_on_the_status(
+    env: Env, code: str, status: int, expected: type[ProviderError]
+) -> None:
+    provider = env.provider()
+    offer = _some_offer()
+    env.fake.fail_next("RunInstances", code, status)
+    with pytest.raises(ProviderError) as err:
+        provider.launch(request(offer))
+    assert type(err.value) is expected
+
+
+@pytest.mark.parametrize(("exc", "expected"), [
+    (NoCredentialsError(), AuthError),
+    (EndpointConnectionError(endpoint_url="https://ec2.invalid"), ProviderUnavailable),
+    (ConnectTimeoutError(endpoint_url="https://ec2.invalid"), ProviderUnavailable),
+    (ReadTimeoutError(endpoint_url="https://ec2.invalid"), ProviderUnavailable),
+    (ParamValidationError(report="bad"), ProviderError),
+])  # fmt: skip
+def test_botocore_exceptions_map_to_our_classes(
+    exc: Exception, expected: type[ProviderError]
+) -> None:
+    with pytest.raises(ProviderError) as err, map_aws_errors("Test"):
+        raise exc
+    assert type(err.value) is expected and err.value.provider == "aws"
+    assert err.value.__cause__ is exc
+
+
+def test_messages_match_codes_not_text() -> None:
+    # A message that reads like throttling does not make an unknown code throttling.
+    fake = ClientError({"Error": {"Code": "Odd", "Message": "Request limit exceeded"},
+                        "ResponseMetadata": {"HTTPStatusCode": 400}}, "RunInstances")  # fmt: skip
+    with pytest.raises(ProviderError) as err, map_aws_errors("RunInstances"):
+        raise fake
+    assert type(err.value) is ProviderError and err.value.code == "Odd"
+
+
+# -- credentials ----------------------------------------------------------------------------
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield self._data
+
+
+def _answer_over_the_wire(status: int, code: str, message: str) -> Any:
+    """A before-send hook: the request is built and signed for real, never sent."""
+    xml = (f"<Response><Errors><Error><Code>{code}</Code><Message>{message}</Message>"
+           "</Error></Errors><RequestID>fake</RequestID></Response>").encode()  # fmt: skip
+
+    def hook(request: Any, **_: Any) -> AWSResponse:
+        assert FAKE_ACCESS_KEY in request.headers["Authorization"].decode()  # really signed
+        return AWSResponse(request.url, status, {}, _Body(xml))
+
+    return hook
+
+
+def _offline_provider(session: Any) -> AwsProvider:
+    settings = AwsSettings(enabled=True, regions=[EAST], image_id={EAST: "ami-12c6146b"})
+    return AwsProvider(settings, user_data=bootstrap, session=session)
+
+
+def _some_offer() -> Offering:
+    """A g5.xlarge offering in us-east-1a, without asking the fake."""
+    return Offering(
+        pool=Pool("aws", EAST, "us-east-1a", "g5.xlarge"), gpu="A10G", gpus_per_node=1,
+        gpu_memory_gb=24, interconnect=INSTANCE_TYPES["g5.xlarge"].interconnect,
+        spot_price=0.4, on_demand_price=1.0,
+    )  # fmt: skip
+
+
+def test_credentials_never_appear_in_errors_or_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="spotd")
+    with aws_env(tmp_path):
+        session = new_session()
+        # AWS's text may name the key id; the adapter must not pass it on.
+        session.events.register("before-send.ec2", _answer_over_the_wire(
+            401, "AuthFailure", f"key {FAKE_ACCESS_KEY} was not able to be validated"))
+        provider = _offline_provider(session)
+        with pytest.raises(AuthError) as err:
+            provider.launch(request(_some_offer()))
+    text = str(err.value) + caplog.text
+    assert err.value.code == "AuthFailure"
+    assert FAKE_ACCESS_KEY not in text and FAKE_SECRET_KEY not in text
+
+
+def test_key_ids_are_scrubbed_from_other_messages(tmp_path: Path) -> None:
+    with aws_env(tmp_path):
+        session = new_session()
+        session.events.register("before-send.ec2", _answer_over_the_wire(
+            400, "InvalidParameterValue", f"odd request from {FAKE_ACCESS_KEY}"))
+        with pytest.raises(ProviderError) as err:
+            _offline_provider(session).launch(request(_some_offer()))
+    assert FAKE_ACCESS_KEY not in str(err.value) and "[redacted]" in str(err.value)
+
+
+def test_missing_credentials_are_an_auth_error(tmp_path: Path) -> None:
+    with aws_env(tmp_path):
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            os.environ.pop(key)
+        session = new_session()
+        session.events.register("before-send", lambda **_: pytest.fail("request was sent"))
+        with pytest.raises(AuthError) as err:
+            _offline_provider(session).describe(["i-0123456789abcdef0"])
+    assert err.value.code == "NoCredentialsError"
+
+
+def test_a_gangs_user_data_carries_rendezvous_and_efa_variables(env: Env) -> None:
+    render = bootstrap_for("aws", daemon_url="https://d:8443", daemon_token="the-daemon-token")
+    provider = env.provider(user_data=render, instance_types=["p4d.24xlarge"])
+    env.fake.add_spot_price("us-east-1a", "p4d.24xlarge", 9.8)
+    (o, *_) = by_zone(provider.offerings(), "p4d.24xlarge").values()
+    assert o.interconnect.fabric is Fabric.EFA
+    provider.launch(gang_request(o, tags={"spotd-job": "j-aws", "spotd-attempt": "3"}))
+    (params,) = env.fake.params("RunInstances")
+    assert params["MinCount"] == params["MaxCount"] == 2
+    script = base64.b64decode(params["UserData"]).decode()
+    gang = script_env(script)
+    assert_gang_env(gang, Fabric.EFA)
+    # p4d has EFA with RDMA read: the table's row for its family applies.
+    assert gang["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert "the-daemon-token" not in script

@@ -1,0 +1,599 @@
+"""GCP-specific tests: the real compute_v1 / billing_v1 REST clients against the loopback fake.
+
+Expected prices are computed here from the fake's (made-up) SKU table, never
+copied from the adapter.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import socket
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from fakes.gcp_fake import LOCATIONS, MACHINE_TYPES, PRICES, PROJECT, GcpFake
+from gang_support import assert_gang_env, gang_request, script_env
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as gauth_exc
+from google.oauth2.credentials import Credentials
+from harnesses.gcp import bootstrap, provider_for, settings_for
+from pydantic import ValidationError
+
+from spotd.core.errors import (
+    AuthError,
+    CapacityError,
+    InvalidRequestError,
+    NotFoundError,
+    ProviderError,
+    ProviderUnavailable,
+    QuotaError,
+    ThrottledError,
+)
+from spotd.core.values import Fabric, InstanceState, LaunchRequest, Market, Offering
+from spotd.daemon.bootstrap import bootstrap_for
+from spotd_gcp import GcpProvider, GcpSettings, build_gcp_provider, map_gcp_errors, naming
+from spotd_gcp import errors as gcp_errors
+
+SECRET = "ya29.NOT-A-REAL-TOKEN-but-secret-7f3a9c"
+
+
+@pytest.fixture
+def fake() -> Iterator[GcpFake]:
+    server = GcpFake()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def provider(fake: GcpFake) -> GcpProvider:
+    return provider_for(fake)
+
+
+def offering(p: GcpProvider, zone: str, machine: str) -> Offering:
+    return next(
+        o for o in p.offerings() if o.pool.zone == zone and o.pool.instance_type == machine
+    )
+
+
+def request(o: Offering, token: str = "tok", nodes: int = 1, market: Market = Market.SPOT,
+            tags: dict[str, str] | None = None) -> LaunchRequest:
+    return LaunchRequest(
+        offering=o, market=market, nodes=nodes, client_token=token,
+        tags=tags if tags is not None else {"spotd-job": "j1"},
+        command=("python", "train.py"), env={},
+    )
+
+
+def expected_price(machine: str, location: str, market: Market) -> float:
+    """GPU x count + core x vCPUs + RAM x GiB, from the fake's own price table."""
+    cpus, memory_mb, accel, gpus = MACHINE_TYPES[machine]
+    family = machine.split("-", maxsplit=1)[0].upper()
+    gpu_text = {
+        "nvidia-tesla-a100": "Nvidia Tesla A100 GPU", "nvidia-h100-80gb": "Nvidia H100 80GB GPU",
+        "nvidia-a100-80gb": "Nvidia Tesla A100 80GB GPU", "nvidia-l4": "Nvidia L4 GPU",
+    }[str(accel)]
+    column = 1 if market is Market.SPOT else 0
+    table = PRICES[location]
+    return (
+        table[(gpu_text, "GPU")][column] * gpus
+        + table[(f"{family} Instance Core", "CPU")][column] * cpus
+        + table[(f"{family} Instance Ram", "RAM")][column] * memory_mb / 1024
+    )
+
+
+# -- prices and offerings ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("zone", "machine", "location"), [
+    ("us-central1-a", "a2-highgpu-8g", "Americas"),
+    ("us-central1-a", "a2-highgpu-1g", "Americas"),
+    ("europe-west4-a", "a2-highgpu-8g", "Netherlands"),
+    ("us-east4-a", "a3-highgpu-8g", "Americas"),
+    ("us-central1-a", "a2-ultragpu-8g", "Americas"),
+    ("us-central1-b", "g2-standard-4", "Americas"),
+])
+def test_price_is_gpu_plus_core_plus_ram(
+    provider: GcpProvider, zone: str, machine: str, location: str
+) -> None:
+    o = offering(provider, zone, machine)
+    assert o.on_demand_price == pytest.approx(expected_price(machine, location, Market.ON_DEMAND))
+    assert o.spot_price == pytest.approx(expected_price(machine, location, Market.SPOT))
+
+
+def test_spot_uses_preemptible_skus_and_is_cheaper(provider: GcpProvider) -> None:
+    for o in provider.offerings():
+        if o.spot_price is not None and o.on_demand_price is not None:
+            assert o.spot_price < o.on_demand_price
+
+
+def test_decoy_skus_are_ignored(provider: GcpProvider) -> None:
+    # The fake also sells a "DWS Defined Duration" H100 and a commitment A100 at tiny prices.
+    o = offering(provider, "us-east4-a", "a3-highgpu-8g")
+    assert o.on_demand_price == pytest.approx(
+        expected_price("a3-highgpu-8g", "Americas", Market.ON_DEMAND))
+
+
+def test_missing_sku_gives_no_price(fake: GcpFake, provider: GcpProvider) -> None:
+    fake.skus = [s for s in fake.skus if "H200" not in s["description"]]
+    o = offering(provider, "us-east4-a", "a3-ultragpu-8g")
+    assert o.spot_price is None and o.on_demand_price is None
+    assert o.gpu == "H200" and o.gpus_per_node == 8
+
+
+def test_offerings_facts(provider: GcpProvider) -> None:
+    offers = provider.offerings()
+    names = {o.pool.instance_type for o in offers}
+    assert "n2-standard-8" not in names and "e2-medium" not in names  # no GPUs
+    a3 = offering(provider, "us-east4-a", "a3-highgpu-8g")
+    assert (a3.gpu, a3.gpus_per_node, a3.gpu_memory_gb) == ("H100", 8, 80)
+    assert a3.interconnect.fabric is Fabric.TCPX
+    assert a3.pool.region == "us-east4" and a3.pool.provider == "gcp"
+    mega = offering(provider, "us-central1-b", "a3-megagpu-8g")
+    assert mega.gpu == "H100" and mega.interconnect.fabric is Fabric.TCPXO
+    assert offering(provider, "us-central1-b", "g2-standard-4").gpu == "L4"
+    assert offering(provider, "us-east4-a", "a3-ultragpu-8g").gpu == "H200"
+    assert all(o.capacity is None and o.notice_seconds == 30 for o in offers)
+
+
+def test_machine_types_setting_limits_offerings(fake: GcpFake) -> None:
+    p = provider_for(fake, machine_types=["g2-standard-4"])
+    assert {o.pool.instance_type for o in p.offerings()} == {"g2-standard-4"}
+
+
+def test_unknown_zone_is_skipped(fake: GcpFake) -> None:
+    p = provider_for(fake, zones=["asia-east1-a", "us-central1-b"])
+    assert {o.pool.zone for o in p.offerings()} == {"us-central1-b"}
+
+
+def test_skus_and_machine_types_are_paged(fake: GcpFake, provider: GcpProvider) -> None:
+    provider.offerings()
+    sku_calls = fake.recorded("GET", "/skus")
+    assert len(sku_calls) == -(-len(fake.skus) // fake.sku_page_size) > 1
+    assert all(c.query.get("currencyCode") == "USD" for c in sku_calls)
+    assert [c.query.get("pageToken") for c in sku_calls][1:] == [
+        str(i * fake.sku_page_size) for i in range(1, len(sku_calls))]
+    zone_a = fake.recorded("GET", "/zones/us-central1-a/machineTypes")
+    assert len(zone_a) == 3  # 7 types, 3 a page
+
+
+def test_catalog_is_cached_for_hours(fake: GcpFake) -> None:
+    now = [0.0]
+    p = GcpProvider(settings_for(fake, catalog_ttl_hours=6), startup_script=bootstrap,
+                    credentials=_anon(), monotonic=lambda: now[0])
+    p.offerings()
+    pages = len(fake.recorded("GET", "/skus"))
+    now[0] = 5 * 3600.0
+    p.offerings()
+    assert len(fake.recorded("GET", "/skus")) == pages
+    now[0] = 7 * 3600.0
+    p.offerings()
+    assert len(fake.recorded("GET", "/skus")) == 2 * pages
+
+
+def test_stale_catalog_is_kept_when_a_refresh_fails(fake: GcpFake) -> None:
+    now = [0.0]
+    p = GcpProvider(settings_for(fake), startup_script=bootstrap, credentials=_anon(),
+                    monotonic=lambda: now[0])
+    before = offering(p, "us-central1-a", "a2-highgpu-8g").spot_price
+    now[0] = 10 * 3600.0
+    fake.fail_next("GET", r"/skus$", 503, "backendError")
+    assert offering(p, "us-central1-a", "a2-highgpu-8g").spot_price == before
+
+
+# -- launch --------------------------------------------------------------------
+
+
+def test_spot_scheduling_and_metadata_are_sent(fake: GcpFake, provider: GcpProvider) -> None:
+    o = offering(provider, "us-central1-a", "a2-highgpu-1g")
+    req = request(o)
+    provider.launch(req)
+    (insert,) = fake.recorded("POST", "/zones/us-central1-a/instances")
+    body = insert.body
+    assert body is not None
+    assert body["scheduling"] == {
+        "provisioningModel": "SPOT", "instanceTerminationAction": "DELETE",
+        "onHostMaintenance": "TERMINATE", "automaticRestart": False,
+    }
+    assert body["machineType"] == "zones/us-central1-a/machineTypes/a2-highgpu-1g"
+    items = {i["key"]: i["value"] for i in body["metadata"]["items"]}
+    assert items["startup-script"] == bootstrap(req)
+    assert items["spotd-node-rank"] == "0"
+    assert body["labels"]["spotd-launch"] == naming.token_hash("tok")
+    assert body["disks"][0]["initializeParams"]["sourceImage"].endswith("family/gpu")
+    assert insert.query["requestId"] == naming.request_id("tok", 0)
+
+
+def test_stop_action_and_on_demand_scheduling(fake: GcpFake) -> None:
+    p = provider_for(fake, termination_action="STOP")
+    o = offering(p, "us-central1-b", "g2-standard-4")
+    p.launch(request(o, token="spot"))
+    p.launch(request(o, token="od", market=Market.ON_DEMAND))
+    spot, on_demand = (c.body for c in fake.recorded("POST", "/instances"))
+    assert spot is not None and on_demand is not None
+    assert spot["scheduling"]["instanceTerminationAction"] == "STOP"
+    assert on_demand["scheduling"] == {"provisioningModel": "STANDARD",
+                                       "onHostMaintenance": "TERMINATE"}
+    markets = {i.market for i in p.list_instances({"spotd-job": "j1"})}
+    assert markets == {Market.SPOT, Market.ON_DEMAND}
+
+
+def test_request_ids_are_stable_uuids() -> None:
+    rid = naming.request_id("token-a", 0)
+    assert rid == naming.request_id("token-a", 0)
+    assert uuid.UUID(rid).version == 5
+    others = {naming.request_id("token-a", 1), naming.request_id("token-b", 0)}
+    assert rid not in others and len(others) == 2
+
+
+def test_relaunch_sends_the_same_request_ids(fake: GcpFake, provider: GcpProvider) -> None:
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    first = provider.launch(request(o, nodes=2))
+    again = provider.launch(request(o, nodes=2))
+    assert [i.id for i in again] == [i.id for i in first]
+    ids = [c.query["requestId"] for c in fake.recorded("POST", "/instances")]
+    assert ids == [naming.request_id("tok", 0), naming.request_id("tok", 1)] * 2
+    assert len(fake.instances) == 2
+
+
+def test_existing_name_counts_as_launched(fake: GcpFake, provider: GcpProvider) -> None:
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    first = provider.launch(request(o))
+    fake.request_ids.clear()  # GCE forgot the request id: the insert now answers 409
+    again = provider.launch(request(o))
+    assert [i.id for i in again] == [i.id for i in first]
+    assert len(fake.instances) == 1
+
+
+@pytest.mark.parametrize("token", ["tok", "x" * 500, "Ünïcode token/with spaces", ""])
+def test_names_follow_gce_rules(token: str) -> None:
+    for rank in (0, 7, 255):
+        name = naming.instance_name(token, rank)
+        assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63
+        assert name == naming.instance_name(token, rank)
+
+
+def test_ids_are_zone_and_name(provider: GcpProvider) -> None:
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    (inst,) = provider.launch(request(o))
+    assert inst.id == f"us-central1-b/{naming.instance_name('tok', 0)}"
+    assert inst.pool == o.pool and inst.market is Market.SPOT
+
+
+# -- labels ----------------------------------------------------------------------
+
+
+LABEL = re.compile(r"[a-z][a-z0-9_-]{0,62}")
+VALUE = re.compile(r"[a-z0-9_-]{0,63}")
+
+
+@pytest.mark.parametrize(("key", "value"), [
+    ("spotd-job", "j-123"), ("Team", "ML Research"), ("9lives", "x.y@z"),
+    ("k" * 80, "v" * 80), ("", ""), ("ключ", "значение"),
+])
+def test_label_sanitising_follows_gcp_rules(key: str, value: str) -> None:
+    assert LABEL.fullmatch(naming.label_key(key))
+    assert VALUE.fullmatch(naming.label_value(value))
+
+
+def test_label_mapping_keeps_plain_tags_and_separates_lossy_ones() -> None:
+    assert naming.label_key("spotd-job") == "spotd-job"
+    assert naming.label_value("j-123") == "j-123"
+    assert naming.label_value("Team") == "team"  # only the case is lost
+    assert naming.label_value("a.b") != naming.label_value("a_b")  # hash suffix tells apart
+    assert naming.label_value("a" * 70) != naming.label_value("a" * 71)
+
+
+def test_tags_round_trip_through_metadata(fake: GcpFake, provider: GcpProvider) -> None:
+    tags = {"spotd-job": "j1", "Team": "ML Research", "owner@corp": "Ann.B"}
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    (inst,) = provider.launch(request(o, tags=tags))
+    assert inst.tags == tags
+    (insert,) = fake.recorded("POST", "/instances")
+    assert insert.body is not None
+    for key, value in insert.body["labels"].items():
+        assert LABEL.fullmatch(key) and VALUE.fullmatch(value)
+    assert [i.id for i in provider.list_instances({"Team": "ML Research"})] == [inst.id]
+    # Same labels after sanitising, different tags: the exact tags decide.
+    assert provider.list_instances({"team": "ml research"}) == []
+    assert provider.list_instances({"Team": "ml research"}) == []
+
+
+def test_list_instances_filters_on_the_server_and_pages(
+    fake: GcpFake, provider: GcpProvider
+) -> None:
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    provider.launch(request(o, token="many", nodes=5))
+    provider.launch(request(o, token="other", tags={"spotd-job": "j2"}))
+    listed = provider.list_instances({"spotd-job": "j1"})
+    assert len(listed) == 5
+    calls = fake.recorded("GET", "/aggregated/instances")
+    assert len(calls) == 2  # 5 matches, 3 a page
+    assert calls[0].query["filter"] == '(labels.spotd-job = "j1")'
+    assert len(provider.list_instances({})) == 6
+
+
+def test_vms_spotd_did_not_start_are_invisible(fake: GcpFake, provider: GcpProvider) -> None:
+    fake.instances[("us-central1-b", "someone-elses-vm")] = {
+        "name": "someone-elses-vm", "status": "RUNNING", "labels": {"spotd-job": "j1"},
+        "machineType": "zones/us-central1-b/machineTypes/g2-standard-4",
+    }
+    assert provider.list_instances({"spotd-job": "j1"}) == []
+    assert provider.describe(["us-central1-b/someone-elses-vm"]) == []
+
+
+# -- states ------------------------------------------------------------------------
+
+
+def test_boot_states_then_running(provider: GcpProvider) -> None:
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    (inst,) = provider.launch(request(o))
+    assert inst.state is InstanceState.PENDING
+    (now,) = provider.describe([inst.id])
+    assert now.state is InstanceState.RUNNING and now.launched_at is not None
+
+
+def test_preempted_and_stopped_vm_is_preempted(fake: GcpFake) -> None:
+    p = provider_for(fake, termination_action="STOP")
+    (inst,) = p.launch(request(offering(p, "us-central1-b", "g2-standard-4")))
+    p.describe([inst.id])
+    p.describe([inst.id])
+    fake.preempt(*inst.id.split("/"))
+    (gone,) = p.describe([inst.id])
+    assert gone.state is InstanceState.PREEMPTED and gone.ended_at is not None
+    (listed,) = p.list_instances({"spotd-job": "j1"})
+    assert listed.state is InstanceState.PREEMPTED
+
+
+def test_preempted_and_deleted_vm_is_preempted(fake: GcpFake, provider: GcpProvider) -> None:
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    (inst,) = provider.launch(request(o))
+    fake.preempt(*inst.id.split("/"))
+    assert ("us-central1-b", inst.id.split("/")[1]) not in fake.instances
+    (gone,) = provider.describe([inst.id])
+    assert gone.state is InstanceState.PREEMPTED and gone.pool == o.pool
+    assert gone.tags == {"spotd-job": "j1"}
+    # A provider that never saw the VM still knows it was preempted, not its type.
+    (fresh,) = provider_for(fake).describe([inst.id])
+    assert fresh.state is InstanceState.PREEMPTED and fresh.pool.instance_type == "unknown"
+
+
+def test_stopped_without_preemption_is_terminated(fake: GcpFake, provider: GcpProvider) -> None:
+    (inst,) = provider.launch(request(offering(provider, "us-central1-b", "g2-standard-4")))
+    zone, name = inst.id.split("/")
+    fake.instances[(zone, name)]["status"] = "TERMINATED"
+    (stopped,) = provider.describe([inst.id])
+    assert stopped.state is InstanceState.TERMINATED
+
+
+def test_terminate_deletes_and_ignores_unknown(fake: GcpFake, provider: GcpProvider) -> None:
+    (inst,) = provider.launch(request(offering(provider, "us-central1-b", "g2-standard-4")))
+    provider.terminate([inst.id, inst.id, "us-central1-b/spotd-nothing-0", "junk"])
+    assert fake.instances == {}
+    assert provider.describe([inst.id]) == []
+
+
+def test_logs_are_the_serial_console(fake: GcpFake, provider: GcpProvider) -> None:
+    (inst,) = provider.launch(request(offering(provider, "us-central1-b", "g2-standard-4")))
+    assert provider.logs(inst.id) == fake.serial_output
+    assert provider.logs("us-central1-b/spotd-nothing-0") == ""
+    assert provider.logs("junk") == ""
+
+
+# -- all or none ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "after", "error"), [
+    ("capacity", 1, CapacityError),  # node 1's operation fails after nodes 0 and 2 exist
+    ("quota-http", 2, QuotaError),  # node 2's insert is refused
+    ("server", 1, ProviderUnavailable),
+])
+def test_partial_launch_deletes_the_created_nodes(
+    fake: GcpFake, provider: GcpProvider, kind: str, after: int, error: type[ProviderError]
+) -> None:
+    o = offering(provider, "us-central1-a", "a2-highgpu-8g")
+    fake.fail_next_insert(kind, after=after)
+    with pytest.raises(error):
+        provider.launch(request(o, nodes=3))
+    assert fake.instances == {}
+    deleted = {c.path.rsplit("/", 1)[1] for c in fake.recorded("DELETE", "/instances/")}
+    assert {naming.instance_name("tok", r) for r in range(after)} <= deleted
+    assert provider.list_instances({"spotd-job": "j1"}) == []
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "error", "code"), [
+    ("capacity", CapacityError, "ZONE_RESOURCE_POOL_EXHAUSTED"),
+    ("capacity-details", CapacityError, "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"),
+    ("stockout", CapacityError, "STOCKOUT"),
+    ("quota", QuotaError, "QUOTA_EXCEEDED"),
+    ("quota-http", QuotaError, "quotaExceeded"),
+    ("throttle", ThrottledError, "rateLimitExceeded"),
+    ("rate-403", ThrottledError, "rateLimitExceeded"),
+    # A 401 makes the SDK refresh the credentials; anonymous ones cannot be refreshed.
+    ("auth", AuthError, "CredentialsRefused"),
+    ("forbidden", AuthError, "forbidden"),
+    ("server", ProviderUnavailable, "backendError"),
+    ("unavailable", ProviderUnavailable, "backendError"),
+    ("bad-request", ProviderError, "invalid"),
+])
+def test_every_insert_error_maps_to_its_class(
+    fake: GcpFake, provider: GcpProvider, kind: str, error: type[ProviderError], code: str
+) -> None:
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    fake.fail_next_insert(kind)
+    with pytest.raises(error) as err:
+        provider.launch(request(o))
+    assert type(err.value) is error
+    assert err.value.provider == "gcp" and err.value.code == code
+
+
+@pytest.mark.parametrize(("method", "path", "status", "reason", "error"), [
+    ("GET", r"/instances/[^/]+$", 500, "backendError", ProviderUnavailable),
+    ("GET", r"/instances/[^/]+$", 403, "forbidden", AuthError),
+    ("GET", r"/instances/[^/]+$", 429, "rateLimitExceeded", ThrottledError),
+    ("GET", r"/aggregated/instances$", 503, "backendError", ProviderUnavailable),
+    ("DELETE", r"/instances/[^/]+$", 401, "required", AuthError),
+])
+def test_errors_of_other_calls(
+    fake: GcpFake, provider: GcpProvider, method: str, path: str, status: int, reason: str,
+    error: type[ProviderError],
+) -> None:
+    (inst,) = provider.launch(request(offering(provider, "us-central1-b", "g2-standard-4")))
+    fake.fail_next(method, path, status, reason)
+    with pytest.raises(error):
+        if method == "DELETE":
+            provider.terminate([inst.id])
+        elif "aggregated" in path:
+            provider.list_instances({})
+        else:
+            provider.describe([inst.id])
+
+
+@pytest.mark.parametrize(("codes", "status", "error"), [
+    (["ZONE_RESOURCE_POOL_EXHAUSTED"], 503, CapacityError),
+    (["quotaExceeded"], 403, QuotaError),
+    (["rateLimitExceeded"], 403, ThrottledError),
+    (["RATE_LIMIT_EXCEEDED"], 429, ThrottledError),
+    ([], 429, ThrottledError),
+    (["forbidden"], 403, AuthError),
+    ([], 401, AuthError),
+    (["IAM_PERMISSION_DENIED"], 403, AuthError),
+    ([], 404, NotFoundError),
+    ([], 502, ProviderUnavailable),
+    (["alreadyExists"], 409, ProviderError),
+    ([], None, ProviderError),
+])
+def test_classify(codes: list[str], status: int | None, error: type[ProviderError]) -> None:
+    assert gcp_errors.classify(codes, status) is error
+
+
+def test_mapping_never_reads_the_message() -> None:
+    with pytest.raises(ProviderError) as err, map_gcp_errors():
+        raise gexc.BadRequest("ZONE_RESOURCE_POOL_EXHAUSTED quota exceeded rate limit")
+    assert type(err.value) is ProviderError
+
+
+@pytest.mark.parametrize(("raised", "expected"), [
+    (gauth_exc.OAuthError("bad grant"), AuthError),
+    (gauth_exc.MutualTLSChannelError("no client certificate"), AuthError),
+    (gauth_exc.MalformedError("not a key file"), AuthError),
+    (gauth_exc.TimeoutError("token endpoint slow"), ProviderUnavailable),
+])
+def test_every_google_auth_error_is_mapped(raised: Exception, expected: type) -> None:
+    with pytest.raises(ProviderError) as err, map_gcp_errors("list"):
+        raise raised
+    assert type(err.value) is expected and err.value.__cause__ is raised
+
+
+def test_unreachable_api_is_unavailable(fake: GcpFake) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+    p = provider_for(fake, api_endpoint=f"http://127.0.0.1:{port}")
+    with pytest.raises(ProviderUnavailable):
+        p.describe(["us-central1-b/spotd-abc-0"])
+
+
+def test_missing_adc_is_an_auth_error(
+    fake: GcpFake, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
+    p = build_gcp_provider(settings_for(fake), startup_script=bootstrap)
+    with pytest.raises(AuthError) as err:
+        p.offerings()
+    assert err.value.provider == "gcp"
+
+
+def test_no_credentials_in_errors_or_logs(
+    fake: GcpFake, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    p = build_gcp_provider(settings_for(fake), startup_script=bootstrap,
+                           credentials=Credentials(token=SECRET))
+    o = offering(p, "us-central1-b", "g2-standard-4")
+    assert all(r.headers.get("authorization") == f"Bearer {SECRET}" for r in fake.requests)
+    texts: list[str] = []
+    for kind in ("capacity", "quota-http", "throttle", "auth", "server", "bad-request"):
+        fake.fail_next_insert(kind)
+        with pytest.raises(ProviderError) as err:
+            p.launch(request(o, token=kind))
+        texts += [str(err.value), repr(err.value), str(err.value.__cause__)]
+    texts.append(caplog.text)
+    assert not any(SECRET in t for t in texts)
+
+
+# -- settings ------------------------------------------------------------------------
+
+
+def test_settings_defaults_and_validation() -> None:
+    s = GcpSettings()
+    assert not s.enabled and s.machine_types is None and "us-central1-a" in s.zones
+    assert s.termination_action == "DELETE"
+    with pytest.raises(ValidationError):
+        GcpSettings(api_endpoint="http://compute.example.com")  # plain http off loopback
+    with pytest.raises(ValidationError):
+        GcpSettings(enabled=True)  # no image
+    with pytest.raises(ValidationError):
+        GcpSettings.model_validate({"unknown": 1})
+    assert GcpSettings(billing_endpoint="https://billing.example.com/").billing_endpoint == (
+        "https://billing.example.com")
+
+
+def test_launch_validates_the_request(provider: GcpProvider) -> None:
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    with pytest.raises(ProviderError):
+        provider.launch(request(o, nodes=0))
+
+
+def test_a_boot_script_the_renderer_refuses_is_an_invalid_request(fake: GcpFake) -> None:
+    # The real renderer refuses a script that would carry the daemon's own token.
+    render = bootstrap_for("gcp", daemon_url="http://d:8000", daemon_token="s3cret")
+    p = build_gcp_provider(settings_for(fake), startup_script=render,
+                           credentials=_anon())  # fmt: skip
+    leaky = replace(request(offering(p, "us-central1-b", "g2-standard-4")), env={"T": "s3cret"})
+    with pytest.raises(InvalidRequestError, match="daemon's token") as err:
+        p.launch(leaky)
+    assert not err.value.retryable and err.value.code == "InvalidParameter"
+    assert not [r for r in fake.requests if r.method == "POST"]
+
+
+def test_project_is_used_in_paths(fake: GcpFake, provider: GcpProvider) -> None:
+    provider.offerings()
+    compute = [r for r in fake.requests if r.path.startswith("/compute/")]
+    assert compute and all(f"/projects/{PROJECT}/" in r.path for r in compute)
+    assert LOCATIONS  # the fake's price regions are imported for the expected prices
+
+
+def _anon() -> Any:
+    from google.auth.credentials import AnonymousCredentials
+
+    return AnonymousCredentials()
+
+
+@pytest.mark.parametrize(
+    ("zone", "machine", "fabric"),
+    [("us-central1-a", "a3-highgpu-8g", Fabric.TCPX), ("us-central1-b", "a3-megagpu-8g",
+     Fabric.TCPXO), ("us-east4-a", "a3-ultragpu-8g", Fabric.ROCE)],
+)  # fmt: skip
+def test_a_gangs_startup_script_carries_rendezvous_and_fabric_variables(
+    fake: GcpFake, zone: str, machine: str, fabric: Fabric
+) -> None:
+    render = bootstrap_for("gcp", daemon_url="https://d:8443", daemon_token="the-daemon-token")
+    p = GcpProvider(settings_for(fake), startup_script=render, credentials=_anon())
+    o = offering(p, zone, machine)
+    assert o.interconnect.fabric is fabric
+    p.launch(gang_request(o, tags={"spotd-job": "j-gang", "spotd-attempt": "3"}))
+    inserts = fake.recorded("POST", f"/zones/{zone}/instances")
+    assert len(inserts) == 2
+    for insert in inserts:
+        items = {i["key"]: i["value"] for i in (insert.body or {})["metadata"]["items"]}
+        env = script_env(items["startup-script"])
+        assert_gang_env(env, fabric)
+        assert "the-daemon-token" not in items["startup-script"]
