@@ -12,6 +12,7 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from spotd import checkpoints as ck
+from spotd.core.cadence import saves_on_notice
 from spotd.core.errors import CheckpointError, SpotdError
 from spotd.core.spec import JobSpec
 
@@ -228,4 +229,4 @@ def test_saves_on_notice(size_gb: float, on_notice: bool, notice: int, saved: bo
         "resources": {"gpus": ["H100"], "gpus_per_node": 8},
         "checkpoint": {"size_gb": size_gb, "on_notice": on_notice},
     })
-    assert ck.saves_on_notice(spec, notice) is saved
+    assert saves_on_notice(spec, notice) is saved
