@@ -12,8 +12,9 @@ import statistics
 import time
 from datetime import UTC, datetime, timedelta
 
+from spotd.core.network import Fabric, Interconnect
 from spotd.core.spec import DeadlineSpec, JobSpec, MarketMode
-from spotd.core.values import Fabric, Interconnect, Market, Offering, PlacementContext, Pool
+from spotd.core.values import Market, Offering, PlacementContext, Pool
 from spotd.market.cache import OfferingIndex
 from spotd.registry import load_policy
 

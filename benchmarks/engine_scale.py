@@ -22,17 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from spotd.core.clock import WallClock
+from spotd.core.network import Fabric, Interconnect
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
-from spotd.core.values import (
-    Fabric,
-    Instance,
-    InstanceState,
-    Interconnect,
-    LaunchRequest,
-    Offering,
-    Pool,
-)
+from spotd.core.values import Instance, InstanceState, LaunchRequest, Offering, Pool
 from spotd.engine.reconcile import Engine, EngineSettings
 from spotd.store import open_store
 from spotd_policies.balanced import BalancedPolicy

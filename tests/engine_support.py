@@ -10,17 +10,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from spotd.core.errors import NotFoundError, ProviderError
+from spotd.core.network import Fabric, Interconnect
 from spotd.core.spec import JobSpec
-from spotd.core.values import (
-    Fabric,
-    Instance,
-    InstanceState,
-    Interconnect,
-    JobRecord,
-    LaunchRequest,
-    Offering,
-    Pool,
-)
+from spotd.core.values import Instance, InstanceState, JobRecord, LaunchRequest, Offering, Pool
 from spotd.daemon.config import (
     DaemonSettings,
     ProvidersSettings,

@@ -7,9 +7,10 @@ import shlex
 from collections.abc import Mapping
 from datetime import UTC, datetime
 
+from spotd.core.network import Fabric
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
-from spotd.core.values import AttemptRecord, Fabric, JobRecord, LaunchRequest, Market, Offering
+from spotd.core.values import AttemptRecord, JobRecord, LaunchRequest, Market, Offering
 from spotd.engine.reconcile import job_environment
 
 FABRIC_MARKS = {

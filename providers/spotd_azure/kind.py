@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from spotd.core.kinds import BootCarrier, BuiltProviders, ProviderContext, ProviderKind, TypeFacts
+from spotd.core.contracts import BuiltProviders, ProviderContext
+from spotd.core.kinds import BootCarrier, ProviderKind, TypeFacts
 from spotd.core.kinds import type_facts as _t
-from spotd.core.values import Fabric
+from spotd.core.network import Fabric
 
 from .settings import AzureSettings
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 
-from spotd.core.values import Fabric, Interconnect, Offering, Pool
+from spotd.core.network import Fabric, Interconnect
+from spotd.core.values import Offering, Pool
 from spotd.market.catalog import UNKNOWN_NODE_GBPS, facts, interconnect
 
 from .kind import NOTICE_SECONDS

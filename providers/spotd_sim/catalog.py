@@ -12,7 +12,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from spotd.core.values import Interconnect, Pool
+from spotd.core.network import Interconnect
+from spotd.core.values import Pool
 from spotd.registry import load_kind
 
 SIM_AWS = "sim-aws"

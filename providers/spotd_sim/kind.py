@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spotd.core.kinds import BuiltProviders, ProviderContext, ProviderKind
+from spotd.core.contracts import BuiltProviders, ProviderContext
+from spotd.core.kinds import ProviderKind
 
 from .catalog import MIRRORS, PROVIDERS
 from .settings import SimSettings

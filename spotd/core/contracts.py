@@ -6,11 +6,13 @@ contract test suite per protocol runs against every implementation.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
 
+from spotd.core.errors import ConfigError
 from spotd.core.spec import JobSpec
 from spotd.core.values import (
     AttemptRecord,
@@ -31,7 +33,6 @@ from spotd.core.values import (
 
 if TYPE_CHECKING:
     from spotd.core.agent_wire import ProviderNotice
-    from spotd.core.kinds import BuiltProviders, ProviderContext
     from spotd.core.values import NodeUsage
 
 
@@ -236,6 +237,32 @@ class Notifier(Protocol):
 
 
 SettingsT_contra = TypeVar("SettingsT_contra", contravariant=True)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderContext:
+    """What the daemon hands a kind's ``build`` hook besides its settings table."""
+
+    state_dir: Path
+    """A folder of the kind's own under the daemon's data_dir (created on demand)."""
+    boot_script: Callable[[LaunchRequest], str] | None = None
+    """Renders the boot script of a launch request's nodes on this kind's carrier;
+    None for a kind without a carrier."""
+
+    def require_boot_script(self, kind: str) -> Callable[[LaunchRequest], str]:
+        """The boot-script renderer, or a ConfigError when the daemon has none."""
+        if self.boot_script is None:
+            raise ConfigError(f"[providers.{kind}] needs a boot script, and none was given")
+        return self.boot_script
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltProviders:
+    """What a ``build`` hook returns: the kind's providers and, if it keeps one, its clock."""
+
+    providers: Sequence[Provider]
+    clock: Clock | None = None
+    """None: the providers run on the wall clock."""
 
 
 class ProviderFactory(Protocol[SettingsT_contra]):

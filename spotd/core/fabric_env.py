@@ -1,6 +1,6 @@
 """The NCCL and libfabric environment of a multi-node job, per scale-out fabric.
 
-One table (:data:`PROFILES`), one profile per :class:`~spotd.core.values.Fabric`:
+One table (:data:`PROFILES`), one profile per :class:`~spotd.core.network.Fabric`:
 the variables a gang on that fabric gets (each with its source), the share of
 the per-GPU line rate its preflight all-reduce must reach, and the documents
 the profile follows. :func:`fabric_environment` merges a job's
@@ -113,7 +113,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from spotd.core.values import Fabric, Interconnect
+from spotd.core.network import Fabric, Interconnect
 
 NCCL_ENV = 'NVIDIA NCCL User Guide, "Environment Variables"'
 AWS_EFA_NCCL = 'AWS EC2 User Guide, "Get started with EFA and NCCL"'

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from spotd.core.values import Fabric
+from spotd.core.network import Fabric
 
 FABRIC_EFFICIENCY: Mapping[Fabric, float] = {
     # Share of peak all-reduce throughput a multi-node run reaches on the fabric

@@ -16,25 +16,20 @@ its ``build`` hook loads when called.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from spotd.core.errors import ConfigError
-from spotd.core.values import Fabric, Interconnect
+from spotd.core.network import Fabric, Interconnect
 
 if TYPE_CHECKING:
     from spotd.core.contracts import (
-        Clock,
         ClockOpener,
         NoticeWatcherFactory,
-        Provider,
         ProviderFactory,
     )
-    from spotd.core.values import LaunchRequest
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -77,32 +72,6 @@ class BootCarrier:
     """What carries the script, for messages and the script's header ("EC2 user data")."""
     max_bytes: int
     """The carrier's size limit; the rendered script is checked against it raw."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderContext:
-    """What the daemon hands a kind's ``build`` hook besides its settings table."""
-
-    state_dir: Path
-    """A folder of the kind's own under the daemon's data_dir (created on demand)."""
-    boot_script: Callable[[LaunchRequest], str] | None = None
-    """Renders the boot script of a launch request's nodes on this kind's carrier;
-    None for a kind without a carrier."""
-
-    def require_boot_script(self, kind: str) -> Callable[[LaunchRequest], str]:
-        """The boot-script renderer, or a ConfigError when the daemon has none."""
-        if self.boot_script is None:
-            raise ConfigError(f"[providers.{kind}] needs a boot script, and none was given")
-        return self.boot_script
-
-
-@dataclass(frozen=True, slots=True)
-class BuiltProviders:
-    """What a ``build`` hook returns: the kind's providers and, if it keeps one, its clock."""
-
-    providers: Sequence[Provider]
-    clock: Clock | None = None
-    """None: the providers run on the wall clock."""
 
 
 @dataclass(frozen=True, slots=True, eq=False, repr=False)

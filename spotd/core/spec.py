@@ -47,8 +47,8 @@ from pydantic import (
 )
 
 from spotd.core.errors import JobSpecError
+from spotd.core.network import Fabric
 from spotd.core.toml_lines import KeyLines
-from spotd.core.values import Fabric
 
 __all__ = [
     "BudgetSpec",

@@ -12,6 +12,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Literal, Protocol
 
+from spotd.core.network import Interconnect
+
 if TYPE_CHECKING:
     from spotd.core.capacity import CapacitySeries
     from spotd.core.spec import JobSpec
@@ -65,25 +67,6 @@ class Market(StrEnum):
     """Preemptible capacity at the spot price."""
     ON_DEMAND = "on-demand"
     """Capacity that the provider does not take back."""
-
-
-class Fabric(StrEnum):
-    """The scale-out network between nodes (inside a node, NVLink always)."""
-
-    INFINIBAND = "infiniband"
-    EFA = "efa"
-    ROCE = "roce"
-    TCPX = "tcpx"
-    TCPXO = "tcpxo"
-    ETHERNET = "ethernet"
-
-
-@dataclass(frozen=True, slots=True)
-class Interconnect:
-    """Scale-out fabric of an instance type and its bandwidth per GPU."""
-
-    fabric: Fabric
-    gbps_per_gpu: float
 
 
 @dataclass(frozen=True, slots=True)

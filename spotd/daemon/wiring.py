@@ -6,9 +6,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from spotd.core.clock import WallClock
-from spotd.core.contracts import Clock, Provider
+from spotd.core.contracts import Clock, Provider, ProviderContext
 from spotd.core.errors import ConfigError
-from spotd.core.kinds import AnyKind, ProviderContext
+from spotd.core.kinds import AnyKind
 from spotd.daemon.config import Settings
 from spotd.daemon.tokens import ensure_token
 from spotd.engine.reconcile import Engine, EngineSettings

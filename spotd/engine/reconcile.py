@@ -54,6 +54,7 @@ from spotd.core.values import (
     NodeUsage,
     Offering,
     PlacementContext,
+    attempt_reports,
 )
 from spotd.engine.attempts import open_attempt, with_report
 from spotd.engine.context import placement_context
@@ -543,11 +544,7 @@ class Engine:
         """
         provider = self.providers[attempt.pool.provider]
         seen = self._described(provider, attempt.instance_ids)
-        reports = {
-            r.instance_id: r
-            for r in self._reports(attempt.job_id)
-            if r.attempt == attempt.seq and r.provider == provider.name
-        }
+        reports = attempt_reports(attempt, self._reports(attempt.job_id))
         return [
             with_report(self._seen_or_missing(iid, seen), reports.get(iid))
             for iid in attempt.instance_ids
@@ -815,8 +812,11 @@ class Engine:
             self._terminate(closed)
         if closed is not None or job.status.terminal:
             self._bill(job)
-        if job.status.terminal and self.on_end is not None:
-            self.on_end(job)
+        if job.status.terminal:
+            if self.on_end is not None:
+                self.on_end(job)
+            # An ended job is never priced again: keep no bill of it for _spent.
+            self._bills.pop(job.id, None)
 
     def _spent(
         self, job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime

@@ -23,7 +23,7 @@ from spotd.core.kinds import (
     DEFAULT_INTER_REGION_USD_PER_GB,
     TypeFacts,
 )
-from spotd.core.values import Fabric, Interconnect
+from spotd.core.network import Fabric, Interconnect
 from spotd.registry import find_market_kind, provider_kinds
 
 log = logging.getLogger(__name__)

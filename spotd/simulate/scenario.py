@@ -19,7 +19,7 @@ from annotated_types import Ge, Gt, Le
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from spotd.core.errors import SpotdError
-from spotd.core.values import Fabric
+from spotd.core.network import Fabric
 
 __all__ = [
     "DEFAULT_CHANGEOVER_HOURS",

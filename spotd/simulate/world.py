@@ -17,8 +17,9 @@ import numpy as np
 
 from spotd.core.cadence import saves_on_notice
 from spotd.core.facts import FABRIC_EFFICIENCY, REFERENCE_FABRIC_EFFICIENCY
+from spotd.core.network import Interconnect
 from spotd.core.spec import CheckpointSpec, DeadlineSpec, JobSpec, MarketMode, MarketSpec, Resources
-from spotd.core.values import Interconnect, Offering, Pool
+from spotd.core.values import Offering, Pool
 from spotd.market.catalog import facts, interconnect, notice_seconds
 from spotd.simulate.model import World
 from spotd.simulate.scenario import CostModel, JobEntry, OfferingEntry, Scenario, ScenarioError

@@ -112,8 +112,8 @@ def test_plan_shows_the_fabric_environment_of_its_choice_after_the_table(tmp_pat
 
 def test_plan_json_carries_the_environment_and_the_preflight_floor(tmp_path: Path) -> None:
     from spotd.core.fabric_env import default_min_busbw_gbps, fabric_environment
+    from spotd.core.network import Fabric, Interconnect
     from spotd.core.spec import load_job_file
-    from spotd.core.values import Fabric, Interconnect
 
     job = EXAMPLES / "multinode-70b.toml"
     view = json.loads(_plan(tmp_path, job, "--json"))

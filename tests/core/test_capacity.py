@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from spotd.core.capacity import CapacitySeries, align, resample, spells_of, trailing_run
-from spotd.core.values import Fabric, Interconnect, Offering, Pool
+from spotd.core.network import Fabric, Interconnect
+from spotd.core.values import Offering, Pool
 from spotd.market.stats import SERIES_STEP, HistoryStats
 from spotd.store import SqlStore
 

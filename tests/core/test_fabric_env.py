@@ -13,8 +13,8 @@ from spotd.core.fabric_env import (
     fabric_environment,
     instance_family,
 )
+from spotd.core.network import Fabric, Interconnect
 from spotd.core.spec import parse_job_toml
-from spotd.core.values import Fabric, Interconnect
 from spotd.market.catalog import catalog
 
 IB = Interconnect(Fabric.INFINIBAND, 400.0)

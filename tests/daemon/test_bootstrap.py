@@ -20,7 +20,8 @@ import pytest
 from gang_support import FABRIC_MARKS, assert_gang_env, gang_request, script_env
 
 from spotd.core.agent_wire import agent_token
-from spotd.core.values import Fabric, Interconnect, LaunchRequest, Market, Offering, Pool
+from spotd.core.network import Fabric, Interconnect
+from spotd.core.values import LaunchRequest, Market, Offering, Pool
 from spotd.daemon.bootstrap import BootKind, bootstrap_for, render_bootstrap
 
 KINDS: list[BootKind] = ["aws", "gcp", "azure"]

@@ -16,13 +16,12 @@ from fastapi import Depends, FastAPI, HTTPException
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from spotd.core.network import Fabric, Interconnect
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
 from spotd.core.values import (
     AttemptEnd,
     AttemptRecord,
-    Fabric,
-    Interconnect,
     JobRecord,
     LedgerEntry,
     Market,

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from spotd.core import facts
 from spotd.core.cadence import checkpoint_interval
+from spotd.core.network import Fabric, Interconnect
 from spotd.core.progress import (
     done_hours,
     job_done_hours,
@@ -22,16 +23,7 @@ from spotd.core.progress import (
 )
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
-from spotd.core.values import (
-    AttemptEnd,
-    AttemptRecord,
-    Fabric,
-    InstanceReport,
-    Interconnect,
-    Market,
-    Offering,
-    Pool,
-)
+from spotd.core.values import AttemptEnd, AttemptRecord, InstanceReport, Market, Offering, Pool
 from spotd.engine.reconcile import Engine, EngineSettings
 from spotd.store import open_store
 from spotd_policies import costmodel

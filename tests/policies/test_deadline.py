@@ -12,8 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spotd.core.capacity import CapacitySeries
+from spotd.core.network import Fabric, Interconnect
 from spotd.core.spec import BudgetSpec, JobSpec
-from spotd.core.values import Fabric, Interconnect, Market, Offering, PlacementContext, Pool
+from spotd.core.values import Market, Offering, PlacementContext, Pool
 from spotd_policies import capacity_model as availability
 from spotd_policies import deadline
 from spotd_policies.balanced import BalancedPolicy

@@ -12,17 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spotd.core import progress
+from spotd.core.network import Fabric, Interconnect
 from spotd.core.spec import JobSpec
-from spotd.core.values import (
-    Candidate,
-    ExclusionKind,
-    Fabric,
-    Interconnect,
-    Market,
-    Offering,
-    PlacementContext,
-    Pool,
-)
+from spotd.core.values import Candidate, ExclusionKind, Market, Offering, PlacementContext, Pool
 from spotd.market.cache import OfferingIndex
 from spotd_policies import costmodel
 from spotd_policies.balanced import BalancedPolicy, expected_cost

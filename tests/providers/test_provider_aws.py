@@ -51,7 +51,8 @@ from spotd.core.errors import (
     QuotaError,
     ThrottledError,
 )
-from spotd.core.values import Fabric, InstanceState, LaunchRequest, Market, Offering, Pool
+from spotd.core.network import Fabric
+from spotd.core.values import InstanceState, LaunchRequest, Market, Offering, Pool
 from spotd.daemon.bootstrap import bootstrap_for
 from spotd.market import catalog as interconnect_module
 from spotd.market.catalog import UNKNOWN_NODE_GBPS

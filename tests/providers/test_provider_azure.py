@@ -44,7 +44,8 @@ from spotd.core.errors import (
     QuotaError,
     ThrottledError,
 )
-from spotd.core.values import Fabric, InstanceState, LaunchRequest, Market, Offering, Pool
+from spotd.core.network import Fabric
+from spotd.core.values import InstanceState, LaunchRequest, Market, Offering, Pool
 from spotd_azure import (
     AzureProvider,
     AzureSettings,

@@ -33,7 +33,8 @@ from spotd.core.errors import (
     QuotaError,
     ThrottledError,
 )
-from spotd.core.values import Fabric, InstanceState, LaunchRequest, Market, Offering
+from spotd.core.network import Fabric
+from spotd.core.values import InstanceState, LaunchRequest, Market, Offering
 from spotd.daemon.bootstrap import bootstrap_for
 from spotd_gcp import GcpProvider, GcpSettings, build_gcp_provider, map_gcp_errors, naming
 from spotd_gcp import errors as gcp_errors

@@ -200,8 +200,10 @@ THIRD_PARTY = '''
 
 from pydantic import BaseModel, ConfigDict
 
-from spotd.core.values import Fabric, Offering, Pool
-from spotd.core.kinds import BuiltProviders, ProviderKind, type_facts
+from spotd.core.values import Offering, Pool
+from spotd.core.network import Fabric
+from spotd.core.kinds import ProviderKind, type_facts
+from spotd.core.contracts import BuiltProviders
 
 TYPES = {"tc.h100x8": type_facts("H100", 8, 80, Fabric.INFINIBAND, 3200)}
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from spotd.core.errors import ProviderError
-from spotd.core.values import Fabric, Pool
+from spotd.core.network import Fabric
+from spotd.core.values import Pool
 from spotd_sim import (
     PROVIDERS,
     MarketConfig,

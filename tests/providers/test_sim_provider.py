@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from spotd.core.errors import CapacityError
-from spotd.core.values import Fabric, Instance, InstanceState, LaunchRequest, Market, Offering
+from spotd.core.network import Fabric
+from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Offering
 from spotd_sim import SimClock, SimProvider, build_sim_providers
 from spotd_sim.procs import signal_group
 from spotd_sim.records import VmStatus

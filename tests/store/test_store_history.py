@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from spotd.core.values import Fabric, InstanceReport, Interconnect, Market, Offering, Pool
+from spotd.core.network import Fabric, Interconnect
+from spotd.core.values import InstanceReport, Market, Offering, Pool
 from spotd.store import SqlStore
 
 T0 = datetime(2026, 5, 1, tzinfo=UTC)
