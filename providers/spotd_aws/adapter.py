@@ -17,12 +17,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spotd.core.errors import NotFoundError, ProviderError, invalid_request
+from spotd.core.kinds import InstanceShape
 from spotd.core.values import Instance, LaunchRequest, Offering, Pool
-from spotd.market.catalog import interconnect
 from spotd.market.ttl import TtlCache
 
 from .capacity import placement_scores
-from .catalog import GpuType, gpu_types, zone_ids, zones_offering
+from .catalog import gpu_types, zone_ids, zones_offering
 from .clients import AwsClients
 from .errors import PROVIDER, map_aws_errors
 from .instances import IDEMPOTENCY_TAG, aws_client_token, is_gone, launch_params, to_instance
@@ -72,7 +72,7 @@ class AwsProvider:
         self._clients = clients or AwsClients(settings, session)
         self._now = now
         self._offered: TtlCache[str, dict[str, set[str]]] = TtlCache(STATIC_TTL_SECONDS, clock)
-        self._gpus: TtlCache[str, dict[str, GpuType]] = TtlCache(STATIC_TTL_SECONDS, clock)
+        self._gpus: TtlCache[str, dict[str, InstanceShape]] = TtlCache(STATIC_TTL_SECONDS, clock)
         self._zone_ids: TtlCache[str, dict[str, str]] = TtlCache(STATIC_TTL_SECONDS, clock)
         self._on_demand: TtlCache[tuple[str, str], float | None] = TtlCache(
             STATIC_TTL_SECONDS, clock
@@ -117,7 +117,7 @@ class AwsProvider:
                     gpu=gpu.gpu,
                     gpus_per_node=gpu.gpus_per_node,
                     gpu_memory_gb=gpu.gpu_memory_gb,
-                    interconnect=interconnect(PROVIDER, itype, gpu.gpus_per_node),
+                    interconnect=gpu.interconnect,
                     spot_price=spot.get((zone, itype)),
                     on_demand_price=on_demand,
                     capacity=None if capacity is None else capacity.get(zone),

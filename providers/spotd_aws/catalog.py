@@ -8,25 +8,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from spotd.core.kinds import InstanceShape
+from spotd.market.catalog import interconnect
 
 from .clients import Client
 from .errors import map_aws_errors
+from .kind import NAME
 
 log = logging.getLogger(__name__)
 
 MIB_PER_GB = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class GpuType:
-    """What ``describe_instance_types`` says of one GPU instance type."""
-
-    instance_type: str
-    gpu: str
-    gpus_per_node: int
-    gpu_memory_gb: int
 
 
 def zones_offering(ec2: Client, instance_types: Iterable[str]) -> dict[str, set[str]]:
@@ -46,13 +39,13 @@ def zones_offering(ec2: Client, instance_types: Iterable[str]) -> dict[str, set[
     return found
 
 
-def gpu_types(ec2: Client, instance_types: Iterable[str]) -> dict[str, GpuType]:
-    """GPU facts of the given types; types without GPUs are left out with a warning.
+def gpu_types(ec2: Client, instance_types: Iterable[str]) -> dict[str, InstanceShape]:
+    """The shapes of the given types, by type; types without GPUs are left out with a warning.
 
     Pass only types the region offers: AWS rejects the whole call for one it does not know.
     """
     wanted = sorted(set(instance_types))
-    found: dict[str, GpuType] = {}
+    found: dict[str, InstanceShape] = {}
     if not wanted:
         return found
     with map_aws_errors("DescribeInstanceTypes"):
@@ -63,12 +56,13 @@ def gpu_types(ec2: Client, instance_types: Iterable[str]) -> dict[str, GpuType]:
         if gpu is None:
             log.warning("aws: %s has no GPUs; left out of the offerings", row.get("InstanceType"))
         else:
-            found[gpu.instance_type] = gpu
+            found[str(row["InstanceType"])] = gpu
     return found
 
 
-def parse_gpu_info(row: Mapping[str, Any]) -> GpuType | None:
-    """The GPU facts of one ``InstanceTypes`` row, None when it has no GPU."""
+def parse_gpu_info(row: Mapping[str, Any]) -> InstanceShape | None:
+    """The shape of one ``InstanceTypes`` row (its GPUs from the row, its fabric from
+    the kind's table), None when it has no GPU."""
     gpus = (row.get("GpuInfo") or {}).get("Gpus") or []
     if not gpus:
         return None
@@ -76,11 +70,12 @@ def parse_gpu_info(row: Mapping[str, Any]) -> GpuType | None:
     first = gpus[0]
     count = sum(int(g.get("Count", 0)) for g in gpus)
     mib = int((first.get("MemoryInfo") or {}).get("SizeInMiB", 0))
-    return GpuType(
-        instance_type=str(row["InstanceType"]),
+    gpus_per_node = max(1, count)
+    return InstanceShape(
         gpu=str(first.get("Name") or "unknown"),
-        gpus_per_node=max(1, count),
+        gpus_per_node=gpus_per_node,
         gpu_memory_gb=round(mib / MIB_PER_GB),
+        interconnect=interconnect(NAME, str(row["InstanceType"]), gpus_per_node),
     )
 
 

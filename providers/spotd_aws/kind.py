@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spotd.core.contracts import BuiltProviders, ProviderContext
-from spotd.core.kinds import BootCarrier, ProviderKind, TypeFacts
-from spotd.core.kinds import type_facts as _t
+from spotd.core.kinds import BootCarrier, InstanceShape, ProviderKind
+from spotd.core.kinds import instance_shape as _t
 from spotd.core.network import Fabric
 
 from .settings import AwsSettings
@@ -27,7 +27,7 @@ METADATA_URL = "http://169.254.169.254"
 
 E, EFA = Fabric.ETHERNET, Fabric.EFA
 
-INSTANCE_TYPES: dict[str, TypeFacts] = {
+INSTANCE_TYPES: dict[str, InstanceShape] = {
     # "Amazon EC2 accelerated computing instance specifications" (network
     # bandwidth and EFA columns) for P3, P4d/P4de, P5/P5e/P5en, P6-B200, P6-B300
     # (6,400 Gbps EFAv4 per node, 800 per GPU), G5, G6, G6e. Figures per node,

@@ -23,9 +23,9 @@ from spotd.core.values import Instance, LaunchRequest, Offering, Pool
 from .clients import compute_client, default_credential
 from .errors import map_azure_errors
 from .kind import NOTICE_SECONDS
-from .ledger import VmLedger
 from .offerings import offerings_of
 from .prices import RetailPrices
+from .seen import SeenVms
 from .settings import AzureSettings, check_launchable
 from .skus import places
 from .vms import (
@@ -71,7 +71,7 @@ class AzureProvider:
         self._compute = compute
         self._prices = prices
         self._rg = settings.resource_group
-        self._ledger = VmLedger()
+        self._seen = SeenVms()
 
     def __repr__(self) -> str:
         return f"AzureProvider(resource_group={self._rg!r}, regions={self._settings.regions!r})"
@@ -111,7 +111,7 @@ class AzureProvider:
                 raise
             existing.update(created)
         for vm in existing.values():
-            self._ledger.saw(instance_of(vm))
+            self._seen.saw(instance_of(vm))
         return self.describe(names)
 
     def _check(self, request: LaunchRequest) -> Pool:
@@ -187,7 +187,7 @@ class AzureProvider:
                 continue
             except ProviderError as exc:
                 log.warning("azure: deleting %s of a failed launch failed: %s", name, exc)
-        self._ledger.forget(names)
+        self._seen.forget(names)
 
     # -- reading ---------------------------------------------------------------
 
@@ -211,15 +211,15 @@ class AzureProvider:
             vm.name for vm in listed
             if vm.name and is_ours(vm.name) and tags.items() <= (vm.tags or {}).items()
         ]  # fmt: skip
-        names += self._ledger.known_except(set(names), tags)
+        names += self._seen.known_except(set(names), tags)
         found = self.describe(names)
         return sorted(found, key=lambda i: (i.launched_at or _EPOCH, i.id))
 
     def _read(self, name: str) -> Instance | None:
         vm = self._get(name, expand="instanceView")
         if vm is None:
-            return self._ledger.gone(name)
-        return self._ledger.saw(instance_of(vm))
+            return self._seen.gone(name)
+        return self._seen.saw(instance_of(vm))
 
     def _get(self, name: str, *, expand: str | None) -> VirtualMachine | None:
         try:
@@ -238,7 +238,7 @@ class AzureProvider:
         """
         first: ProviderError | None = None
         for name in filter(is_ours, instance_ids):
-            self._ledger.deleting(name)
+            self._seen.deleting(name)
             try:
                 with map_azure_errors(f"delete {name}"):
                     self._compute.virtual_machines.begin_delete(self._rg, name, polling=False)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spotd.core.contracts import BuiltProviders, ProviderContext
-from spotd.core.kinds import BootCarrier, ProviderKind, TypeFacts
-from spotd.core.kinds import type_facts as _t
+from spotd.core.kinds import BootCarrier, InstanceShape, ProviderKind
+from spotd.core.kinds import instance_shape as _t
 from spotd.core.network import Fabric
 
 from .settings import AzureSettings
@@ -27,7 +27,7 @@ METADATA_URL = "http://169.254.169.254"
 
 E, IB = Fabric.ETHERNET, Fabric.INFINIBAND
 
-INSTANCE_TYPES: dict[str, TypeFacts] = {
+INSTANCE_TYPES: dict[str, InstanceShape] = {
     # "ND A100 v4", "ND H100 v5", "ND H200 v5", "NC A100 v4", "NCads H100 v5"
     # size pages (HDR 200 Gb/s or NDR 400 Gb/s InfiniBand per GPU; NC sizes have
     # no InfiniBand). Figures per node, divided by the GPUs of the node.

@@ -19,14 +19,13 @@ from google.cloud import compute_v1
 
 from spotd.core.errors import NotFoundError, ProviderError, ProviderUnavailable, invalid_request
 from spotd.core.values import Instance, LaunchRequest, Market, Offering, Pool
-from spotd.market import catalog
 from spotd.market.ttl import TtlCache
 
 from . import naming, resources
 from .clients import GcpClients, build_clients
 from .errors import PROVIDER, is_already_exists, map_gcp_errors, raise_for_operation
 from .kind import NOTICE_SECONDS
-from .machines import MachineShape, list_request, shape_of, wanted_types
+from .machines import MachineType, list_request, shape_of, wanted_types
 from .prices import PriceBook, list_skus_request
 from .settings import GcpSettings, region_of
 
@@ -70,7 +69,7 @@ class GcpProvider:
         self._catalog: TtlCache[str, PriceBook] = TtlCache(
             settings.catalog_ttl_hours * 3600, monotonic
         )
-        self._machines: TtlCache[str, dict[str, list[MachineShape]]] = TtlCache(
+        self._machines: TtlCache[str, dict[str, list[MachineType]]] = TtlCache(
             settings.machine_types_ttl_hours * 3600, monotonic
         )
         self._seen: dict[str, Instance] = {}
@@ -190,27 +189,28 @@ class GcpProvider:
 
     # -- offerings -----------------------------------------------------------
 
-    def _offering(self, zone: str, shape: MachineShape, book: PriceBook) -> Offering:
+    def _offering(self, zone: str, machine: MachineType, book: PriceBook) -> Offering:
         region = region_of(zone)
+        shape = machine.shape
         return Offering(
-            pool=Pool(PROVIDER, region, zone, shape.name),
+            pool=Pool(PROVIDER, region, zone, machine.name),
             gpu=shape.gpu,
-            gpus_per_node=shape.gpus,
+            gpus_per_node=shape.gpus_per_node,
             gpu_memory_gb=shape.gpu_memory_gb,
-            interconnect=catalog.interconnect(PROVIDER, shape.name, shape.gpus),
-            spot_price=book.vm_price(shape, region, Market.SPOT),
-            on_demand_price=book.vm_price(shape, region, Market.ON_DEMAND),
+            interconnect=shape.interconnect,
+            spot_price=book.vm_price(machine, region, Market.SPOT),
+            on_demand_price=book.vm_price(machine, region, Market.ON_DEMAND),
             capacity=None,
             notice_seconds=NOTICE_SECONDS,
         )
 
-    def _zone_shapes(self) -> dict[str, list[MachineShape]]:
+    def _zone_shapes(self) -> dict[str, list[MachineType]]:
         return self._machines.get_or_load(PROVIDER, self._read_zone_shapes)
 
-    def _read_zone_shapes(self) -> dict[str, list[MachineShape]]:
+    def _read_zone_shapes(self) -> dict[str, list[MachineType]]:
         clients = self._clients()
         wanted = wanted_types(self._settings.machine_types)
-        shapes: dict[str, list[MachineShape]] = {}
+        shapes: dict[str, list[MachineType]] = {}
         for zone in self._settings.zones:
             try:
                 shapes[zone] = self._shapes_in(clients, zone, wanted)
@@ -220,7 +220,7 @@ class GcpProvider:
 
     def _shapes_in(
         self, clients: GcpClients, zone: str, wanted: frozenset[str]
-    ) -> list[MachineShape]:
+    ) -> list[MachineType]:
         with map_gcp_errors(f"machine types of {zone}"):
             pages = clients.machine_types.list(
                 request=list_request(clients.project, zone), retry=None, timeout=self._timeout

@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spotd.core.contracts import BuiltProviders, ProviderContext
-from spotd.core.kinds import BootCarrier, ProviderKind, TypeFacts
-from spotd.core.kinds import type_facts as _t
+from spotd.core.kinds import BootCarrier, InstanceShape, ProviderKind
+from spotd.core.kinds import instance_shape as _t
 from spotd.core.network import Fabric
 
 from .settings import GcpSettings
@@ -28,7 +28,7 @@ METADATA_URL = "http://metadata.google.internal"
 
 E, ROCE = Fabric.ETHERNET, Fabric.ROCE
 
-INSTANCE_TYPES: dict[str, TypeFacts] = {
+INSTANCE_TYPES: dict[str, InstanceShape] = {
     # "GPU machine types" and "A3 / A4 machine series" pages (A3 High:
     # GPUDirect-TCPX 1,000 Gbps; A3 Mega: GPUDirect-TCPXO 1,800 Gbps; A3 Ultra and
     # A4: 3,200 Gbps GPU RDMA over RoCE). A2 figures from public secondary sources.

@@ -8,7 +8,10 @@ from typing import Any
 
 from google.cloud import compute_v1
 
-from .kind import INSTANCE_TYPES
+from spotd.core.kinds import InstanceShape
+from spotd.market import catalog
+
+from .kind import INSTANCE_TYPES, NAME
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +30,9 @@ ACCELERATORS: dict[str, tuple[str, int]] = {
 
 
 @dataclass(frozen=True, slots=True)
-class MachineShape:
-    """A GPU machine type: its accelerator, and what it is billed for."""
+class MachineType:
+    """A GPU machine type as Compute Engine lists it: its accelerator, and what it is
+    billed for (GCP prices a VM by its parts: GPUs, vCPUs, memory)."""
 
     name: str
     accelerator: str
@@ -47,6 +51,12 @@ class MachineShape:
         return ACCELERATORS.get(self.accelerator, (self.accelerator, 0))[0]
 
     @property
+    def shape(self) -> InstanceShape:
+        """Its shape as spotd names it on every provider."""
+        fabric = catalog.interconnect(NAME, self.name, self.gpus)
+        return InstanceShape(self.gpu, self.gpus, self.gpu_memory_gb, fabric)
+
+    @property
     def gpu_memory_gb(self) -> int:
         """GB per GPU: the interconnect table's figure, else the accelerator's."""
         known = INSTANCE_TYPES.get(self.name)
@@ -55,13 +65,13 @@ class MachineShape:
         return ACCELERATORS.get(self.accelerator, ("", 0))[1]
 
 
-def shape_of(machine_type: Any) -> MachineShape | None:
+def shape_of(machine_type: Any) -> MachineType | None:
     """The shape of a ``compute_v1.MachineType``; None when it has no GPUs."""
     accelerators = list(machine_type.accelerators)
     if not accelerators:
         return None
     accel = accelerators[0]
-    return MachineShape(
+    return MachineType(
         name=machine_type.name,
         accelerator=accel.guest_accelerator_type,
         gpus=int(accel.guest_accelerator_count),

@@ -33,7 +33,7 @@ from google.cloud import billing_v1
 
 from spotd.core.values import Market
 
-from .machines import MachineShape
+from .machines import MachineType
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,7 @@ class PriceBook:
         """The unit price of ``key``, None when the catalog has no such SKU."""
         return self._prices.get(key)
 
-    def vm_price(self, machine: MachineShape, region: str, market: Market) -> float | None:
+    def vm_price(self, machine: MachineType, region: str, market: Market) -> float | None:
         """USD per hour of one VM of ``machine`` in ``region``; None unless fully priced."""
         gpu = self.get(SkuKey("gpu", machine.accelerator, market, region))
         core = self.get(SkuKey("core", machine.family, market, region))

@@ -7,7 +7,7 @@ simulated clock. Instances are real local processes that outlive the daemon.
 
 from __future__ import annotations
 
-from .catalog import PROVIDERS, SIM_AWS, SIM_AZURE, SIM_GCP, CatalogEntry, InstanceType
+from .catalog import PROVIDERS, SIM_AWS, SIM_AZURE, SIM_GCP, CatalogEntry
 from .clock import SimClock
 from .factory import build_sim_providers
 from .kind import KIND
@@ -23,7 +23,6 @@ __all__ = [
     "SIM_AZURE",
     "SIM_GCP",
     "CatalogEntry",
-    "InstanceType",
     "MarketConfig",
     "SimClock",
     "SimMarket",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from spotd.core.network import Interconnect
+from spotd.core.kinds import InstanceShape
 from spotd.core.values import Pool
 from spotd.registry import load_kind
 
@@ -32,14 +32,12 @@ _SPOT_SHARE_RANGE = (0.30, 0.45)
 
 
 @dataclass(frozen=True, slots=True)
-class InstanceType:
-    """One machine shape: its GPUs, fabric and on-demand list price."""
+class _Listing:
+    """One instance type the simulator sells: its shape (the mirrored cloud's),
+    its on-demand list price and the regions it is sold in."""
 
     name: str
-    gpu: str
-    gpus_per_node: int
-    gpu_memory_gb: int
-    interconnect: Interconnect
+    shape: InstanceShape
     on_demand_price: float
     regions: tuple[str, ...]
 
@@ -49,7 +47,7 @@ class CatalogEntry:
     """An instance type in one zone, with its base prices."""
 
     pool: Pool
-    instance_type: InstanceType
+    shape: InstanceShape
     on_demand_price: float
     base_spot_price: float
     notice_seconds: int
@@ -80,15 +78,12 @@ _REGION_PRICE_FACTOR = {
     "eastus": 1.0, "westus3": 1.02, "westeurope": 1.12,
 }  # fmt: skip
 
-def _type(provider: str, name: str, on_demand: float, regions: tuple[str, ...]) -> InstanceType:
+def _type(provider: str, name: str, on_demand: float, regions: tuple[str, ...]) -> _Listing:
     """An instance type with the GPU and fabric facts of the cloud it mirrors."""
     known = load_kind(MIRRORS[provider]).instance_types.get(name)
     if known is None:
         raise KeyError(f"{name} is not in the {MIRRORS[provider]} kind's instance types")
-    return InstanceType(
-        name, known.gpu, known.gpus_per_node, known.gpu_memory_gb, known.interconnect,
-        on_demand, regions,
-    )
+    return _Listing(name, known, on_demand, regions)
 
 
 _US_AWS = ("us-east-1", "us-east-2", "us-west-2")
@@ -97,7 +92,7 @@ _AZ_ALL = ("eastus", "westus3", "westeurope")
 
 # On-demand list prices are plausible made-up figures in USD per node-hour,
 # of the order of the clouds' 2026 list prices, not quotes.
-_TYPES: dict[str, tuple[InstanceType, ...]] = {
+_TYPES: dict[str, tuple[_Listing, ...]] = {
     SIM_AWS: (
         _type(SIM_AWS, "p5.48xlarge", 98.32, _US_AWS),
         _type(SIM_AWS, "p6-b300.48xlarge", 142.40, ("us-east-1", "us-west-2")),
@@ -139,7 +134,7 @@ def _entries(provider: str) -> tuple[CatalogEntry, ...]:
                 entries.append(
                     CatalogEntry(
                         pool=Pool(provider, region, zone, itype.name),
-                        instance_type=itype,
+                        shape=itype.shape,
                         on_demand_price=on_demand,
                         base_spot_price=round(on_demand * _spot_share(zone, itype.name), 4),
                         notice_seconds=NOTICE_SECONDS[provider],

@@ -211,13 +211,13 @@ class SimProvider:
     # -- offerings and launch ----------------------------------------------
 
     def _offering(self, entry: CatalogEntry, now: datetime) -> Offering:
-        itype = entry.instance_type
+        shape = entry.shape
         return Offering(
             pool=entry.pool,
-            gpu=itype.gpu,
-            gpus_per_node=itype.gpus_per_node,
-            gpu_memory_gb=itype.gpu_memory_gb,
-            interconnect=itype.interconnect,
+            gpu=shape.gpu,
+            gpus_per_node=shape.gpus_per_node,
+            gpu_memory_gb=shape.gpu_memory_gb,
+            interconnect=shape.interconnect,
             spot_price=self._market.spot_price(entry.pool, entry.base_spot_price, now),
             on_demand_price=entry.on_demand_price,
             capacity=self._market.capacity_signal(entry.pool, now),

@@ -75,7 +75,7 @@ from spotd.market.catalog import billed_seconds
 from spotd.registry import find_kind_of
 
 if TYPE_CHECKING:
-    from spotd.core.contracts import Store
+    from spotd.core.contracts import HistoryStore, Store
 
 PriceHistory = Callable[[Pool, Market, datetime], Sequence[PricePoint]]
 """``(pool, market, since)`` -> the pool's polled prices in that market since then, oldest first."""
@@ -93,7 +93,7 @@ def usage_from_instances(instances: Iterable[Instance]) -> dict[str, NodeUsage]:
     }
 
 
-def store_history(store: Store) -> PriceHistory:
+def store_history(store: HistoryStore) -> PriceHistory:
     """The store's price history as :data:`PriceHistory` (filtered by market)."""
 
     def history(pool: Pool, market: Market, since: datetime) -> list[PricePoint]:

@@ -120,8 +120,8 @@ class Policy(Protocol):
         ...
 
 
-class Store(Protocol):
-    """Durable state: jobs, their events and their placement attempts."""
+class JobStore(Protocol):
+    """Durable jobs, their events and their placement attempts, and the leases on them."""
 
     def create_job(self, spec: JobSpec, *, now: datetime) -> JobRecord:
         """Insert a new PENDING job (and its first event)."""
@@ -174,6 +174,14 @@ class Store(Protocol):
         """Take or renew the lease of active jobs free or already ours; return their ids."""
         ...
 
+    def claim_notification(self, key: str, *, at: datetime) -> bool:
+        """Record notification ``key`` as sent; True when this call was the first."""
+        ...
+
+
+class HistoryStore(Protocol):
+    """What was observed over time: polled prices per pool, and the agents' reports."""
+
     def record_prices(self, offerings: Sequence[Offering], *, at: datetime) -> int:
         """Keep the offerings' prices as history; returns the rows written."""
         ...
@@ -194,9 +202,10 @@ class Store(Protocol):
         """The agents' reports of many jobs at once, by job id (every id is a key)."""
         ...
 
-    def close(self) -> None:
-        """Release connections."""
-        ...
+
+
+class LedgerStore(Protocol):
+    """The ledger: every billed line of every job (:mod:`spotd.billing.ledger`)."""
 
     def replace_ledger(self, job_id: str, entries: Sequence[LedgerEntry]) -> None:
         """Replace the job's ledger lines with ``entries`` in one transaction."""
@@ -212,8 +221,12 @@ class Store(Protocol):
         """Ledger lines starting in ``[since, until)``, of one job or all, oldest first."""
         ...
 
-    def claim_notification(self, key: str, *, at: datetime) -> bool:
-        """Record notification ``key`` as sent; True when this call was the first."""
+
+class Store(JobStore, HistoryStore, LedgerStore, Protocol):
+    """The whole durable state (SQLite or PostgreSQL: :class:`spotd.store.SqlStore`)."""
+
+    def close(self) -> None:
+        """Release connections."""
         ...
 
 

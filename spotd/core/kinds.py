@@ -50,8 +50,9 @@ DEFAULT_AGENT_POLL_SECONDS = 60.0
 
 
 @dataclass(frozen=True, slots=True)
-class TypeFacts:
-    """GPU and network facts of one instance type."""
+class InstanceShape:
+    """The shape of an instance type, one name on every provider: its GPUs and its
+    scale-out network (the kinds' tables, the adapters and the simulator all use it)."""
 
     gpu: str
     gpus_per_node: int
@@ -59,9 +60,11 @@ class TypeFacts:
     interconnect: Interconnect
 
 
-def type_facts(gpu: str, gpus: int, memory_gb: int, fabric: Fabric, node_gbps: float) -> TypeFacts:
+def instance_shape(
+    gpu: str, gpus: int, memory_gb: int, fabric: Fabric, node_gbps: float
+) -> InstanceShape:
     """The facts of a type with ``gpus`` GPUs and ``node_gbps`` of scale-out per node."""
-    return TypeFacts(gpu, gpus, memory_gb, Interconnect(fabric, node_gbps / gpus))
+    return InstanceShape(gpu, gpus, memory_gb, Interconnect(fabric, node_gbps / gpus))
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +118,7 @@ class ProviderKind(Generic[S]):
     price_poll_seconds: float | None = None
     """Real seconds between two price polls of its providers, never under the
     daemon's tick; None: ``[scheduling] price_poll_seconds``."""
-    instance_types: Mapping[str, TypeFacts] = field(default_factory=dict)
+    instance_types: Mapping[str, InstanceShape] = field(default_factory=dict)
     """Instance type -> GPUs and scale-out fabric, with their sources where defined."""
     notice_watcher: NoticeWatcherFactory | None = None
     """The agent's preemption-notice watcher on its nodes; None: nothing to watch."""

@@ -16,7 +16,7 @@ from spotd.core.errors import IllegalTransition
 from spotd.core.values import TERMINAL, FailureCause, JobStatus, Transition
 
 if TYPE_CHECKING:
-    from spotd.core.contracts import Store
+    from spotd.core.contracts import JobStore
     from spotd.core.values import JobRecord
 
 
@@ -55,7 +55,7 @@ def allowed(from_status: JobStatus, to_status: JobStatus) -> bool:
     return to_status in TRANSITIONS[from_status]
 
 
-def transition(store: Store, change: Transition, *, now: datetime) -> JobRecord:
+def transition(store: JobStore, change: Transition, *, now: datetime) -> JobRecord:
     """Apply ``change`` or raise.
 
     Raises :class:`IllegalTransition` when the table forbids it and

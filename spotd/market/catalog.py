@@ -21,7 +21,7 @@ from spotd.core.kinds import (
     DEFAULT_BILLING_STEP_SECONDS,
     DEFAULT_EGRESS_USD_PER_GB,
     DEFAULT_INTER_REGION_USD_PER_GB,
-    TypeFacts,
+    InstanceShape,
 )
 from spotd.core.network import Fabric, Interconnect
 from spotd.registry import find_market_kind, provider_kinds
@@ -34,12 +34,12 @@ UNKNOWN_NODE_GBPS = 10.0
 _warned: set[tuple[str, str]] = set()
 
 
-def catalog() -> dict[str, Mapping[str, TypeFacts]]:
+def catalog() -> dict[str, Mapping[str, InstanceShape]]:
     """Provider kind -> instance type -> facts, of every installed kind that has a table."""
     return {k.name: k.instance_types for k in provider_kinds() if k.instance_types}
 
 
-def facts(provider: str, instance_type: str) -> TypeFacts | None:
+def facts(provider: str, instance_type: str) -> InstanceShape | None:
     """The table's facts for a type, or None when it is not listed."""
     kind = find_market_kind(provider)
     return None if kind is None else kind.instance_types.get(instance_type)
@@ -61,7 +61,7 @@ def interconnect(provider: str, instance_type: str, gpus_per_node: int) -> Inter
     return Interconnect(Fabric.ETHERNET, UNKNOWN_NODE_GBPS / max(1, gpus_per_node))
 
 
-__all__ = ["UNKNOWN_NODE_GBPS", "TypeFacts", "catalog", "facts", "interconnect"]
+__all__ = ["UNKNOWN_NODE_GBPS", "InstanceShape", "catalog", "facts", "interconnect"]
 
 
 def transfer_usd_per_gb(source: str, destination: str) -> float:

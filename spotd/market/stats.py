@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from spotd.core import facts
 from spotd.core.capacity import CapacitySeries, resample
-from spotd.core.contracts import Store
+from spotd.core.contracts import HistoryStore
 from spotd.core.values import Market, Offering, Pool, PoolStats, PricePoint
 from spotd.market.ttl import TtlCache
 
@@ -46,7 +46,7 @@ class HistoryStats:
     """:class:`~spotd.core.values.PoolStats` over the last ``window`` of price history."""
 
     def __init__(
-        self, store: Store, *, now: datetime, window: timedelta, ttl_seconds: float = 300.0
+        self, store: HistoryStore, *, now: datetime, window: timedelta, ttl_seconds: float = 300.0
     ) -> None:
         self._store = store
         self._now = now

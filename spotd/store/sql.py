@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alembic import command
 from alembic.config import Config
@@ -639,3 +639,11 @@ def _attempt_record(row: Row[Any]) -> AttemptRecord:
         checkpoint_interval_hours=row.checkpoint_interval_hours,
         saves_on_notice=row.saves_on_notice,
     )
+
+
+if TYPE_CHECKING:
+    from spotd.core.contracts import HistoryStore, JobStore, LedgerStore, Store
+
+    # mypy proves here that SqlStore fits the whole Store contract, each part included.
+    def _fits(store: SqlStore) -> tuple[Store, JobStore, HistoryStore, LedgerStore]:
+        return store, store, store, store

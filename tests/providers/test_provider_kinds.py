@@ -202,10 +202,10 @@ from pydantic import BaseModel, ConfigDict
 
 from spotd.core.values import Offering, Pool
 from spotd.core.network import Fabric
-from spotd.core.kinds import ProviderKind, type_facts
+from spotd.core.kinds import ProviderKind, instance_shape
 from spotd.core.contracts import BuiltProviders
 
-TYPES = {"tc.h100x8": type_facts("H100", 8, 80, Fabric.INFINIBAND, 3200)}
+TYPES = {"tc.h100x8": instance_shape("H100", 8, 80, Fabric.INFINIBAND, 3200)}
 
 
 class TestCloudSettings(BaseModel):

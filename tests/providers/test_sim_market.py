@@ -250,7 +250,7 @@ def test_catalog_has_three_providers_with_sane_prices() -> None:
         assert len({e.pool.region for e in entries}) >= 3
         for e in entries:
             assert 0.299 <= e.base_spot_price / e.on_demand_price <= 0.451
-    types = {e.instance_type.name: e.instance_type for es in catalog.CATALOG.values() for e in es}
+    types = {e.pool.instance_type: e.shape for es in catalog.CATALOG.values() for e in es}
     assert types["p5.48xlarge"].interconnect.fabric is Fabric.EFA
     assert types["p5.48xlarge"].interconnect.gbps_per_gpu == 400
     assert types["Standard_ND96isr_H100_v5"].interconnect.fabric is Fabric.INFINIBAND

@@ -30,7 +30,7 @@ class _Entry:
     gone_at: datetime | None = None
 
 
-class VmLedger:
+class SeenVms:
     """Thread-safe memory of VMs by name."""
 
     def __init__(self) -> None:
