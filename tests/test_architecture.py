@@ -111,3 +111,14 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     for importer, imported in (("a.x", "a.y"), ("a.y", "a.z"), ("a.z", "a.x"), ("a.z", "a.w")):
         graph.add_import(importer=importer, imported=imported)
     assert _cycles(graph) == {frozenset({"a.x", "a.y", "a.z"})}
+
+
+def test_the_old_import_paths_still_work_for_one_release() -> None:
+    from spotd import contracts, domain
+    from spotd.core import contracts as core_contracts
+    from spotd.core import network, values
+
+    assert domain.Pool is values.Pool and domain.Fabric is network.Fabric
+    assert domain.JobStatus is values.JobStatus
+    assert contracts.Provider is core_contracts.Provider
+    assert contracts.Store is core_contracts.Store
