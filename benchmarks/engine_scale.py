@@ -7,7 +7,9 @@ The instances are those of an in-memory provider: 10,000 real processes (what
 the simulated market would start) do not fit on a 2-core machine, and what
 is measured here is the daemon, not the jobs. Everything else is the real
 thing: the SQL store on SQLite (WAL) in a temporary folder, the engine, the
-``balanced`` policy, the market cache and its index.
+``balanced`` policy, the market cache and its index. A gang's nodes report what
+their agents would (joined, preflight passed, command started) through the
+store, as the agent routes do, so two-node jobs reach ``running`` too.
 """
 
 from __future__ import annotations
@@ -19,14 +21,24 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
+from spotd.core.agent_wire import PreflightFigures
 from spotd.core.clock import WallClock
+from spotd.core.contracts import HistoryStore
 from spotd.core.network import Fabric, Interconnect
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
-from spotd.core.values import Instance, InstanceState, LaunchRequest, Offering, Pool
-from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.core.values import (
+    Instance,
+    InstanceReport,
+    InstanceState,
+    LaunchRequest,
+    Offering,
+    Pool,
+)
+from spotd.engine.reconcile import TAG_ATTEMPT, TAG_JOB, Engine, EngineSettings
 from spotd.store import open_store
 from spotd_policies.balanced import BalancedPolicy
 
@@ -36,9 +48,10 @@ GPUS = {"H100": 8, "A100": 8, "L40S": 1, "L4": 1}
 class MemoryProvider:
     """Instances as dict entries; every one runs until terminated."""
 
-    def __init__(self, name: str, offerings: list[Offering]) -> None:
+    def __init__(self, name: str, offerings: list[Offering], store: HistoryStore) -> None:
         self.name = name
         self._offerings = offerings
+        self._store = store
         self._instances: dict[str, Instance] = {}
         self._tokens: dict[str, list[str]] = {}
 
@@ -55,7 +68,20 @@ class MemoryProvider:
                     iid, request.offering.pool, request.market, InstanceState.RUNNING,
                     tags=dict(request.tags),
                 )
+            if request.nodes > 1:
+                self._agents_of(request, ids)
         return [self._instances[i] for i in ids]
+
+    def _agents_of(self, request: LaunchRequest, ids: list[str]) -> None:
+        """What a gang's agents report once it assembled and passed its preflight."""
+        now = datetime.now(UTC)
+        passed = PreflightFigures(passed=True, world_size=len(ids)).model_dump_json()
+        for n, iid in enumerate(ids):
+            self._store.save_report(InstanceReport(
+                iid, self.name, request.tags[TAG_JOB], int(request.tags[TAG_ATTEMPT]),
+                heartbeat_at=now, address=f"127.0.0.{n + 1}", ports="29500,29501",
+                joined_at=now, preflight=passed, command_at=now,
+            ))  # fmt: skip
 
     def describe(self, instance_ids: Sequence[str]) -> list[Instance]:
         return [self._instances[i] for i in instance_ids if i in self._instances]
@@ -110,7 +136,8 @@ def run(opts: argparse.Namespace, folder: Path) -> None:
     rng = random.Random(7)  # noqa: S311 - a seeded, repeatable workload, not a secret
     store = open_store(f"sqlite:///{folder / 'spotd.db'}")
     providers = {
-        name: MemoryProvider(name, offs) for name, offs in market(opts.offerings, rng).items()
+        name: MemoryProvider(name, offs, store)
+        for name, offs in market(opts.offerings, rng).items()
     }
     engine = Engine(
         store, providers, BalancedPolicy(), WallClock(),
