@@ -151,7 +151,7 @@ def test_preflight_summary_names_the_figure_and_the_threshold() -> None:
 
 
 def _offering(entry: CatalogEntry) -> Offering:
-    t = entry.instance_type
+    t = entry.shape
     return Offering(
         pool=entry.pool, gpu=t.gpu, gpus_per_node=t.gpus_per_node,
         gpu_memory_gb=t.gpu_memory_gb, interconnect=t.interconnect, spot_price=1.0,
