@@ -18,10 +18,18 @@ from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
 from spotd.core.errors import NotFoundError, ProviderError, ProviderUnavailable, invalid_request
-from spotd.core.values import Instance, LaunchRequest, Market, Offering, Pool
+from spotd.core.values import (
+    CloudCheck,
+    Instance,
+    LaunchRequest,
+    Market,
+    Offering,
+    PlacementObject,
+    Pool,
+)
 from spotd.market.ttl import TtlCache
 
-from . import naming, resources
+from . import check, naming, nics, placement, resources
 from .clients import GcpClients, build_clients
 from .errors import PROVIDER, is_already_exists, map_gcp_errors, raise_for_operation
 from .kind import NOTICE_SECONDS
@@ -74,6 +82,7 @@ class GcpProvider:
         )
         self._seen: dict[str, Instance] = {}
         self._timeout = settings.request_timeout_seconds
+        self._policies = placement.GcpPolicies(settings, self._timeout, monotonic)
 
     def __repr__(self) -> str:
         return f"GcpProvider(project={self._settings.project!r}, zones={self._settings.zones})"
@@ -93,27 +102,41 @@ class GcpProvider:
     def launch(self, request: LaunchRequest) -> list[Instance]:
         """Insert ``request.nodes`` VMs in the pool's zone, all or none.
 
-        Names and request ids derive from the client token, so a retry finds
-        (409) or re-joins (same request id) the VMs of the first call. When
-        any node fails, the nodes created are deleted and the error raised.
+        A gang (nodes > 1) first gets its compact placement policy, and its
+        VMs name it and carry their type's GPU NICs. Names and request ids
+        derive from the client token, so a retry finds (409) or re-joins
+        (same request id) what the first call made. When any node fails, the
+        nodes created (and the policy) are deleted and the error raised.
         """
         self._check(request)
         with invalid_request(PROVIDER, "launch"):
             script = self._startup_script(request)
         zone = request.offering.pool.zone
         clients = self._clients()
+        gang = request.nodes > 1
+        url = placement.policy_url(clients.project, request) if gang else None
+        # Every body is built (and so validated) before anything is created.
+        bodies = [
+            resources.insert_request(clients.project, self._settings, request, rank, script,
+                                     policy_url=url)
+            for rank in range(request.nodes)
+        ]
+        if gang:
+            self._policies.ensure(clients, request)
         created: list[str] = []
         try:
             operations = []
-            for rank in range(request.nodes):
-                operations.append(self._insert(clients, request, rank, script))
-                created.append(naming.instance_name(request.client_token, rank))
+            for body in bodies:
+                operations.append(self._insert(clients, body))
+                created.append(body.instance_resource.name)
             for operation in operations:
                 if operation is not None:
                     self._wait(clients, zone, operation)
             return self._launched(request, [resources.instance_id(zone, n) for n in created])
         except ProviderError:
             self._delete_quietly(clients, zone, created)
+            if gang:
+                self._delete_policy_quietly(clients, request)
             raise
 
     def describe(self, instance_ids: Sequence[str]) -> list[Instance]:
@@ -168,6 +191,28 @@ class GcpProvider:
             if where is not None:
                 self._delete(clients, *where)
 
+    # -- PlacementHost and CloudChecker ------------------------------------------
+
+    def list_placements(self, tags: Mapping[str, str]) -> list[PlacementObject]:
+        """spotd's compact placement policies whose stored tags include ``tags``."""
+        return self._policies.list(self._clients(), tags)
+
+    def delete_placements(self, placements: Sequence[PlacementObject]) -> None:
+        """Delete these policies; gone ones are ignored, one still in use raises."""
+        self._policies.delete(self._clients(), placements)
+
+    def check_cloud(self, request: LaunchRequest | None) -> CloudCheck:
+        """Check credentials, permissions, quotas, image, and ``request``; create nothing.
+
+        See :mod:`.check`: GCE has no dry run for inserts, so the bodies are
+        built with the SDK's types and everything they name is read back.
+        """
+        try:
+            clients = self._clients()
+        except ProviderError as exc:
+            return check.failed_credentials(exc)
+        return check.GcpCloudCheck(self._settings, clients, self._startup_script).run(request)
+
     def logs(self, instance_id: str) -> str:
         """The VM's serial console (port 1) so far; "" for an unknown VM."""
         where = _valid_id(instance_id)
@@ -209,7 +254,7 @@ class GcpProvider:
 
     def _read_zone_shapes(self) -> dict[str, list[MachineType]]:
         clients = self._clients()
-        wanted = wanted_types(self._settings.machine_types)
+        wanted = wanted_types(self._settings.machine_types, self._settings.attached_gpus)
         shapes: dict[str, list[MachineType]] = {}
         for zone in self._settings.zones:
             try:
@@ -225,7 +270,8 @@ class GcpProvider:
             pages = clients.machine_types.list(
                 request=list_request(clients.project, zone), retry=None, timeout=self._timeout
             )
-            shapes = [shape_of(mt) for mt in pages if mt.name in wanted]
+            shapes = [shape_of(mt, self._settings.attached_gpus) for mt in pages
+                      if mt.name in wanted]
         return sorted((s for s in shapes if s is not None), key=lambda s: s.name)
 
     def _price_book(self) -> PriceBook:
@@ -263,12 +309,23 @@ class GcpProvider:
             problem = f"{len(request.tags)} tags: GCP allows at most {naming.MAX_LABELS - 1}"
         if problem is not None:
             raise ProviderError(f"gcp: {problem}", provider=PROVIDER, code="InvalidRequest")
+        layout = nics.layout_of(pool.instance_type)
+        if request.nodes > 1 and layout is not None:
+            nics.gpu_subnets(self._settings, pool.zone, layout)  # raises when not configured
 
-    def _insert(
-        self, clients: GcpClients, request: LaunchRequest, rank: int, script: str
-    ) -> Any | None:
+    def _delete_policy_quietly(self, clients: GcpClients, request: LaunchRequest) -> None:
+        region = region_of(request.offering.pool.zone)
+        name = placement.policy_name(request.client_token)
+        doomed = PlacementObject(placement.placement_id(region, name), placement.KIND, region)
+        try:
+            self._policies.delete(clients, [doomed])
+        except ProviderError as exc:
+            # Still in use by VMs being deleted: the engine or the reaper deletes it later.
+            log.warning("gcp: resource policy %s not deleted after a failed launch: %s",
+                        doomed.id, exc.code)
+
+    def _insert(self, clients: GcpClients, body: compute_v1.InsertInstanceRequest) -> Any | None:
         """Insert one node; its Operation, or None when the VM exists already."""
-        body = resources.insert_request(clients.project, self._settings, request, rank, script)
         name = body.instance_resource.name
         with map_gcp_errors(f"insert {body.zone}/{name}"):
             try:

@@ -18,6 +18,7 @@ from .errors import PROVIDER, map_gcp_errors
 from .settings import GcpSettings
 
 SCOPES = ("https://www.googleapis.com/auth/cloud-platform",)
+RESOURCE_MANAGER = "https://cloudresourcemanager.googleapis.com"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,20 @@ class GcpClients:
     """``compute_v1.ZoneOperationsClient``"""
     catalog: Any
     """``billing_v1.CloudCatalogClient``"""
+    resource_policies: Any = None
+    """``compute_v1.ResourcePoliciesClient``"""
+    region_operations: Any = None
+    """``compute_v1.RegionOperationsClient``"""
+    regions: Any = None
+    """``compute_v1.RegionsClient`` (quotas)"""
+    images: Any = None
+    """``compute_v1.ImagesClient``"""
+    subnetworks: Any = None
+    """``compute_v1.SubnetworksClient``"""
+    credentials: Any = None
+    """What the clients authenticate with (``check-cloud`` tests permissions with it)."""
+    resource_manager_url: str = RESOURCE_MANAGER
+    """Cloud Resource Manager base URL (``projects.testIamPermissions``)."""
 
 
 def default_credentials(project: str) -> tuple[Any, str]:
@@ -63,7 +78,16 @@ def build_clients(settings: GcpSettings, credentials: Any | None = None) -> GcpC
             machine_types=compute_v1.MachineTypesClient(**common, client_options=compute),
             zone_operations=compute_v1.ZoneOperationsClient(**common, client_options=compute),
             catalog=billing_v1.CloudCatalogClient(**common, client_options=billing),
-        )
+            resource_policies=compute_v1.ResourcePoliciesClient(
+                **common, client_options=compute),
+            region_operations=compute_v1.RegionOperationsClient(
+                **common, client_options=compute),
+            regions=compute_v1.RegionsClient(**common, client_options=compute),
+            images=compute_v1.ImagesClient(**common, client_options=compute),
+            subnetworks=compute_v1.SubnetworksClient(**common, client_options=compute),
+            credentials=credentials,
+            resource_manager_url=settings.resource_manager_endpoint or RESOURCE_MANAGER,
+        )  # fmt: skip
 
 
 def _options(endpoint: str | None) -> dict[str, Any] | None:

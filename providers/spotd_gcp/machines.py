@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from spotd.core.kinds import InstanceShape
 from spotd.market import catalog
 
 from .kind import INSTANCE_TYPES, NAME
+from .settings import GcpAttachedGpu
 
 log = logging.getLogger(__name__)
 
@@ -65,26 +67,39 @@ class MachineType:
         return ACCELERATORS.get(self.accelerator, ("", 0))[1]
 
 
-def shape_of(machine_type: Any) -> MachineType | None:
-    """The shape of a ``compute_v1.MachineType``; None when it has no GPUs."""
+def shape_of(
+    machine_type: Any, attached: Mapping[str, GcpAttachedGpu] | None = None
+) -> MachineType | None:
+    """The shape of a ``compute_v1.MachineType``; None when it has no GPUs.
+
+    A type that lists no built-in accelerators has GPUs only when ``attached``
+    (the ``attached_gpus`` setting) names them: the launch then attaches them.
+    """
     accelerators = list(machine_type.accelerators)
-    if not accelerators:
+    if accelerators:
+        kind = str(accelerators[0].guest_accelerator_type)
+        count = int(accelerators[0].guest_accelerator_count)
+    elif attached and machine_type.name in attached:
+        kind, count = attached[machine_type.name].accelerator, attached[machine_type.name].count
+    else:
         return None
-    accel = accelerators[0]
     return MachineType(
         name=machine_type.name,
-        accelerator=accel.guest_accelerator_type,
-        gpus=int(accel.guest_accelerator_count),
+        accelerator=kind,
+        gpus=count,
         vcpus=int(machine_type.guest_cpus),
         memory_gib=int(machine_type.memory_mb) / 1024,
     )
 
 
-def wanted_types(configured: list[str] | None) -> frozenset[str]:
-    """The machine types to offer: the configured ones, else the interconnect table's."""
+def wanted_types(
+    configured: list[str] | None, attached: Mapping[str, GcpAttachedGpu] | None = None
+) -> frozenset[str]:
+    """The machine types to offer: the configured ones, else the interconnect table's
+    plus those with attached GPUs."""
     if configured is not None:
         return frozenset(configured)
-    return frozenset(INSTANCE_TYPES)
+    return frozenset(INSTANCE_TYPES) | frozenset(attached or {})
 
 
 def list_request(project: str, zone: str) -> compute_v1.ListMachineTypesRequest:

@@ -58,13 +58,19 @@ GPU_SKUS: dict[str, str] = {
     "nvidia-h200-141gb": "Nvidia H200 141GB GPU",
     "nvidia-b200": "Nvidia B200 GPU",
     "nvidia-l4": "Nvidia L4 GPU",
+    "nvidia-tesla-t4": "Nvidia Tesla T4 GPU",
+    "nvidia-tesla-v100": "Nvidia Tesla V100 GPU",
 }
 """GCE accelerator type -> the GPU's name in SKU descriptions."""
 
 _SPOT_PREFIX = r"(?:Spot Preemptible )?"
 _SPOT_SUFFIX = r"(?: attached to Spot Preemptible VMs)?"
 _LOCATION = r" running in [A-Za-z0-9 ,()/-]+"
-_FAMILY_RE = re.compile(rf"^{_SPOT_PREFIX}([A-Z][0-9]) Instance (Core|Ram){_LOCATION}$")
+# N1 (the family GPUs are attached to) says "N1 Predefined Instance Core" under group N1Standard.
+_FAMILY_RE = re.compile(
+    rf"^{_SPOT_PREFIX}([A-Z][0-9]) (?:Predefined )?Instance (Core|Ram){_LOCATION}$"
+)
+_FAMILY_GROUPS = frozenset({"CPU", "RAM", "N1Standard"})
 _GPU_RES = {
     accel: re.compile(rf"^{_SPOT_PREFIX}{re.escape(name)}{_SPOT_SUFFIX}{_LOCATION}$")
     for accel, name in GPU_SKUS.items()
@@ -94,7 +100,7 @@ def unit_price(sku: Any) -> float | None:
 
 
 def _what(group: str, description: str) -> tuple[Part, str] | None:
-    if group in ("CPU", "RAM"):
+    if group in _FAMILY_GROUPS:
         match = _FAMILY_RE.match(description)
         if match is None:
             return None

@@ -19,8 +19,10 @@ from typing import Any
 
 from google.cloud import compute_v1
 
+from spotd.core.errors import InvalidRequestError
 from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Pool
 
+from . import nics
 from .naming import LAUNCH_LABEL, instance_name, labels_for, request_id
 from .settings import GcpSettings, region_of
 
@@ -31,30 +33,55 @@ RANK_KEY = "spotd-node-rank"
 NODES_KEY = "spotd-nodes"
 STARTUP_KEY = "startup-script"
 
+MIN_RUN_SECONDS = 30
+MAX_RUN_SECONDS = 120 * 24 * 3600
+"""GCE's bounds of ``max_run_duration``: 30 s to 120 days."""
+
 STOPPED_STATUSES = frozenset({"STOPPING", "STOPPED", "SUSPENDING", "SUSPENDED", "TERMINATED"})
 
 
-def scheduling(market: Market, termination_action: str) -> compute_v1.Scheduling:
-    """Spot: SPOT with the termination action; on-demand: standard, no live migration."""
+def scheduling(
+    market: Market, termination_action: str, max_run_seconds: int | None = None
+) -> compute_v1.Scheduling:
+    """Spot: SPOT with the termination action; on-demand: standard, no live migration.
+
+    ``max_run_seconds`` becomes ``max_run_duration``: GCE then ends the VM with
+    the termination action after that long, whatever spotd does.
+    """
     if market is Market.SPOT:
-        return compute_v1.Scheduling(
+        sched = compute_v1.Scheduling(
             provisioning_model="SPOT",
             instance_termination_action=termination_action,
             on_host_maintenance="TERMINATE",
             automatic_restart=False,
         )
-    # GPU VMs cannot live-migrate: TERMINATE on maintenance is required for them too.
-    return compute_v1.Scheduling(provisioning_model="STANDARD", on_host_maintenance="TERMINATE")
+    else:
+        # GPU VMs cannot live-migrate: TERMINATE on maintenance is required for them too.
+        sched = compute_v1.Scheduling(
+            provisioning_model="STANDARD", on_host_maintenance="TERMINATE"
+        )
+    if max_run_seconds is not None:
+        if not MIN_RUN_SECONDS <= max_run_seconds <= MAX_RUN_SECONDS:
+            raise InvalidRequestError(
+                f"gcp: max_run_seconds {max_run_seconds} is outside GCE's "
+                f"{MIN_RUN_SECONDS}..{MAX_RUN_SECONDS} s", provider=PROVIDER,
+            )  # fmt: skip
+        sched.max_run_duration = compute_v1.Duration(seconds=max_run_seconds)
+        # A limit needs an action, on-demand VMs too.
+        sched.instance_termination_action = termination_action
+    return sched
 
 
 def instance_resource(
-    settings: GcpSettings, request: LaunchRequest, rank: int, startup_script: str
+    settings: GcpSettings, request: LaunchRequest, rank: int, startup_script: str,
+    *, policy_url: str | None = None,
 ) -> compute_v1.Instance:
     """The Instance body of node ``rank`` of ``request``.
 
-    No ``guest_accelerators``: accelerator-optimized types (A2, A3, A4, G2),
-    the only ones spotd offers, come with their GPUs attached and the API
-    takes the machine type alone.
+    A gang (``policy_url`` set) gets its compact placement policy and, for an
+    A3/A4 type, the GPU NICs of :mod:`.nics`. Accelerator-optimized types
+    (A2, A3, A4, G2) come with their GPUs; a general-purpose type named in
+    ``attached_gpus`` gets them as ``guest_accelerators``.
     """
     zone = request.offering.pool.zone
     machine = request.offering.pool.instance_type
@@ -71,21 +98,27 @@ def instance_resource(
         metadata=compute_v1.Metadata(
             items=[compute_v1.Items(key=k, value=v) for k, v in metadata.items()]
         ),
-        scheduling=scheduling(request.market, settings.termination_action),
+        scheduling=scheduling(request.market, settings.termination_action,
+                              request.max_run_seconds),
         disks=[_boot_disk(settings, zone)],
-        network_interfaces=[_nic(settings)],
+        network_interfaces=nics.network_interfaces(settings, zone, machine,
+                                                   gang=policy_url is not None),
+        guest_accelerators=_accelerators(settings, zone, machine),
+        resource_policies=[policy_url] if policy_url else [],
         service_accounts=_service_accounts(settings),
-    )
+    )  # fmt: skip
 
 
 def insert_request(
-    project: str, settings: GcpSettings, request: LaunchRequest, rank: int, startup_script: str
+    project: str, settings: GcpSettings, request: LaunchRequest, rank: int, startup_script: str,
+    *, policy_url: str | None = None,
 ) -> compute_v1.InsertInstanceRequest:
     """The insert call of node ``rank``, with its deterministic request id."""
     return compute_v1.InsertInstanceRequest(
         project=project,
         zone=request.offering.pool.zone,
-        instance_resource=instance_resource(settings, request, rank, startup_script),
+        instance_resource=instance_resource(settings, request, rank, startup_script,
+                                            policy_url=policy_url),
         request_id=request_id(request.client_token, rank),
     )
 
@@ -102,13 +135,16 @@ def _boot_disk(settings: GcpSettings, zone: str) -> compute_v1.AttachedDisk:
     )
 
 
-def _nic(settings: GcpSettings) -> compute_v1.NetworkInterface:
-    access = (
-        [compute_v1.AccessConfig(name="External NAT", type_="ONE_TO_ONE_NAT")]
-        if settings.external_ip
-        else []
-    )
-    return compute_v1.NetworkInterface(network=settings.network, access_configs=access)
+def _accelerators(
+    settings: GcpSettings, zone: str, machine: str
+) -> list[compute_v1.AcceleratorConfig]:
+    attached = settings.attached_gpus.get(machine)
+    if attached is None:
+        return []  # built in (A2, A3, A4, G2): the API takes the machine type alone
+    return [compute_v1.AcceleratorConfig(
+        accelerator_type=f"zones/{zone}/acceleratorTypes/{attached.accelerator}",
+        accelerator_count=attached.count,
+    )]  # fmt: skip
 
 
 def _service_accounts(settings: GcpSettings) -> list[compute_v1.ServiceAccount]:
@@ -182,7 +218,14 @@ def to_instance(vm: Any, zone: str, preempted_at: datetime | None) -> Instance:
         tags=tags_of(vm),
         launched_at=parse_time(vm.creation_timestamp),
         ended_at=ended_at,
+        private_address=_private_address(vm),
     )
+
+
+def _private_address(vm: Any) -> str | None:
+    """nic0's internal address, where the gang's peers reach the node."""
+    interfaces = list(vm.network_interfaces)
+    return str(interfaces[0].network_i_p) or None if interfaces else None
 
 
 def _state(status: str, preempted: bool) -> InstanceState:
@@ -207,4 +250,5 @@ def gone_instance(
         id=instance_id(zone, name), pool=pool, market=Market.SPOT,
         state=InstanceState.PREEMPTED, tags=dict(tags),
         launched_at=known.launched_at if known else None, ended_at=preempted_at,
+        private_address=known.private_address if known else None,
     )  # fmt: skip

@@ -21,6 +21,40 @@ DEFAULT_ZONES = [
 _LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
+class GcpGpuSubnet(BaseModel):
+    """One GPU network interface's VPC network and subnetwork (spotd never creates them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    network: str
+    """``projects/P/global/networks/N`` (or ``global/networks/N`` in the launch project)."""
+    subnetwork: str
+    """``projects/P/regions/R/subnetworks/S``, ``regions/R/subnetworks/S`` or ``S``
+    (then in the pool's region)."""
+
+
+class GcpGpuNetworks(BaseModel):
+    """The GPU NICs' networks of one region or zone, taken in order by each A3 layout."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gvnic: list[GcpGpuSubnet] = Field(default_factory=list)
+    """gVNIC NICs after nic0: A3 High (GPUDirect-TCPX) takes the first 4, A3 Mega
+    (TCPXO) the first 8, A3 Ultra and A4 the first 1 (their second gVNIC)."""
+    rdma: list[GcpGpuSubnet] = Field(default_factory=list)
+    """MRDMA NICs on a RoCE VPC (A3 Ultra, A4 take 8)."""
+
+
+class GcpAttachedGpu(BaseModel):
+    """GPUs attached to a general-purpose machine type (N1 with T4 or V100)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    accelerator: str
+    """GCE accelerator type, e.g. ``nvidia-tesla-t4``."""
+    count: int = Field(default=1, ge=1, le=8)
+
+
 class GcpSettings(BaseModel):
     """The ``[providers.gcp]`` table: where spotd looks for and starts GPU VMs."""
 
@@ -56,8 +90,18 @@ class GcpSettings(BaseModel):
     """Timeout of each API call."""
     operation_timeout_seconds: float = Field(default=300.0, gt=0)
     """How long a launch waits for its insert operations to finish."""
+    gpu_networks: dict[str, GcpGpuNetworks] = Field(default_factory=dict)
+    """GPU NIC networks by region (``us-central1``) or zone (``us-central1-a``, wins):
+    the fabric of multi-node A3 and A4 gangs. A gang of such a type is refused
+    when its zone's networks are missing."""
+    attached_gpus: dict[str, GcpAttachedGpu] = Field(default_factory=dict)
+    """General-purpose machine types to offer with GPUs attached
+    (``guest_accelerators``), e.g. ``n1-standard-8 = {accelerator = "nvidia-tesla-t4"}``."""
+    resource_manager_endpoint: str | None = None
+    """Cloud Resource Manager endpoint override (``check-cloud``'s permission test;
+    tests and fakes, ``http://`` only on loopback)."""
 
-    @field_validator("api_endpoint", "billing_endpoint")
+    @field_validator("api_endpoint", "billing_endpoint", "resource_manager_endpoint")
     @classmethod
     def _plain_http_only_on_loopback(cls, value: str | None) -> str | None:
         # An http:// endpoint would send bearer tokens in clear text: only fakes may use one.
@@ -77,6 +121,20 @@ class GcpSettings(BaseModel):
             if zone.count("-") < 2:
                 raise ValueError(f"not a zone name: {zone!r} (expected e.g. us-central1-a)")
         return value
+
+    @field_validator("gpu_networks")
+    @classmethod
+    def _keys_are_regions_or_zones(
+        cls, value: dict[str, GcpGpuNetworks]
+    ) -> dict[str, GcpGpuNetworks]:
+        for key in value:
+            if key.count("-") not in (1, 2):
+                raise ValueError(f"gpu_networks: {key!r} is neither a region nor a zone")
+        return value
+
+    def gpu_networks_of(self, zone: str) -> GcpGpuNetworks | None:
+        """The GPU networks configured for ``zone``: its own entry, else its region's."""
+        return self.gpu_networks.get(zone) or self.gpu_networks.get(region_of(zone))
 
     @model_validator(mode="after")
     def _enabled_needs_an_image(self) -> GcpSettings:

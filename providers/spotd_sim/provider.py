@@ -28,7 +28,16 @@ from pathlib import Path
 from spotd.agent.config import agent_settings
 from spotd.core.agent_wire import agent_token
 from spotd.core.errors import CapacityError, ProviderError
-from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, NodeUsage, Offering
+from spotd.core.values import (
+    CheckOutcome,
+    CloudCheck,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    NodeUsage,
+    Offering,
+)
 
 from . import billing, catalog
 from .addresses import next_address
@@ -224,6 +233,25 @@ class SimProvider:
             notice_seconds=entry.notice_seconds,
         )
 
+    def check_cloud(self, request: LaunchRequest | None) -> CloudCheck:
+        """What ``spotd check-cloud`` shows for the simulated market: it needs no
+        account, so only the request itself is checked (pool, nodes, capacity now)."""
+        pools = f"{len(self._entries)} simulated pools, no account or permission needed"
+        outcomes = [CheckOutcome("market", True, pools)]
+        if request is None:
+            return CloudCheck(self.name, tuple(outcomes))
+        try:
+            self._entry_for(request)
+            self._check_capacity(request)
+        except ProviderError as exc:
+            outcomes.append(CheckOutcome("launch request", False, str(exc)))
+            return CloudCheck(self.name, tuple(outcomes))
+        pool = request.offering.pool
+        what = f"{request.nodes} x {pool.instance_type} {request.market} in {pool.zone}"
+        outcomes.append(CheckOutcome("launch request", True, what))
+        nodes = f"{request.nodes} node process(es) of {pool.instance_type} in {pool.zone}"
+        return CloudCheck(self.name, tuple(outcomes), (f"{nodes}, each on its own address",))
+
     def _entry_for(self, request: LaunchRequest) -> CatalogEntry:
         entry = self._entries.get(request.offering.pool)
         if entry is None:
@@ -390,6 +418,7 @@ class SimProvider:
             exit_code=None if status is None else status.exit_code,
             launched_at=spec.launched_at,
             ended_at=None if status is None else status.ended_at,
+            private_address=spec.address or None,
         )
 
     def _status(self, spec: InstanceSpec) -> VmStatus | None:

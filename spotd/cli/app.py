@@ -26,6 +26,7 @@ from spotd.daemon.config import Settings, load_settings
 from spotd.daemon.views import JobView, MarketView
 
 if TYPE_CHECKING:
+    from spotd.core.values import CloudCheck
     from spotd.daemon.planning import CandidateView, PlanView
 
 app = typer.Typer(
@@ -357,6 +358,62 @@ def prices(
         if p.stale:
             line += f" [yellow]STALE[/]: {p.failures} failed poll(s), last: {escape(p.error or '')}"
         out.print(line, highlight=False)
+
+
+@app.command("check-cloud")
+def check_cloud(
+    job: Annotated[
+        Path | None,
+        typer.Argument(help="A job.toml whose launch request to check too.", show_default=False),
+    ] = None,
+    provider: Annotated[
+        str | None, typer.Option(help="Only this provider (name or glob).", show_default=False)
+    ] = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check, launching nothing billable, that a real launch would work.
+
+    Per enabled provider: credentials, permissions, quotas and, with a job file,
+    the very request the daemon would send for it (AWS's DryRun; GCP and Azure
+    by read-only calls), and what spotd would create. Exits 1 if a check failed.
+    """
+    from spotd.daemon.cloudcheck import check_clouds
+
+    def run() -> list[CloudCheck]:
+        spec = load_job_file(job) if job is not None else None
+        return check_clouds(_settings(config), spec, provider)
+
+    checks = _guard(run)
+    if as_json:
+        sys.stdout.write(json.dumps([_check_json(c) for c in checks], indent=2) + "\n")
+    else:
+        for check in checks:
+            _print_check(check)
+    if not all(c.ok for c in checks):
+        raise typer.Exit(1)
+
+
+def _check_json(check: CloudCheck) -> dict[str, object]:
+    return {
+        "provider": check.provider,
+        "ok": check.ok,
+        "checks": [{"name": o.name, "ok": o.ok, "detail": o.detail} for o in check.outcomes],
+        "would_create": list(check.would_create),
+    }
+
+
+def _print_check(check: CloudCheck) -> None:
+    verdict = "[green]ready[/green]" if check.ok else "[red]not ready[/red]"
+    out.print(f"[bold]{escape(check.provider)}[/bold]: {verdict}", highlight=False)
+    for o in check.outcomes:
+        mark = "[green]pass[/green]" if o.ok else "[red]FAIL[/red]"
+        out.print(f"  {mark} {escape(o.name)}: {escape(o.detail)}", highlight=False,
+                  soft_wrap=True)  # fmt: skip
+    if check.would_create:
+        out.print("  a launch would create (nothing was created):", highlight=False)
+        for line in check.would_create:
+            out.print(f"    {escape(line)}", highlight=False, soft_wrap=True)
 
 
 def _usd(price: float | None) -> str:

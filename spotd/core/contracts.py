@@ -16,6 +16,7 @@ from spotd.core.errors import ConfigError
 from spotd.core.spec import JobSpec
 from spotd.core.values import (
     AttemptRecord,
+    CloudCheck,
     Decision,
     EventRecord,
     Instance,
@@ -26,6 +27,7 @@ from spotd.core.values import (
     LedgerEntry,
     Offering,
     PlacementContext,
+    PlacementObject,
     Pool,
     PricePoint,
     Transition,
@@ -93,6 +95,43 @@ class Metered(Protocol):
 
     def usage(self, instance_ids: Sequence[str]) -> Mapping[str, NodeUsage]:
         """The meter's record of each instance, by id."""
+        ...
+
+
+@runtime_checkable
+class PlacementHost(Protocol):
+    """A provider that creates placement objects for gangs (see :class:`PlacementObject`).
+
+    ``launch`` creates them (idempotently, named after job and attempt) before
+    the instances and tags them as it tags the instances. The engine deletes an
+    attempt's objects when the attempt ends, and the reaper deletes every one
+    whose attempt is closed or unknown once no live instance of it is left.
+    """
+
+    def list_placements(self, tags: Mapping[str, str]) -> Sequence[PlacementObject]:
+        """Every placement object spotd made whose tags include all of ``tags``."""
+        ...
+
+    def delete_placements(self, placements: Sequence[PlacementObject]) -> None:
+        """Delete these; ones already gone are ignored.
+
+        Raises :class:`~spotd.core.errors.ProviderError` when one cannot go yet
+        (its instances are still shutting down): the reaper tries again later.
+        """
+        ...
+
+
+@runtime_checkable
+class CloudChecker(Protocol):
+    """A provider that can check, spending nothing, that a launch would be accepted."""
+
+    def check_cloud(self, request: LaunchRequest | None) -> CloudCheck:
+        """Check credentials, permissions and quotas, and ``request`` if given.
+
+        Creates nothing billable and nothing at all that outlives the call:
+        dry runs and read-only or validation calls only. Never raises for a
+        failing check: each failure is an outcome naming what is missing.
+        """
         ...
 
 

@@ -30,7 +30,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
-from annotated_types import Gt
+from annotated_types import Gt, Le
 from pydantic import (
     AfterValidator,
     AllowInfNan,
@@ -246,6 +246,10 @@ class Resources(_Spec):
         return self.nodes * self.gpus_per_node
 
 
+MAX_RUN_HOURS = 120 * 24.0
+"""The longest ``max_run_hours`` (GCP's limit on a maximum run duration: 120 days)."""
+
+
 class MarketSpec(_Spec):
     """Where and how capacity may be bought."""
 
@@ -256,6 +260,9 @@ class MarketSpec(_Spec):
     """Glob patterns over region names (``us-east-*``), lower-cased."""
     max_price_per_gpu_hour: PositiveFloat | None = None
     """Highest price in USD per GPU-hour the job accepts, None for no limit."""
+    max_run_hours: Annotated[PositiveFloat, Le(MAX_RUN_HOURS)] | None = None
+    """Longest one attempt's nodes may live; a provider with such a limit (GCP's
+    maximum run duration) deletes them after it even if spotd cannot. None: no limit."""
 
     @field_validator("providers", "regions")
     @classmethod

@@ -139,10 +139,55 @@ class Instance:
     exit_code: int | None = None
     launched_at: datetime | None = None
     ended_at: datetime | None = None
+    private_address: str | None = None
+    """The node's address inside its network, where its gang's peers reach it."""
 
     @property
     def ended(self) -> bool:
         return self.state in ENDED_STATES
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementObject:
+    """Something besides instances a provider created for one attempt's gang.
+
+    A cluster placement group (AWS), a compact placement resource policy (GCP),
+    a scale set with one placement group (Azure): what puts a gang's nodes on
+    one fabric. Tagged with the attempt like its instances, so the engine can
+    delete it when the attempt ends and reap it when no attempt owns it.
+    """
+
+    id: str
+    """The provider's name for it, unique within the provider (region included)."""
+    kind: str
+    """What it is, in the provider's words (``placement-group``, ``resource-policy``...)."""
+    region: str
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOutcome:
+    """One check of ``spotd check-cloud``: passed, or what is missing."""
+
+    name: str
+    """What was checked: ``credentials``, ``permission ec2:RunInstances``, ``quota ...``."""
+    ok: bool
+    detail: str
+    """On a pass what was found; on a failure the permission, quota or value to fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class CloudCheck:
+    """What ``check-cloud`` found for one provider, and what a launch would create."""
+
+    provider: str
+    outcomes: tuple[CheckOutcome, ...]
+    would_create: tuple[str, ...] = ()
+    """One line per object a launch of the job would create (nothing was created)."""
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outcomes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +206,9 @@ class LaunchRequest:
     command: tuple[str, ...]
     env: Mapping[str, str]
     workdir: str | None = None
+    max_run_seconds: int | None = None
+    """How long the provider may keep the nodes at most (the job's ``market.max_run_hours``):
+    a provider with such a limit deletes them after it, whatever spotd does."""
 
 
 class AttemptEnd(StrEnum):

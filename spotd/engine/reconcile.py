@@ -65,6 +65,7 @@ from spotd.engine.gang import (
     gang_state,
     preflight_summary,
 )
+from spotd.engine.placements import attempt_tags, reap_placements, release
 from spotd.market.cache import MarketCache, unoffered_gpus
 from spotd.market.stats import HistoryStats, expected_preemptions
 
@@ -147,6 +148,12 @@ def job_environment(
     return env
 
 
+def max_run_seconds(spec: JobSpec) -> int | None:
+    """The job's ``market.max_run_hours`` in whole seconds, as launch requests carry it."""
+    hours = spec.market.max_run_hours
+    return None if hours is None else max(1, round(hours * 3600))
+
+
 class Engine:
     """Moves jobs through the state machine against providers and a policy."""
 
@@ -167,6 +174,8 @@ class Engine:
         self._history_at: dict[str, float] = {}
         self._missing: dict[str, int] = {}
         self._replanned_at: dict[str, float] = {}
+        self._warned: set[int] = set()
+        """Attempts whose rebalance warning the market has been told of."""
         self._kept: dict[str, tuple[int, list[AttemptRecord]]] = {}
         """The attempts of the jobs of the last pass, by job id, with the job's version."""
         self._bills: dict[str, tuple[int, list[LedgerEntry]]] = {}
@@ -266,7 +275,8 @@ class Engine:
         return job
 
     def reap(self) -> int:
-        """Stop running instances that no open attempt owns; return how many."""
+        """Stop running instances no open attempt owns, and delete placement objects
+        no live instance or open attempt holds; return how many instances were stopped."""
         stopped = 0
         for provider in self.providers.values():
             try:
@@ -277,19 +287,29 @@ class Engine:
             except Exception:
                 log.exception("reaper: listing %s raised", provider.name)  # an adapter's bug
                 continue
-            orphans = [i.id for i in mine if not i.ended and self._orphaned(i)]
-            if not orphans:
-                continue
-            log.warning("stopping %d instance(s) no attempt owns: %s", len(orphans), orphans)
+            live = [i for i in mine if not i.ended]
+            orphans = [i.id for i in live if self._orphaned(i.tags)]
+            if orphans:
+                stopped += self._stop_orphans(provider, orphans)
             try:
-                provider.terminate(orphans)
-            except Exception as exc:
-                # One provider's failure (or an adapter's unmapped error) must not keep
-                # the reaper from the others.
-                log.warning("reaper could not stop %s on %s: %s", orphans, provider.name, exc)
-                continue
-            stopped += len(orphans)
+                # Orphans stopped just now still hold their placement: it goes next pass.
+                reap_placements(provider, {TAG_OWNER: self.settings.owner}, live,
+                                self._orphaned, key_tags=(TAG_JOB, TAG_ATTEMPT))  # fmt: skip
+            except Exception:
+                log.exception("reaper: placements of %s raised", provider.name)  # an adapter's bug
         return stopped
+
+    @staticmethod
+    def _stop_orphans(provider: Provider, orphans: list[str]) -> int:
+        log.warning("stopping %d instance(s) no attempt owns: %s", len(orphans), orphans)
+        try:
+            provider.terminate(orphans)
+        except Exception as exc:
+            # One provider's failure (or an adapter's unmapped error) must not keep
+            # the reaper from the others.
+            log.warning("reaper could not stop %s on %s: %s", orphans, provider.name, exc)
+            return 0
+        return len(orphans)
 
     def _keep_history(self, provider: str, offerings: tuple[Offering, ...]) -> None:
         # Polls can be far more frequent than the history needs to be.
@@ -365,12 +385,14 @@ class Engine:
             command=job.spec.command,
             env=self._job_env(job, attempt, offering),
             workdir=job.spec.workdir,
+            max_run_seconds=max_run_seconds(job.spec),
         )
         try:
             instances = provider.launch(request)
         except ProviderError as exc:
             self._launch_failed(job, attempt, exc)
             return
+        self.market.launch_succeeded(attempt.pool)
         self.store.set_attempt_instances(attempt.id, [i.id for i in instances])
         self._forget(job.id)
 
@@ -379,6 +401,8 @@ class Engine:
             # Throttled or a 5xx: the same request may pass on the next pass.
             log.warning("launch of %s for %s deferred: %s", attempt.pool, job.id, exc)
             return
+        if isinstance(exc, CapacityError):
+            self.market.launch_refused(attempt.pool)
         no_capacity = isinstance(exc, CapacityError | QuotaError | PriceTooLowError)
         reason = AttemptEnd.NO_CAPACITY if no_capacity else AttemptEnd.LAUNCH_FAILED
         detail = f"{attempt.pool}: {type(exc).__name__}: {exc}"
@@ -391,6 +415,8 @@ class Engine:
             self._settle(job, attempt)
             return
         self._move(job, JobStatus.RECOVERING, str(reason), detail=detail, close=close)
+        # The adapter may have made the gang's placement before the launch failed.
+        self._release(attempt)
 
     def _job_env(
         self, job: JobRecord, attempt: AttemptRecord, offering: Offering
@@ -435,10 +461,14 @@ class Engine:
             return
         if any(i is None or i.ended for i in instances):
             self._attempt_ended(job, attempt, instances)
-        elif job.status is JobStatus.PROVISIONING and all(
-            i is not None and i.state in (InstanceState.RUNNING, InstanceState.NOTICE)
-            for i in instances
-        ) and (attempt.nodes == 1 or gang.assembled(attempt.nodes)):
+        elif (
+            job.status is JobStatus.PROVISIONING
+            and all(
+                i is not None and i.state in (InstanceState.RUNNING, InstanceState.NOTICE)
+                for i in instances
+            )
+            and (attempt.nodes == 1 or gang.assembled(attempt.nodes))
+        ):
             self.store.mark_attempt_running(attempt.id, at=now)
             self._forget(job.id)
             detail = str(attempt.pool)
@@ -448,10 +478,10 @@ class Engine:
         elif job.status is JobStatus.RUNNING and any(
             i is not None and i.state is InstanceState.NOTICE for i in instances
         ):
-            self._move(
-                job, JobStatus.CHECKPOINTING, "preemption notice", detail=str(attempt.pool)
-            )
+            self._move(job, JobStatus.CHECKPOINTING, "preemption notice", detail=str(attempt.pool))
         elif job.status is JobStatus.RUNNING:
+            if self._newly_warned(attempt):
+                self._replanned_at.pop(job.id, None)  # weigh the warning now
             self._maybe_move(job, attempt)
 
     def _gang_failed(
@@ -506,6 +536,23 @@ class Engine:
         self._finish(job, attempt=attempt, status=JobStatus.RECOVERING,
                      end=AttemptEnd.PREFLIGHT_FAILED, detail=detail)  # fmt: skip
 
+    def _newly_warned(self, attempt: AttemptRecord) -> bool:
+        """Whether a node of ``attempt`` reported a rebalance warning not weighed yet.
+
+        A warning (AWS's rebalance recommendation) is no notice: the job goes on.
+        It lowers the pool's capacity signal, so the replan that follows moves the
+        job, checkpoint first, if a better pool exists now, and stays otherwise.
+        """
+        if attempt.id in self._warned:
+            return False
+        reports = attempt_reports(attempt, self._reports(attempt.job_id))
+        if not any(r.notice_kind == "rebalance" for r in reports.values()):
+            return False
+        self._warned.add(attempt.id)
+        self.market.risk_warned(attempt.pool)
+        log.info("rebalance warning for %s on %s: replanning", attempt.job_id, attempt.pool)
+        return True
+
     def _maybe_move(self, job: JobRecord, attempt: AttemptRecord) -> None:
         """Ask the policy, now and then, whether the running job should be elsewhere.
 
@@ -516,7 +563,8 @@ class Engine:
         deadline job may also be stopped to wait for spot when the plan says so.
         """
         now = time.monotonic()
-        if now - self._replanned_at.get(job.id, 0.0) < self.settings.replan_seconds:
+        last = self._replanned_at.get(job.id)
+        if last is not None and now - last < self.settings.replan_seconds:
             return
         self._replanned_at[job.id] = now
         choice = self.plan(job).choice
@@ -572,9 +620,7 @@ class Engine:
         # EXITED without a code: the VM shut down but nobody said how the job
         # ended. That is neither success nor the user's failure: recover it.
         failed = [
-            i
-            for i in ended
-            if i.state is InstanceState.EXITED and i.exit_code not in (None, 0)
+            i for i in ended if i.state is InstanceState.EXITED and i.exit_code not in (None, 0)
         ]
         preempted = [i for i in ended if i.state is InstanceState.PREEMPTED]
         # A gang's other nodes stop with the noticed one (their ranks agreed to
@@ -766,9 +812,7 @@ class Engine:
         kept = self._kept
         stale = [j.id for j in jobs if j.id not in kept or kept[j.id][0] != j.version]
         read = self.store.attempts_for(stale) if stale else {}
-        self._kept = {
-            j.id: (j.version, read[j.id]) if j.id in read else kept[j.id] for j in jobs
-        }
+        self._kept = {j.id: (j.version, read[j.id]) if j.id in read else kept[j.id] for j in jobs}
         return {job_id: records for job_id, (_, records) in self._kept.items()}
 
     def _attempts(self, job_id: str) -> list[AttemptRecord]:
@@ -818,9 +862,7 @@ class Engine:
             # An ended job is never priced again: keep no bill of it for _spent.
             self._bills.pop(job.id, None)
 
-    def _spent(
-        self, job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime
-    ) -> float:
+    def _spent(self, job: JobRecord, attempts: Sequence[AttemptRecord], now: datetime) -> float:
         """The job's cost so far by its ledger (:func:`spotd.billing.ledger.spend_so_far`).
 
         The stored lines are read once per version of the job (a transition or a
@@ -870,23 +912,31 @@ class Engine:
             log.warning("ledger of %s not updated, the next attempt end retries: %s", job.id, exc)
 
     def _terminate(self, attempt: AttemptRecord) -> None:
-        if not attempt.instance_ids:
-            return
-        try:
-            self.providers[attempt.pool.provider].terminate(attempt.instance_ids)
-        except ProviderError as exc:
-            log.warning("terminate of %s failed, the reaper retries: %s", attempt.instance_ids, exc)
+        """Stop a closed attempt's nodes, then delete its placement objects."""
+        provider = self.providers[attempt.pool.provider]
+        if attempt.instance_ids:
+            try:
+                provider.terminate(attempt.instance_ids)
+            except ProviderError as exc:
+                log.warning("terminate of %s failed, the reaper retries: %s",
+                            attempt.instance_ids, exc)  # fmt: skip
+                return  # its placement still holds the nodes: the reaper deletes both
+        self._release(attempt)
 
-    def _orphaned(self, instance: Instance) -> bool:
-        job_id = instance.tags.get(TAG_JOB, "")
+    def _release(self, attempt: AttemptRecord) -> None:
+        tags = attempt_tags(attempt.job_id, attempt.seq, job_tag=TAG_JOB, attempt_tag=TAG_ATTEMPT)
+        release(self.providers[attempt.pool.provider], attempt, tags)
+
+    def _orphaned(self, tags: Mapping[str, str]) -> bool:
+        """Whether the attempt named by these tags (an instance's or a placement's) has ended."""
+        job_id = tags.get(TAG_JOB, "")
         try:
             attempts = self.store.attempts(job_id)
         except StoreError as exc:
             # Unknown is not orphaned: stopping a healthy run on a locked database
             # loses its work, while a true orphan is only stopped a pass later.
-            log.warning("reaper skips %s, its attempts could not be read: %s", instance.id, exc)
+            log.warning("reaper skips %s's objects, its attempts could not be read: %s",
+                        job_id, exc)  # fmt: skip
             return False
-        owner = next((a for a in attempts if str(a.seq) == instance.tags.get(TAG_ATTEMPT)), None)
+        owner = next((a for a in attempts if str(a.seq) == tags.get(TAG_ATTEMPT)), None)
         return owner is None or not owner.open
-
-

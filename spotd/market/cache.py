@@ -19,6 +19,7 @@ from typing import overload
 from spotd.core.contracts import Provider
 from spotd.core.errors import ProviderError
 from spotd.core.values import Market, Offering, Pool
+from spotd.market.signals import LaunchSignals
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,8 @@ class MarketCache:
         self._on_fresh = on_fresh
         self._index: OfferingIndex | None = None
         self._gpus: frozenset[str] | None = None
+        self.signals = LaunchSignals()
+        """spotd's own capacity signal per pool, laid over the offerings (see its module)."""
 
     def refresh(self, name: str) -> Snapshot:
         """Poll one provider, unless it is backing off; on failure keep its last data."""
@@ -127,10 +130,34 @@ class MarketCache:
                 self.refresh(name)
         with self._lock:
             if self._index is None:
-                self._index = OfferingIndex(
-                    o for snap in self._snapshots.values() for o in snap.offerings
-                )
+                offered = (o for snap in self._snapshots.values() for o in snap.offerings)
+                signals = self.signals
+                self._index = OfferingIndex(map(signals.apply, offered) if signals else offered)
             return self._index
+
+    def launch_refused(self, pool: Pool) -> None:
+        """A launch in ``pool`` failed for want of capacity: lower its signal."""
+        self.signals.refused(pool, self._offered_capacity(pool))
+        self._reindex()
+
+    def launch_succeeded(self, pool: Pool) -> None:
+        """A launch in ``pool`` went through: raise its signal."""
+        self.signals.launched(pool)
+        self._reindex()
+
+    def risk_warned(self, pool: Pool) -> None:
+        """The provider warned a node of ``pool`` is at risk (a rebalance recommendation)."""
+        self.signals.warned(pool, self._offered_capacity(pool))
+        self._reindex()
+
+    def _offered_capacity(self, pool: Pool) -> float | None:
+        """The capacity the provider itself gives ``pool`` (without spotd's signal)."""
+        found = (o for o in self.snapshot(pool.provider).offerings if o.pool == pool)
+        return next((o.capacity for o in found), None)
+
+    def _reindex(self) -> None:
+        with self._lock:
+            self._index = None
 
     def offered_gpus(self) -> frozenset[str] | None:
         """The GPU models (upper case) some provider offers now; None until every
@@ -147,7 +174,7 @@ class MarketCache:
         """The current offering of ``pool``, if its provider lists it."""
         for offering in self.snapshot(pool.provider).offerings:
             if offering.pool == pool:
-                return offering
+                return self.signals.apply(offering)
         return None
 
 

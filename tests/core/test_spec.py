@@ -334,7 +334,7 @@ def test_inline_tables_and_dotted_keys_are_located() -> None:
         "resources.gpus[0] (line 3): expected a string, got integer 1",
         "resources.gpus_per_node (line 4): must be >= 1, got 0",
         "market.colour (line 5): unknown field; expected one of type, providers, regions, "
-        "max_price_per_gpu_hour",
+        "max_price_per_gpu_hour, max_run_hours",
     ]
 
 

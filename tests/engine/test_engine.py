@@ -778,3 +778,13 @@ def test_a_running_jobs_cost_is_its_billed_attempts_plus_the_open_one(tmp_path: 
         assert view.cost_usd == pytest.approx(0.52)
     finally:
         store.close()
+
+
+def test_the_launch_carries_the_jobs_max_run_hours(fake: tuple[Engine, FakeProvider]) -> None:
+    eng, provider = fake
+    limited = eng.submit(spec(market={"max_run_hours": 1.5}))
+    run_until(eng, limited.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    free = eng.submit(spec())
+    run_until(eng, free.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    by_job = {r.tags[TAG_JOB]: r.max_run_seconds for r in provider.launched}
+    assert by_job == {limited.id: 5400, free.id: None}

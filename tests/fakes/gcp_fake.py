@@ -16,14 +16,31 @@ Paths below are under ``/compute/v1/projects/P`` (P = the fake's project):
 - GET ``zones/Z/instances/N/serialPort``: serial port output
 - GET ``zones/Z/operations``: list (``operationType`` filter, paged)
 - GET ``zones/Z/operations/O`` and POST ``.../O/wait``: get / wait (finish the operation)
+- GET ``zones/Z/machineTypes/M``: get
+- POST / GET ``regions/R/resourcePolicies``, GET / DELETE ``regions/R/resourcePolicies/N``
+  (a delete while an instance names the policy: 400 ``resourceInUseByAnotherResource``)
+- GET ``regions/R/operations/O`` and POST ``.../O/wait``
+- GET ``regions/R`` (with its ``quotas``), GET ``regions/R/subnetworks/S``
+- GET ``/compute/v1/projects/IP/global/images/N`` and ``.../images/family/F`` (any project)
 
-and the billing catalog at GET ``/v1/services/S/skus`` (paged).
+plus ``POST /v1/projects/P:testIamPermissions`` (Cloud Resource Manager) and the
+billing catalog at GET ``/v1/services/S/skus`` (paged).
+
+Inserted instances and resource policies are parsed back into
+``compute_v1.Instance`` / ``compute_v1.ResourcePolicy`` with unknown fields
+refused (400 ``invalid``), so a misspelt field fails like a real API would;
+the NICs must name subnetworks the fake knows, MRDMA NICs only on a RoCE
+network and no other NIC there, and named resource policies must exist.
 
 Unknown query parameters (``$alt=json;enum-encoding=int``) are ignored.
 Levers: :meth:`GcpFake.fail_next_insert` (by error kind, optionally after
 some successful inserts), :meth:`GcpFake.fail_next` (any route, any HTTP
-error), :meth:`GcpFake.preempt`. Every request is recorded in
-:attr:`GcpFake.requests`.
+error), :meth:`GcpFake.preempt`, :attr:`GcpFake.denied` (permissions
+testIamPermissions leaves out), :attr:`GcpFake.quotas`, :attr:`GcpFake.images`,
+:attr:`GcpFake.zone_types` (a type not offered in a zone),
+:attr:`GcpFake.hold_names` (inserts of these instance names are never
+answered: a launching process can be killed mid-launch). Every request is
+recorded in :attr:`GcpFake.requests`.
 
 EVERY PRICE IN THIS FILE IS MADE UP. The SKUs only mimic the shape and the
 description style of the real Compute Engine catalog.
@@ -42,6 +59,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from google.cloud import compute_v1
+from google.protobuf.json_format import ParseError
+
 PROJECT = "fake-project"
 COMPUTE_SERVICE_ID = "6F81-5844-456A"
 BASE = "https://www.googleapis.com/compute/v1"
@@ -57,12 +77,13 @@ MACHINE_TYPES: dict[str, tuple[int, int, str | None, int]] = {
     "g2-standard-4": (4, 16384, "nvidia-l4", 1),
     "g2-standard-96": (96, 393216, "nvidia-l4", 8),
     "n2-standard-8": (8, 32768, None, 0),
+    "n1-standard-8": (8, 30720, None, 0),  # GPUs only attached (guest_accelerators)
     "e2-medium": (2, 4096, None, 0),
 }
 
 ZONE_TYPES: dict[str, list[str]] = {
     "us-central1-a": ["a2-highgpu-1g", "a2-highgpu-8g", "a2-ultragpu-8g", "a3-highgpu-8g",
-                      "g2-standard-4", "n2-standard-8", "e2-medium"],
+                      "g2-standard-4", "n2-standard-8", "e2-medium", "n1-standard-8"],
     "us-central1-b": ["g2-standard-4", "g2-standard-96", "a3-megagpu-8g", "e2-medium"],
     "us-east4-a": ["a3-highgpu-8g", "a3-ultragpu-8g", "n2-standard-8"],
     "europe-west4-a": ["a2-highgpu-8g", "g2-standard-4"],
@@ -97,6 +118,50 @@ PRICES: dict[str, dict[tuple[str, str], tuple[float, float]]] = {
         ("Nvidia L4 GPU", "GPU"): (0.616, 0.22),
     },
 }
+
+# The fake's own catalog of the A3 fabrics: (NIC type of the fabric NICs, how many).
+FABRIC_NICS: dict[str, tuple[str, int]] = {
+    "a3-highgpu-8g": ("GVNIC", 4),
+    "a3-megagpu-8g": ("GVNIC", 8),
+    "a3-ultragpu-8g": ("MRDMA", 8),
+}
+REGIONS = ("us-central1", "us-east4", "europe-west4")
+IMAGE_PROJECT = "fake-images"
+
+
+def default_subnetworks() -> dict[tuple[str, str], dict[str, Any]]:
+    """Per region: subnets gpu-0..7 on networks gpu-net-0..7, roce-0..7 on RoCE net roce-net."""
+    subnets: dict[tuple[str, str], dict[str, Any]] = {}
+    for region in REGIONS:
+        for i in range(8):
+            subnets[(region, f"gpu-{i}")] = {"network": f"gpu-net-{i}",
+                                             "ipCidrRange": f"10.{100 + i}.0.0/16"}
+            subnets[(region, f"roce-{i}")] = {"network": "roce-net",
+                                              "ipCidrRange": f"10.{200 + i}.0.0/16"}
+        subnets[(region, "default")] = {"network": "default", "ipCidrRange": "10.128.0.0/20"}
+    return subnets
+
+
+def gpu_networks_config(project: str = PROJECT) -> dict[str, Any]:
+    """A ``[providers.gcp] gpu_networks`` value naming the fake's GPU subnets in every region."""
+    def subnet(region: str, name: str, network: str) -> dict[str, str]:
+        return {"network": f"projects/{project}/global/networks/{network}",
+                "subnetwork": f"regions/{region}/subnetworks/{name}"}
+
+    return {region: {"gvnic": [subnet(region, f"gpu-{i}", f"gpu-net-{i}") for i in range(8)],
+                     "rdma": [subnet(region, f"roce-{i}", "roce-net") for i in range(8)]}
+            for region in REGIONS}
+
+
+def default_quotas() -> dict[str, dict[str, tuple[float, float]]]:
+    """Generous made-up quotas: metric -> (limit, usage) per region."""
+    metrics = ["CPUS", "A2_CPUS", "A3_CPUS", "NVIDIA_A100_GPUS", "NVIDIA_A100_80GB_GPUS",
+               "NVIDIA_H100_GPUS", "NVIDIA_H100_MEGA_GPUS", "NVIDIA_H200_GPUS", "NVIDIA_L4_GPUS",
+               "NVIDIA_T4_GPUS"]
+    table = {m: (2000.0, 0.0) for m in metrics}
+    table.update({f"PREEMPTIBLE_{m}": (1000.0, 8.0) for m in metrics if m.endswith("GPUS")})
+    return {region: dict(table) for region in REGIONS}
+
 
 ERROR_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
                 404: "NOT_FOUND", 409: "ALREADY_EXISTS", 429: "RESOURCE_EXHAUSTED",
@@ -217,6 +282,21 @@ class GcpFake:
     skus: list[dict[str, Any]] = field(default_factory=build_skus)
     zone_types: dict[str, list[str]] = field(default_factory=lambda: dict(ZONE_TYPES))
     serial_output: str = "spotd-agent: started\n"
+    policies: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    subnetworks: dict[tuple[str, str], dict[str, Any]] = field(
+        default_factory=default_subnetworks)
+    roce_networks: set[str] = field(default_factory=lambda: {"roce-net"})
+    images: dict[tuple[str, str], dict[str, Any]] = field(default_factory=lambda: {
+        (IMAGE_PROJECT, "family/gpu"): {"name": "gpu-v20261201", "family": "gpu"},
+        (IMAGE_PROJECT, "gpu-v20261201"): {"name": "gpu-v20261201", "family": "gpu"},
+    })
+    """(project, name or ``family/F``) -> image."""
+    quotas: dict[str, dict[str, tuple[float, float]]] = field(default_factory=default_quotas)
+    denied: set[str] = field(default_factory=set)
+    """Permissions testIamPermissions does not grant."""
+    hold_names: set[str] = field(default_factory=set)
+    """Instance names whose insert is held (never answered) until :meth:`stop`."""
+    _released: threading.Event = field(default_factory=threading.Event)
     _failures: list[_Failure] = field(default_factory=list)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1000))
@@ -244,6 +324,7 @@ class GcpFake:
         return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def stop(self) -> None:
+        self._released.set()  # let held requests end
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -279,6 +360,28 @@ class GcpFake:
             if vm.get("scheduling", {}).get("instanceTerminationAction") == "DELETE":
                 del self.instances[(zone, name)]
 
+    def held(self, method: str, path: str, body: dict[str, Any] | None) -> bool:
+        """Whether this request is an insert to hold (then wait until the fake stops)."""
+        if method != "POST" or not re.search(r"/zones/[^/]+/instances$", path):
+            return False
+        with self._lock:
+            hold = body is not None and str(body.get("name")) in self.hold_names
+        if hold:
+            self._released.wait()
+        return hold
+
+    def fabric_of(self, zone: str, name: str) -> tuple[set[str], int]:
+        """The placement ids (``region/name``) and fabric NICs a VM was created with."""
+        with self._lock:
+            vm = self.instances[(zone, name)]
+        machine = vm["machineType"].rsplit("/", 1)[-1]
+        nic_type, _ = FABRIC_NICS.get(machine, ("GVNIC", 0))
+        fabric = sum(1 for nic in vm.get("networkInterfaces", [])[1:]
+                     if nic.get("nicType") == nic_type)
+        placements = {f"{p.split('/regions/', 1)[1].split('/')[0]}/{p.rsplit('/', 1)[-1]}"
+                      for p in vm.get("resourcePolicies", [])}
+        return placements, fabric
+
     def recorded(self, method: str, path_part: str) -> list[Recorded]:
         """Requests received with this method whose path contains ``path_part``."""
         with self._lock:
@@ -308,9 +411,13 @@ class GcpFake:
                body: dict[str, Any] | None, failure: _Failure | None) -> tuple[int, dict[str, Any]]:
         if m := re.fullmatch(r"/v1/services/([^/]+)/skus", path):
             return 200, self._skus(m.group(1), query)
+        if m := re.fullmatch(r"/v1/projects/([^/]+):testIamPermissions", path):
+            return 200, self._test_permissions(m.group(1), body)
         m = re.fullmatch(r"/compute/v1/projects/([^/]+)/(.*)", path)
         if m is None:
             raise HttpError(404, "notFound", f"no route {method} {path}")
+        if image := re.fullmatch(r"global/images/((?:family/)?[^/]+)", m.group(2)):
+            return 200, self._image(m.group(1), image.group(1))
         if m.group(1) != self.project:
             raise HttpError(404, "notFound", f"The resource 'projects/{m.group(1)}' was not found")
         rest = m.group(2)
@@ -322,6 +429,7 @@ class GcpFake:
 
     def _routes(self) -> list[tuple[str, str, Any]]:
         z = r"zones/([^/]+)"
+        r = r"regions/([^/]+)"
         return [
             (rf"{z}/machineTypes", "GET", self._machine_types),
             (r"aggregated/machineTypes", "GET", self._aggregated_machine_types),
@@ -334,6 +442,15 @@ class GcpFake:
             (rf"{z}/operations", "GET", self._list_operations),
             (rf"{z}/operations/([^/]+)", "GET", self._get_operation),
             (rf"{z}/operations/([^/]+)/wait", "POST", self._get_operation),
+            (rf"{z}/machineTypes/([^/]+)", "GET", self._get_machine_type),
+            (rf"{r}/resourcePolicies", "POST", self._insert_policy),
+            (rf"{r}/resourcePolicies", "GET", self._list_policies),
+            (rf"{r}/resourcePolicies/([^/]+)", "GET", self._get_policy),
+            (rf"{r}/resourcePolicies/([^/]+)", "DELETE", self._delete_policy),
+            (rf"{r}/operations/([^/]+)", "GET", self._get_region_operation),
+            (rf"{r}/operations/([^/]+)/wait", "POST", self._get_region_operation),
+            (rf"{r}/subnetworks/([^/]+)", "GET", self._get_subnetwork),
+            (r"regions/([^/]+)", "GET", self._get_region),
         ]
 
     # -- machine types -------------------------------------------------------
@@ -371,6 +488,7 @@ class GcpFake:
             return self.operations[self.request_ids[rid]]  # GCE answers a repeat with the first
         if zone not in self.zone_types:
             raise HttpError(400, "invalid", f"Invalid value for field 'zone': '{zone}'")
+        self._validate_instance(zone, body)
         if failure is not None:  # an operation failure: accepted, then fails
             op = self._new_operation(zone, name, "insert", done=True)
             op["error"] = {"errors": [{"code": failure.reason,
@@ -387,8 +505,38 @@ class GcpFake:
             self.request_ids[rid] = (zone, op["name"])
         return op
 
+    def _validate_instance(self, zone: str, body: dict[str, Any]) -> None:
+        """Refuse what GCE would: unknown fields, unknown subnets or policies, bad NICs."""
+        try:
+            compute_v1.Instance.from_json(json.dumps(body), ignore_unknown_fields=False)
+        except ParseError as exc:
+            raise HttpError(400, "invalid", f"Invalid JSON payload received. {exc}") from exc
+        region = zone.rsplit("-", 1)[0]
+        for i, nic in enumerate(body.get("networkInterfaces", [])):
+            network = nic.get("network", "").rsplit("/", 1)[-1]
+            if "subnetwork" in nic:
+                key = (region, nic["subnetwork"].rsplit("/", 1)[-1])
+                if key not in self.subnetworks or f"/regions/{region}/" not in "/" + nic[
+                        "subnetwork"]:
+                    raise HttpError(400, "invalid", f"nic{i}: subnetwork "
+                                    f"'{nic['subnetwork']}' not found in {region}")
+                network = network or self.subnetworks[key]["network"]
+            rdma = nic.get("nicType") == "MRDMA"
+            if rdma != (network in self.roce_networks):
+                raise HttpError(400, "invalid", f"nic{i}: MRDMA NICs go on RoCE networks only,"
+                                " and only MRDMA NICs go there")
+        for url in body.get("resourcePolicies", []):
+            where = re.search(r"regions/([^/]+)/resourcePolicies/([^/]+)$", url)
+            if where is None or (where.group(1), where.group(2)) not in self.policies:
+                raise HttpError(400, "invalid", f"resource policy '{url}' not found")
+            if where.group(1) != region:
+                raise HttpError(400, "invalid", "a resource policy must be in the VM's region")
+
     def _new_vm(self, zone: str, body: dict[str, Any]) -> dict[str, Any]:
         vm: dict[str, Any] = json.loads(json.dumps(body))
+        for nic in vm.get("networkInterfaces", []):
+            n = next(self._ids)
+            nic["networkIP"] = f"10.{n // 65536 % 256}.{n // 256 % 256}.{n % 256}"
         machine = vm["machineType"].rsplit("/", 1)[-1]
         vm.update({
             "kind": "compute#instance", "id": str(next(self._ids)), "status": "PROVISIONING",
@@ -446,16 +594,19 @@ class GcpFake:
 
     # -- operations ----------------------------------------------------------
 
-    def _new_operation(self, zone: str, name: str, kind: str, *, done: bool) -> dict[str, Any]:
+    def _new_operation(self, zone: str, name: str, kind: str, *, done: bool,
+                       scope: str = "zones", target: str = "instances") -> dict[str, Any]:
+        """An operation on ``name`` in a zone (or, with ``scope="regions"``, a region)."""
         op_name = f"operation-{next(self._ids)}"
         now = now_text()
+        where = f"{BASE}/projects/{self.project}/{scope}/{zone}"
         op: dict[str, Any] = {
             "kind": "compute#operation", "id": str(next(self._ids)), "name": op_name,
             "operationType": kind, "status": "DONE" if done else "RUNNING",
-            "zone": f"{BASE}/projects/{self.project}/zones/{zone}",
-            "targetLink": f"{BASE}/projects/{self.project}/zones/{zone}/instances/{name}",
+            "zone" if scope == "zones" else "region": where,
+            "targetLink": f"{where}/{target}/{name}",
             "insertTime": now, "progress": 100 if done else 0,
-            "selfLink": f"{BASE}/projects/{self.project}/zones/{zone}/operations/{op_name}",
+            "selfLink": f"{where}/operations/{op_name}",
         }
         if done:
             op["endTime"] = now
@@ -478,6 +629,107 @@ class GcpFake:
         ops = [op for (z, _), op in self.operations.items()
                if z == zone and (m is None or op["operationType"] == m.group(1))]
         return self._page(ops, kw["query"], "items")
+
+    def _get_machine_type(self, zone: str, name: str, **kw: Any) -> dict[str, Any]:
+        if name not in self.zone_types.get(zone, []):
+            raise HttpError(404, "notFound", f"The resource 'projects/{self.project}/zones/"
+                                             f"{zone}/machineTypes/{name}' was not found")
+        return self._machine_type(zone, name)
+
+    # -- resource policies, regions, subnetworks, images, IAM -----------------
+
+    def _insert_policy(self, region: str, *, query: dict[str, str],
+                       body: dict[str, Any] | None, failure: _Failure | None) -> dict[str, Any]:
+        assert body is not None
+        try:
+            compute_v1.ResourcePolicy.from_json(json.dumps(body), ignore_unknown_fields=False)
+        except ParseError as exc:
+            raise HttpError(400, "invalid", f"Invalid JSON payload received. {exc}") from exc
+        rid = query.get("requestId", "")
+        if rid and rid in self.request_ids:
+            return self.operations[self.request_ids[rid]]
+        name = body["name"]
+        if (region, name) in self.policies:
+            raise HttpError(409, "alreadyExists", f"The resource 'projects/{self.project}/"
+                            f"regions/{region}/resourcePolicies/{name}' already exists")
+        policy: dict[str, Any] = json.loads(json.dumps(body))
+        policy.update({
+            "kind": "compute#resourcePolicy", "id": str(next(self._ids)), "status": "READY",
+            "region": f"{BASE}/projects/{self.project}/regions/{region}",
+            "selfLink": f"{BASE}/projects/{self.project}/regions/{region}/resourcePolicies/"
+                        f"{name}",
+            "creationTimestamp": now_text(),
+        })
+        self.policies[(region, name)] = policy
+        op = self._new_operation(region, name, "insert", done=False, scope="regions",
+                                 target="resourcePolicies")
+        if rid:
+            self.request_ids[rid] = (region, op["name"])
+        return op
+
+    def _list_policies(self, region: str, **kw: Any) -> dict[str, Any]:
+        if region not in self.quotas:
+            raise HttpError(404, "notFound", f"The resource 'regions/{region}' was not found")
+        found = [p for (r, _), p in sorted(self.policies.items()) if r == region]
+        return self._page(found, kw["query"], "items")
+
+    def _policy(self, region: str, name: str) -> dict[str, Any]:
+        policy = self.policies.get((region, name))
+        if policy is None:
+            raise HttpError(404, "notFound", f"The resource 'projects/{self.project}/regions/"
+                                             f"{region}/resourcePolicies/{name}' was not found")
+        return policy
+
+    def _get_policy(self, region: str, name: str, **kw: Any) -> dict[str, Any]:
+        return self._policy(region, name)
+
+    def _delete_policy(self, region: str, name: str, **kw: Any) -> dict[str, Any]:
+        self._policy(region, name)
+        suffix = f"regions/{region}/resourcePolicies/{name}"
+        users = [n for (_, n), vm in self.instances.items()
+                 if any(p.endswith(suffix) for p in vm.get("resourcePolicies", []))]
+        if users:
+            raise HttpError(400, "resourceInUseByAnotherResource",
+                            f"The resource_policy resource '{suffix}' is already being used "
+                            f"by '{users[0]}'")
+        del self.policies[(region, name)]
+        return self._new_operation(region, name, "delete", done=True, scope="regions",
+                                   target="resourcePolicies")
+
+    def _get_region_operation(self, region: str, op_name: str, **kw: Any) -> dict[str, Any]:
+        return self._get_operation(region, op_name)
+
+    def _get_region(self, region: str, **kw: Any) -> dict[str, Any]:
+        if region not in self.quotas:
+            raise HttpError(404, "notFound", f"The resource 'regions/{region}' was not found")
+        quotas = [{"metric": m, "limit": limit, "usage": usage}
+                  for m, (limit, usage) in sorted(self.quotas[region].items())]
+        return {"kind": "compute#region", "name": region, "status": "UP", "quotas": quotas,
+                "selfLink": f"{BASE}/projects/{self.project}/regions/{region}"}
+
+    def _get_subnetwork(self, region: str, name: str, **kw: Any) -> dict[str, Any]:
+        subnet = self.subnetworks.get((region, name))
+        if subnet is None:
+            raise HttpError(404, "notFound", f"The resource 'projects/{self.project}/regions/"
+                                             f"{region}/subnetworks/{name}' was not found")
+        return {"kind": "compute#subnetwork", "name": name, "ipCidrRange": subnet["ipCidrRange"],
+                "network": f"{BASE}/projects/{self.project}/global/networks/{subnet['network']}",
+                "region": f"{BASE}/projects/{self.project}/regions/{region}"}
+
+    def _image(self, project: str, name: str) -> dict[str, Any]:
+        image = self.images.get((project, name))
+        if image is None:
+            raise HttpError(404, "notFound", f"The resource 'projects/{project}/global/images/"
+                                             f"{name}' was not found")
+        return {"kind": "compute#image", "status": "READY", **image,
+                "selfLink": f"{BASE}/projects/{project}/global/images/{image['name']}"}
+
+    def _test_permissions(self, project: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        if project != self.project:
+            raise HttpError(403, "forbidden", f"no access to project {project}")
+        asked = (body or {}).get("permissions", [])
+        granted = [p for p in asked if p not in self.denied]
+        return {"permissions": granted} if granted else {}
 
     # -- billing ---------------------------------------------------------------
 
@@ -534,6 +786,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(raw) if raw.strip() else None
         self.owner.requests.append(Recorded(method, parts.path, query, body,
                                             {k.lower(): v for k, v in self.headers.items()}))
+        if self.owner.held(method, parts.path, body):
+            self.close_connection = True
+            return  # released only when the fake stops: the caller sees no answer
         try:
             status, payload = self.owner.handle(method, parts.path, query, body)
         except HttpError as err:

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from fakes.gcp_fake import PROJECT, GcpFake
+from fakes.gcp_fake import FABRIC_NICS, PROJECT, GcpFake, gpu_networks_config
 from google.auth.credentials import AnonymousCredentials
 
-from harnesses import ERROR_KINDS, ErrorKind
+from harnesses import ERROR_KINDS, ErrorKind, FabricSeen
 from spotd.core.values import LaunchRequest, Market, Offering
-from spotd_gcp import GcpProvider, GcpSettings, build_gcp_provider
+from spotd_gcp import GcpProvider, GcpSettings, build_gcp_provider, naming
 
 ZONES = ["us-central1-a", "us-central1-b", "us-east4-a", "europe-west4-a"]
 
@@ -27,6 +30,7 @@ def settings_for(fake: GcpFake, **overrides: object) -> GcpSettings:
     values: dict[str, object] = {
         "enabled": True, "project": PROJECT, "zones": ZONES, "api_endpoint": fake.url,
         "billing_endpoint": fake.url, "image": "projects/fake-images/global/images/family/gpu",
+        "resource_manager_endpoint": fake.url, "gpu_networks": gpu_networks_config(),
         "request_timeout_seconds": 10.0, "operation_timeout_seconds": 10.0,
     }  # fmt: skip
     values.update(overrides)
@@ -40,7 +44,25 @@ def provider_for(fake: GcpFake, **overrides: object) -> GcpProvider:
     )  # fmt: skip
 
 
+GANG_TYPE = "a3-megagpu-8g"
+"""The gang offering's type: 8 gVNIC GPU NICs (GPUDirect-TCPXO)."""
+
+CHILD = """
+import pickle, sys
+from google.auth.credentials import AnonymousCredentials
+from spotd_gcp import GcpSettings, build_gcp_provider
+settings = GcpSettings.model_validate_json(open(sys.argv[1]).read())
+request = pickle.load(open(sys.argv[2], "rb"))
+provider = build_gcp_provider(settings, startup_script=lambda r: "#!/bin/sh\\n",
+                              credentials=AnonymousCredentials())
+provider.launch(request)
+"""
+"""The child of :meth:`GcpHarness.launch_in_child`: the real adapter, launching once."""
+
+
 class GcpHarness:
+    makes_placements = True
+
     def __init__(self, provider: GcpProvider, fake: GcpFake) -> None:
         self.provider = provider
         self.fake = fake
@@ -66,6 +88,36 @@ class GcpHarness:
 
     def settle(self) -> None:
         time.sleep(0.01)
+
+    def gang_offering(self) -> Offering:
+        return next(
+            o for o in self.provider.offerings()
+            if o.pool.instance_type == GANG_TYPE and o.price(Market.SPOT)
+        )  # fmt: skip
+
+    def fabric_seen(self, instance_ids: Sequence[str]) -> FabricSeen:
+        placements: set[str] = set()
+        interfaces = []
+        for iid in instance_ids:
+            zone, name = iid.split("/", 1)
+            seen, fabric = self.fake.fabric_of(zone, name)
+            placements |= seen
+            interfaces.append(fabric)
+        return FabricSeen(frozenset(placements), tuple(interfaces))
+
+    def expected_interfaces(self, instance_type: str) -> int:
+        return FABRIC_NICS[instance_type][1]
+
+    def launch_in_child(self, request: LaunchRequest, tmp_path: Path) -> subprocess.Popen[bytes]:
+        # The fake never answers these inserts: the child is stuck after its policy exists.
+        self.fake.hold_names |= {naming.instance_name(request.client_token, r)
+                                 for r in range(request.nodes)}  # fmt: skip
+        settings = tmp_path / "gcp-child-settings.json"
+        settings.write_text(settings_for(self.fake, request_timeout_seconds=120.0,
+                                         operation_timeout_seconds=120.0).model_dump_json())
+        pickled = tmp_path / "gcp-child-request.pickle"
+        pickled.write_bytes(pickle.dumps(request))
+        return subprocess.Popen([sys.executable, "-c", CHILD, str(settings), str(pickled)])
 
 
 @contextmanager

@@ -15,9 +15,18 @@ from spotd_sim import SimProvider, build_sim_providers
 
 
 class SimHarness:
+    makes_placements = False
+    """Simulated nodes share one host: there is no fabric to place them on."""
+
     def __init__(self, provider: SimProvider) -> None:
         self.provider = provider
         self._sim = provider
+
+    def gang_offering(self) -> Offering:
+        return next(
+            o for o in self._sim.offerings()
+            if o.capacity and o.gpus_per_node == 8 and o.price(Market.SPOT)
+        )
 
     def launchable(self) -> Offering:
         return next(

@@ -8,14 +8,17 @@ with the reason.
 from __future__ import annotations
 
 import importlib
+import signal
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from harnesses import ERROR_KINDS, PROVIDERS, ErrorKind, Harness
 
-from spotd.core.contracts import Provider
+from spotd.core.clock import WallClock
+from spotd.core.contracts import PlacementHost, Provider
 from spotd.core.errors import (
     AuthError,
     CapacityError,
@@ -24,7 +27,12 @@ from spotd.core.errors import (
     QuotaError,
     ThrottledError,
 )
-from spotd.core.values import Instance, InstanceState, LaunchRequest, Market
+from spotd.core.spec import JobSpec
+from spotd.core.states import JobStatus
+from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Offering
+from spotd.engine.reconcile import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, Engine, EngineSettings
+from spotd.store.sql import open_store
+from spotd.registry import load_policy
 
 EXPECTED: dict[ErrorKind, type[ProviderError]] = {
     "capacity": CapacityError,
@@ -45,13 +53,15 @@ def harness(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]
         yield h
 
 
-def request_for(h: Harness, token: str = "tok-1", nodes: int = 1) -> LaunchRequest:
+def request_for(
+    h: Harness, token: str = "tok-1", nodes: int = 1, offering: Offering | None = None
+) -> LaunchRequest:
     return LaunchRequest(
-        offering=h.launchable(),
+        offering=offering or h.launchable(),
         market=Market.SPOT,
         nodes=nodes,
         client_token=token,
-        tags={"spotd-job": "j-contract", "spotd-attempt": "1"},
+        tags={TAG_JOB: "j-contract", TAG_ATTEMPT: "1", TAG_OWNER: "contract"},
         command=h.command(),
         env={"SPOTD_JOB_ID": "j-contract"},
     )
@@ -131,3 +141,150 @@ def test_errors_map_to_our_classes(harness: Harness, kind: ErrorKind) -> None:
 def _state(h: Harness, inst: Instance) -> InstanceState | None:
     found = h.provider.describe([inst.id])
     return found[0].state if found else None
+
+
+# -- gangs: placement objects and fabric interfaces ----------------------------
+
+GANG = 4
+
+
+def placer(h: Harness) -> PlacementHost:
+    if not h.makes_placements:
+        pytest.skip(f"{h.provider.name} puts a gang on one fabric without placement objects")
+    assert isinstance(h.provider, PlacementHost)
+    return h.provider
+
+
+def test_gang_launch_carries_the_placement_and_the_fabric(harness: Harness) -> None:
+    host = placer(harness)
+    offering = harness.gang_offering()
+    request = request_for(harness, token="gang-1", nodes=GANG, offering=offering)
+    nodes = harness.provider.launch(request)
+    assert len(nodes) == GANG
+    (placement,) = host.list_placements({TAG_JOB: "j-contract", TAG_ATTEMPT: "1"})
+    assert placement.tags[TAG_OWNER] == "contract"
+    seen = harness.fabric_seen([n.id for n in nodes])
+    assert seen.placements == {placement.id}
+    wanted = harness.expected_interfaces(offering.pool.instance_type)
+    assert wanted >= 1
+    assert seen.interfaces == (wanted,) * GANG
+    # Launching again with the token makes neither nodes nor a second placement.
+    again = harness.provider.launch(request)
+    assert sorted(n.id for n in again) == sorted(n.id for n in nodes)
+    assert len(host.list_placements({TAG_JOB: "j-contract"})) == 1
+
+
+def test_gang_nodes_report_their_private_addresses(harness: Harness) -> None:
+    request = request_for(harness, token="gang-2", nodes=GANG, offering=harness.gang_offering())
+    ids = [n.id for n in harness.provider.launch(request)]
+    described: list[Instance] = []
+
+    def all_addressed() -> bool:
+        described[:] = harness.provider.describe(ids)
+        return len(described) == GANG and all(i.private_address for i in described)
+
+    eventually(harness, all_addressed)
+    assert len({i.private_address for i in described}) == GANG
+
+
+def test_placement_is_deleted_with_its_gang(harness: Harness) -> None:
+    host = placer(harness)
+    request = request_for(harness, token="gang-3", nodes=GANG, offering=harness.gang_offering())
+    ids = [n.id for n in harness.provider.launch(request)]
+    placements = host.list_placements({TAG_JOB: "j-contract"})
+    assert len(placements) == 1
+    harness.provider.terminate(ids)
+    eventually(harness, lambda: all(i.ended for i in harness.provider.describe(ids)))
+    host.delete_placements(placements)
+    assert host.list_placements({TAG_JOB: "j-contract"}) == []
+    host.delete_placements(placements)  # again: ignored
+
+
+def engine_for(h: Harness, tmp_path: Path, owner: str = "contract") -> Engine:
+    store = open_store(f"sqlite:///{tmp_path / 'spotd.db'}")
+    settings = EngineSettings(owner=owner, checkpoints_dir=tmp_path / "ckpt")
+    return Engine(store, {h.provider.name: h.provider}, load_policy("cheapest"), WallClock(),
+                  settings)  # fmt: skip
+
+
+def gang_spec(offering: Offering) -> JobSpec:
+    return JobSpec.model_validate({
+        "name": "gang",
+        "command": ["python", "train.py"],
+        "resources": {"gpus": [offering.gpu], "gpus_per_node": offering.gpus_per_node,
+                      "nodes": GANG},
+    })  # fmt: skip
+
+
+def test_the_engine_deletes_the_placement_when_the_attempt_ends(
+    harness: Harness, tmp_path: Path
+) -> None:
+    host = placer(harness)
+    engine = engine_for(harness, tmp_path)
+    job = engine.submit(gang_spec(harness.gang_offering()))
+    limit = time.monotonic() + 30
+    while not engine.store.attempts(job.id) or not engine.store.attempts(job.id)[-1].instance_ids:
+        assert time.monotonic() < limit, "the gang was never launched"
+        engine.tick()
+    tags = {TAG_JOB: job.id}
+    assert len(host.list_placements(tags)) == 1
+    engine.cancel(engine.store.get_job(job.id))
+    eventually(harness, lambda: not host.list_placements(tags))
+    ids = engine.store.attempts(job.id)[-1].instance_ids
+    assert all(i.ended for i in harness.provider.describe(ids))
+
+
+def test_a_placement_orphaned_by_a_killed_launch_is_reaped(
+    harness: Harness, tmp_path: Path
+) -> None:
+    host = placer(harness)
+    request = request_for(harness, token="gang-kill", nodes=GANG, offering=harness.gang_offering())
+    request = replace(request, tags={**request.tags, TAG_JOB: "j-killed"})
+    child = harness.launch_in_child(request, tmp_path)
+    try:
+        limit = time.monotonic() + 60
+        while not host.list_placements({TAG_JOB: "j-killed"}):
+            assert child.poll() is None, f"the launching child exited with {child.returncode}"
+            assert time.monotonic() < limit, "the child never created its placement"
+            time.sleep(0.1)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    # The daemon comes back with no attempt for j-killed: everything of it is an orphan.
+    engine = engine_for(harness, tmp_path)
+    def reaped() -> bool:
+        engine.reap()
+        return not host.list_placements({TAG_JOB: "j-killed"})
+
+    eventually(harness, reaped)
+    live = [i for i in harness.provider.list_instances({TAG_JOB: "j-killed"}) if not i.ended]
+    assert live == []
+
+
+def test_a_finished_jobs_nodes_are_terminated(harness: Harness, tmp_path: Path) -> None:
+    """docs/providers.md: when a job ends, the engine terminates its nodes. A cloud
+    VM whose job exited may still show as running (or stopped, and billing disks):
+    the agent's exit report decides, and the engine stops the VM."""
+    from spotd.core.values import InstanceReport
+
+    engine = engine_for(harness, tmp_path)
+    offering = harness.launchable()
+    job = engine.submit(JobSpec.model_validate({
+        "name": "finishes", "command": list(harness.command()),
+        "resources": {"gpus": [offering.gpu], "gpus_per_node": offering.gpus_per_node},
+        "market": {"providers": [harness.provider.name]},
+    }))  # fmt: skip
+    limit = time.monotonic() + 30
+    while engine.store.get_job(job.id).status is not JobStatus.RUNNING:
+        assert time.monotonic() < limit, f"never ran: {engine.store.get_job(job.id).status}"
+        engine.tick()
+        harness.settle()
+    (attempt,) = engine.store.attempts(job.id)
+    (iid,) = attempt.instance_ids
+    engine.store.save_report(InstanceReport(iid, harness.provider.name, job.id, attempt.seq,
+                                            exit_code=0, exited_at=engine.clock.now()))  # fmt: skip
+    engine.tick()
+    assert engine.store.get_job(job.id).status is JobStatus.SUCCEEDED
+    eventually(harness, lambda: _state(harness, Instance(iid, attempt.pool, attempt.market,
+                                                          InstanceState.RUNNING))
+               in (InstanceState.TERMINATED, None))  # fmt: skip

@@ -6,23 +6,27 @@ copied from the adapter.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 import pytest
-from fakes.gcp_fake import LOCATIONS, MACHINE_TYPES, PRICES, PROJECT, GcpFake
+import requests
+from fakes.gcp_fake import LOCATIONS, MACHINE_TYPES, PRICES, PROJECT, GcpFake, gpu_networks_config
 from gang_support import assert_gang_env, gang_request, script_env
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as gauth_exc
+from google.cloud import compute_v1
 from google.oauth2.credentials import Credentials
 from harnesses.gcp import bootstrap, provider_for, settings_for
 from pydantic import ValidationError
 
+from spotd.core.contracts import CloudChecker
 from spotd.core.errors import (
     AuthError,
     CapacityError,
@@ -34,7 +38,15 @@ from spotd.core.errors import (
     ThrottledError,
 )
 from spotd.core.network import Fabric
-from spotd.core.values import InstanceState, LaunchRequest, Market, Offering
+from spotd.core.values import (
+    CheckOutcome,
+    CloudCheck,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Offering,
+    PlacementObject,
+)
 from spotd.daemon.bootstrap import bootstrap_for
 from spotd_gcp import GcpProvider, GcpSettings, build_gcp_provider, map_gcp_errors, naming
 from spotd_gcp import errors as gcp_errors
@@ -159,7 +171,7 @@ def test_skus_and_machine_types_are_paged(fake: GcpFake, provider: GcpProvider) 
     assert [c.query.get("pageToken") for c in sku_calls][1:] == [
         str(i * fake.sku_page_size) for i in range(1, len(sku_calls))]
     zone_a = fake.recorded("GET", "/zones/us-central1-a/machineTypes")
-    assert len(zone_a) == 3  # 7 types, 3 a page
+    assert len(zone_a) == 3  # 8 types, 3 a page
 
 
 def test_catalog_is_cached_for_hours(fake: GcpFake) -> None:
@@ -598,3 +610,346 @@ def test_a_gangs_startup_script_carries_rendezvous_and_fabric_variables(
         env = script_env(items["startup-script"])
         assert_gang_env(env, fabric)
         assert "the-daemon-token" not in items["startup-script"]
+
+
+# -- gangs: the placement policy and the GPU NICs ----------------------------------
+
+
+def sent_instances(fake: GcpFake, zone: str) -> list[compute_v1.Instance]:
+    """The insert bodies the fake got, parsed by the SDK's own model (unknown fields refused)."""
+    return [compute_v1.Instance.from_json(json.dumps(c.body), ignore_unknown_fields=False)
+            for c in fake.recorded("POST", f"/zones/{zone}/instances")]
+
+
+def sent_policies(fake: GcpFake, region: str) -> list[compute_v1.ResourcePolicy]:
+    return [compute_v1.ResourcePolicy.from_json(json.dumps(c.body), ignore_unknown_fields=False)
+            for c in fake.recorded("POST", f"/regions/{region}/resourcePolicies")]
+
+
+GANG_TAGS = {"spotd-job": "j-gang", "spotd-attempt": "2", "spotd-owner": "me"}
+
+
+def test_a_gang_gets_a_compact_policy_first_and_names_it(
+    fake: GcpFake, provider: GcpProvider
+) -> None:
+    o = offering(provider, "us-central1-b", "a3-megagpu-8g")
+    nodes = provider.launch(request(o, token="j-gang-a2", nodes=4, tags=GANG_TAGS))
+    (policy,) = sent_policies(fake, "us-central1")
+    name = naming_policy("j-gang-a2")
+    assert policy.name == name and policy.region == "us-central1"
+    assert policy.group_placement_policy.collocation == "COLLOCATED"
+    assert policy.group_placement_policy.vm_count == 4
+    assert json.loads(policy.description)["spotd"]["tags"] == GANG_TAGS
+    posts = [r.path for r in fake.requests if r.method == "POST" and "/wait" not in r.path]
+    assert "resourcePolicies" in posts[0] and all("/instances" in p for p in posts[1:])
+    for vm in sent_instances(fake, "us-central1-b"):
+        assert list(vm.resource_policies) == [
+            f"projects/{PROJECT}/regions/us-central1/resourcePolicies/{name}"]
+        assert vm.scheduling.provisioning_model == "SPOT"
+        assert vm.scheduling.instance_termination_action == "DELETE"
+        assert vm.scheduling.on_host_maintenance == "TERMINATE"
+        assert vm.scheduling.automatic_restart is False
+        assert "max_run_duration" not in vm.scheduling  # the job set none
+        assert list(vm.guest_accelerators) == []  # A3 has its GPUs built in
+    (placement,) = provider.list_placements({"spotd-job": "j-gang"})
+    assert placement.id == f"us-central1/{name}" and placement.kind == "resource-policy"
+    assert placement.region == "us-central1" and dict(placement.tags) == GANG_TAGS
+    assert len(nodes) == 4
+
+
+def naming_policy(token: str) -> str:
+    from spotd_gcp import placement
+
+    return placement.policy_name(token)
+
+
+@pytest.mark.parametrize(("zone", "machine", "gvnic", "mrdma"), [
+    ("us-central1-a", "a3-highgpu-8g", 4, 0),   # nic0 + 4 GPU NICs, GPUDirect-TCPX
+    ("us-central1-b", "a3-megagpu-8g", 8, 0),   # nic0 + 8 GPU NICs, GPUDirect-TCPXO
+    ("us-east4-a", "a3-ultragpu-8g", 1, 8),     # 2 gVNIC + 8 MRDMA on the RoCE VPC
+])  # fmt: skip
+def test_a3_nic_layouts(
+    fake: GcpFake, provider: GcpProvider, zone: str, machine: str, gvnic: int, mrdma: int
+) -> None:
+    provider.launch(request(offering(provider, zone, machine), nodes=2))
+    region = zone.rsplit("-", 1)[0]
+    for vm in sent_instances(fake, zone):
+        nics = list(vm.network_interfaces)
+        assert len(nics) == 1 + gvnic + mrdma
+        assert nics[0].nic_type == "GVNIC" and nics[0].network == "global/networks/default"
+        assert [a.type_ for a in nics[0].access_configs] == ["ONE_TO_ONE_NAT"]
+        for i, nic in enumerate(nics[1 : 1 + gvnic]):
+            assert nic.nic_type == "GVNIC"
+            assert nic.network == f"projects/{PROJECT}/global/networks/gpu-net-{i}"
+            assert nic.subnetwork == f"regions/{region}/subnetworks/gpu-{i}"
+            assert list(nic.access_configs) == []
+        for i, nic in enumerate(nics[1 + gvnic :]):
+            assert nic.nic_type == "MRDMA"
+            assert nic.network == f"projects/{PROJECT}/global/networks/roce-net"
+            assert nic.subnetwork == f"regions/{region}/subnetworks/roce-{i}"
+            assert list(nic.access_configs) == []
+
+
+def test_a_single_a3_node_gets_nic0_only_and_no_policy(
+    fake: GcpFake, provider: GcpProvider
+) -> None:
+    provider.launch(request(offering(provider, "us-central1-b", "a3-megagpu-8g")))
+    (vm,) = sent_instances(fake, "us-central1-b")
+    assert [n.nic_type for n in vm.network_interfaces] == ["GVNIC"]
+    assert list(vm.resource_policies) == []
+    assert fake.recorded("POST", "/resourcePolicies") == []
+
+
+def test_an_a2_gang_gets_the_policy_but_no_gpu_nics(fake: GcpFake, provider: GcpProvider) -> None:
+    provider.launch(request(offering(provider, "us-central1-a", "a2-highgpu-8g"), nodes=2))
+    for vm in sent_instances(fake, "us-central1-a"):
+        assert len(vm.network_interfaces) == 1 and vm.network_interfaces[0].nic_type == ""
+        assert len(vm.resource_policies) == 1
+
+
+def test_a_gang_without_its_gpu_networks_is_refused(fake: GcpFake) -> None:
+    p = provider_for(fake, gpu_networks={})
+    o = offering(p, "us-central1-b", "a3-megagpu-8g")
+    with pytest.raises(InvalidRequestError, match=r"gpu_networks\.us-central1.*8 gvnic") as err:
+        p.launch(request(o, nodes=2))
+    assert err.value.code == "GpuNetworksMissing" and not err.value.retryable
+    assert not [r for r in fake.requests if r.method == "POST"]
+
+
+def test_a_zone_entry_wins_over_its_region(fake: GcpFake) -> None:
+    nets = gpu_networks_config()
+    zone_only = {"gvnic": nets["us-east4"]["gvnic"][:1], "rdma": nets["us-east4"]["rdma"]}
+    p = provider_for(fake, gpu_networks={"us-east4-a": zone_only, "us-east4": {}})
+    p.launch(request(offering(p, "us-east4-a", "a3-ultragpu-8g"), nodes=2))
+    assert all(len(vm.network_interfaces) == 10 for vm in sent_instances(fake, "us-east4-a"))
+
+
+def test_the_policy_is_created_once_across_relaunches(fake: GcpFake, provider: GcpProvider) -> None:
+    o = offering(provider, "us-central1-b", "a3-megagpu-8g")
+    first = provider.launch(request(o, nodes=2))
+    fake.request_ids.clear()  # GCE forgot the request ids: the policy insert now answers 409
+    again = provider.launch(request(o, nodes=2))
+    assert [i.id for i in again] == [i.id for i in first]
+    assert len(fake.policies) == 1
+
+
+def test_a_failed_gang_launch_deletes_its_nodes_and_its_policy(
+    fake: GcpFake, provider: GcpProvider
+) -> None:
+    fake.fail_next_insert("capacity", after=1)
+    with pytest.raises(CapacityError):
+        provider.launch(request(offering(provider, "us-central1-b", "a3-megagpu-8g"), nodes=3))
+    assert fake.instances == {} and fake.policies == {}
+
+
+def test_placements_in_use_raise_and_gone_ones_are_ignored(
+    fake: GcpFake, provider: GcpProvider
+) -> None:
+    ids = [i.id for i in provider.launch(
+        request(offering(provider, "us-central1-b", "a3-megagpu-8g"), nodes=2, tags=GANG_TAGS))]
+    placements = provider.list_placements({"spotd-job": "j-gang"})
+    with pytest.raises(ProviderError) as err:
+        provider.delete_placements(placements)
+    assert err.value.code == "resourceInUseByAnotherResource"
+    provider.terminate(ids)
+    provider.delete_placements(placements)
+    assert provider.list_placements({}) == []
+    provider.delete_placements(placements)  # gone: ignored
+
+
+def test_policies_spotd_did_not_make_are_invisible_and_untouched(
+    fake: GcpFake, provider: GcpProvider
+) -> None:
+    fake.policies[("us-central1", "someone-elses")] = {
+        "name": "someone-elses", "description": '{"spotd": {"tags": {"spotd-job": "j"}}}'}
+    fake.policies[("us-central1", "spotd-pp-not-json")] = {
+        "name": "spotd-pp-not-json", "description": "hand made"}
+    assert provider.list_placements({}) == []
+    provider.delete_placements([PlacementObject("us-central1/someone-elses", "resource-policy",
+                                                "us-central1")])
+    assert len(fake.policies) == 2
+
+
+def test_placements_are_listed_in_the_configured_regions_only(
+    fake: GcpFake, provider: GcpProvider
+) -> None:
+    provider.launch(request(offering(provider, "us-central1-b", "a3-megagpu-8g"), nodes=2))
+    provider.list_placements({})
+    regions = {c.path.split("/regions/")[1].split("/")[0]
+               for c in fake.recorded("GET", "/resourcePolicies")}
+    assert regions == {"us-central1", "us-east4", "europe-west4"}
+
+
+@pytest.mark.parametrize("token", ["j-1-a1", "x" * 500, "Ünïcode token/with spaces", "", "---"])
+def test_policy_names_follow_gce_rules(token: str) -> None:
+    name = naming_policy(token)
+    assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name) and len(name) <= 63
+    assert name.startswith("spotd-pp-") and name == naming_policy(token)
+    assert name != naming_policy(token + "x")
+
+
+# -- accelerators, run duration, addresses ------------------------------------------
+
+
+def test_attached_gpus_become_guest_accelerators(fake: GcpFake) -> None:
+    p = provider_for(fake, attached_gpus={"n1-standard-8": {"accelerator": "nvidia-tesla-t4"}})
+    o = offering(p, "us-central1-a", "n1-standard-8")
+    assert (o.gpu, o.gpus_per_node, o.gpu_memory_gb) == ("T4", 1, 16)
+    p.launch(request(o))
+    (vm,) = sent_instances(fake, "us-central1-a")
+    (accel,) = vm.guest_accelerators
+    assert accel.accelerator_type == "zones/us-central1-a/acceleratorTypes/nvidia-tesla-t4"
+    assert accel.accelerator_count == 1
+    assert "n1-standard-8" not in {x.pool.instance_type for x in provider_for(fake).offerings()}
+
+
+@pytest.mark.parametrize("market", [Market.SPOT, Market.ON_DEMAND])
+def test_max_run_seconds_becomes_max_run_duration(
+    fake: GcpFake, provider: GcpProvider, market: Market
+) -> None:
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    provider.launch(replace(request(o, market=market), max_run_seconds=7200))
+    (vm,) = sent_instances(fake, "us-central1-b")
+    assert vm.scheduling.max_run_duration.seconds == 7200
+    assert vm.scheduling.instance_termination_action == "DELETE"
+
+
+@pytest.mark.parametrize("seconds", [10, 121 * 24 * 3600])
+def test_a_max_run_gce_cannot_take_is_refused(
+    fake: GcpFake, provider: GcpProvider, seconds: int
+) -> None:
+    o = offering(provider, "us-central1-b", "g2-standard-4")
+    with pytest.raises(InvalidRequestError, match="max_run_seconds"):
+        provider.launch(replace(request(o), max_run_seconds=seconds))
+    assert not [r for r in fake.requests if r.method == "POST"]
+
+
+def test_nodes_report_nic0s_private_address(fake: GcpFake, provider: GcpProvider) -> None:
+    (inst,) = provider.launch(request(offering(provider, "us-central1-b", "g2-standard-4")))
+    zone, name = inst.id.split("/")
+    expected = fake.instances[(zone, name)]["networkInterfaces"][0]["networkIP"]
+    assert inst.private_address == expected
+    assert provider.describe([inst.id])[0].private_address == expected
+    assert provider.list_instances({"spotd-job": "j1"})[0].private_address == expected
+
+
+def test_a_misspelt_field_is_refused_by_the_fake(fake: GcpFake) -> None:
+    # The SDK cannot misspell a field, so the body goes raw: the fake's parser is the check.
+    body = {"name": "spotd-x-0", "machineType": "zones/us-central1-b/machineTypes/e2-medium",
+            "netwrkInterfaces": []}
+    answer = requests.post(
+        f"{fake.url}/compute/v1/projects/{PROJECT}/zones/us-central1-b/instances", json=body,
+        timeout=5)
+    assert answer.status_code == 400 and "netwrkInterfaces" in answer.text
+    assert fake.instances == {}
+
+
+# -- check-cloud ---------------------------------------------------------------------
+
+
+def gang_check(p: GcpProvider, **changes: Any) -> CloudCheck:
+    o = offering(p, "us-central1-b", "a3-megagpu-8g")
+    return p.check_cloud(replace(request(o, token="j-chk-a1", nodes=4, tags=GANG_TAGS),
+                                 **changes))
+
+
+def failing(check: CloudCheck) -> list[CheckOutcome]:
+    return [o for o in check.outcomes if not o.ok]
+
+
+def test_check_cloud_passes_each_check_and_creates_nothing(
+    fake: GcpFake, provider: GcpProvider
+) -> None:
+    assert isinstance(provider, CloudChecker)
+    check = gang_check(provider)
+    assert check.ok and check.provider == "gcp", failing(check)
+    names = [o.name for o in check.outcomes]
+    assert names[0] == "credentials"
+    assert "permission compute.instances.create" in names
+    assert "permission compute.resourcePolicies.create" in names
+    assert {"image", "launch request", "machine type a3-megagpu-8g in us-central1-b",
+            "quota PREEMPTIBLE_NVIDIA_H100_MEGA_GPUS in us-central1",
+            "quota A3_CPUS in us-central1"} <= set(names)
+    assert sum(n.startswith("subnetwork ") for n in names) == 8
+    assert check.would_create[0].startswith(
+        f"resource policy regions/us-central1/resourcePolicies/{naming_policy('j-chk-a1')}")
+    assert len(check.would_create) == 5 and "9 NICs" in check.would_create[1]
+    writes = [r for r in fake.requests if r.method in ("POST", "DELETE")]
+    assert [r.path for r in writes] == [f"/v1/projects/{PROJECT}:testIamPermissions"]
+    assert fake.instances == {} and fake.policies == {}
+
+
+def test_check_cloud_without_a_request(fake: GcpFake, provider: GcpProvider) -> None:
+    check = provider.check_cloud(None)
+    assert check.ok and check.would_create == ()
+    assert sum(o.name.startswith("subnetwork ") for o in check.outcomes) == 16 * 3
+
+
+def _deny(fake: GcpFake) -> None:
+    fake.denied.add("compute.instances.create")
+
+
+def _quota(fake: GcpFake) -> None:
+    fake.quotas["us-central1"]["PREEMPTIBLE_NVIDIA_H100_MEGA_GPUS"] = (40.0, 16.0)
+
+
+def _image(fake: GcpFake) -> None:
+    fake.images.clear()
+
+
+def _capacity(fake: GcpFake) -> None:
+    fake.zone_types["us-central1-b"] = [t for t in fake.zone_types["us-central1-b"]
+                                        if t != "a3-megagpu-8g"]
+
+
+def _subnet(fake: GcpFake) -> None:
+    del fake.subnetworks[("us-central1", "gpu-3")]
+
+
+@pytest.mark.parametrize(("inject", "name", "detail"), [
+    (_deny, "permission compute.instances.create", "missing in project"),
+    (_quota, "quota PREEMPTIBLE_NVIDIA_H100_MEGA_GPUS in us-central1", "need 32, 24 free of 40"),
+    (_image, "image", "not found"),
+    (_capacity, "machine type a3-megagpu-8g in us-central1-b", "capacity: not offered"),
+    (_subnet, "subnetwork us-central1/gpu-3", "not found"),
+])  # fmt: skip
+def test_check_cloud_names_each_injected_failure(
+    fake: GcpFake, provider: GcpProvider, inject: Callable[[GcpFake], None], name: str,
+    detail: str,
+) -> None:
+    provider.offerings()  # the offering is read before the fake changes
+    inject(fake)
+    (bad,) = failing(gang_check(provider))
+    assert bad.name == name and detail in bad.detail
+
+
+def test_check_cloud_stops_at_refused_credentials(fake: GcpFake, provider: GcpProvider) -> None:
+    o = offering(provider, "us-central1-b", "a3-megagpu-8g")
+    fake.fail_next("GET", r"/regions/[^/]+$", 403, "forbidden")
+    check = provider.check_cloud(request(o, nodes=4))
+    assert [(c.name, c.ok) for c in check.outcomes] == [("credentials", False)]
+    assert "compute.regions.get" in check.outcomes[0].detail
+
+
+def test_check_cloud_without_adc(
+    fake: GcpFake, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "absent.json"))
+    check = build_gcp_provider(settings_for(fake), startup_script=bootstrap).check_cloud(None)
+    assert [(c.name, c.ok) for c in check.outcomes] == [("credentials", False)]
+
+
+def test_check_cloud_reports_missing_gpu_networks_and_a_bad_request(fake: GcpFake) -> None:
+    p = provider_for(fake, gpu_networks={})
+    (bad,) = failing(gang_check(p))
+    assert bad.name == "gpu networks in us-central1-b" and "gpu_networks" in bad.detail
+    (bad,) = failing(gang_check(provider_for(fake), max_run_seconds=5))
+    assert bad.name == "launch request" and "max_run_seconds" in bad.detail
+
+
+def test_check_cloud_when_permissions_cannot_be_tested(
+    fake: GcpFake, provider: GcpProvider
+) -> None:
+    fake.fail_next("POST", r":testIamPermissions$", 403, "SERVICE_DISABLED")
+    (bad,) = failing(provider.check_cloud(None))
+    assert bad.name == "permissions" and "cloudresourcemanager" in bad.detail

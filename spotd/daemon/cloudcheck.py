@@ -1,0 +1,101 @@
+"""``spotd check-cloud``: would a first real launch work? Asked without spending anything.
+
+For each enabled provider (or the one named) the adapter checks credentials,
+permissions and quotas with dry runs and read-only calls; with a job file, it
+also checks the very launch request the daemon would send for the job there:
+the offering the policy would choose on that provider, its node count, its
+placement object and fabric interfaces. Nothing billable is created.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from fnmatch import fnmatchcase
+
+from spotd.core.contracts import CloudChecker, Provider
+from spotd.core.errors import ConfigError
+from spotd.core.fabric_env import fabric_environment
+from spotd.core.spec import JobSpec
+from spotd.core.values import CheckOutcome, CloudCheck, LaunchRequest
+from spotd.daemon.config import Settings
+from spotd.daemon.wiring import build_providers
+from spotd.engine.context import placement_context
+from spotd.engine.reconcile import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, max_run_seconds
+from spotd.market.cache import MarketCache
+from spotd.registry import load_policy
+
+CHECK_JOB_ID = "j-check-cloud"
+"""The job id the checked request carries (a real launch carries the job's)."""
+
+
+def check_clouds(
+    settings: Settings, spec: JobSpec | None = None, provider: str | None = None
+) -> list[CloudCheck]:
+    """The checks of every enabled provider matching ``provider`` (a name or glob)."""
+    _, providers = build_providers(settings)
+    chosen = {n: p for n, p in providers.items() if provider is None or fnmatchcase(n, provider)}
+    if not chosen:
+        enabled = ", ".join(sorted(providers)) or "none"
+        raise ConfigError(f"no enabled provider matches {provider!r} (enabled: {enabled})")
+    return [_check_one(p, spec, settings) for _, p in sorted(chosen.items())]
+
+
+def _check_one(provider: Provider, spec: JobSpec | None, settings: Settings) -> CloudCheck:
+    if not isinstance(provider, CloudChecker):
+        nothing = CheckOutcome("checks", True, "this provider has no checks to run")
+        return CloudCheck(provider.name, (nothing,))
+    if spec is None:
+        return provider.check_cloud(None)
+    request, problem = launch_request_for(provider, spec, settings)
+    checked = provider.check_cloud(request)
+    if problem is None:
+        return checked
+    return CloudCheck(checked.provider, (*checked.outcomes, problem), checked.would_create)
+
+
+def launch_request_for(
+    provider: Provider, spec: JobSpec, settings: Settings
+) -> tuple[LaunchRequest | None, CheckOutcome | None]:
+    """The request the daemon would send ``provider`` for a new job of ``spec``.
+
+    The configured policy chooses among this provider's offerings only; when
+    none fits, no request and a failed outcome saying why.
+    """
+    market = MarketCache({provider.name: provider})
+    market.refresh_all()
+    snapshot = market.snapshot(provider.name)
+    if snapshot.error is not None:
+        return None, CheckOutcome("offerings", False, f"cannot read offerings: {snapshot.error}")
+    here = spec.model_copy(
+        update={"market": spec.market.model_copy(update={"providers": (provider.name,)})}
+    )
+    policy = load_policy(settings.scheduling.policy)
+    offerings = market.offerings()
+    ctx = placement_context(
+        CHECK_JOB_ID, here, datetime.now(UTC), pools=(o.pool for o in offerings),
+        cooldown_hours=settings.scheduling.cooldown_hours,
+        changeover_hours=settings.scheduling.changeover_hours,
+    )  # fmt: skip
+    choice = policy.place(ctx, offerings).choice
+    if choice is None:
+        return None, CheckOutcome(
+            "placement", False,
+            f"no offering of {provider.name} fits the job (see `spotd plan` for why)",
+        )  # fmt: skip
+    offering = choice.offering
+    env = fabric_environment(offering.interconnect, spec.fabric_env, nodes=choice.nodes,
+                             instance_type=offering.pool.instance_type)  # fmt: skip
+    env.update(spec.env)
+    env.update(SPOTD_JOB_ID=CHECK_JOB_ID, SPOTD_ATTEMPT="1", SPOTD_NUM_NODES=str(choice.nodes))
+    request = LaunchRequest(
+        offering=offering,
+        market=choice.market,
+        nodes=choice.nodes,
+        client_token=f"{CHECK_JOB_ID}-1",
+        tags={TAG_JOB: CHECK_JOB_ID, TAG_ATTEMPT: "1", TAG_OWNER: settings.daemon.owner},
+        command=spec.command,
+        env=env,
+        workdir=spec.workdir,
+        max_run_seconds=max_run_seconds(spec),
+    )
+    return request, None
