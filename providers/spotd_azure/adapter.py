@@ -16,15 +16,20 @@ from azure.core.credentials import TokenCredential
 from azure.core.polling import LROPoller
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachine
+from azure.mgmt.network import NetworkManagementClient
 
 from spotd.core.errors import NotFoundError, ProviderError, invalid_request
-from spotd.core.values import Instance, LaunchRequest, Offering, Pool
+from spotd.core.values import CloudCheck, Instance, LaunchRequest, Offering, PlacementObject, Pool
 
-from .clients import compute_client, default_credential
+from .addresses import Addresses
+from .check import CloudCheckRun
+from .clients import compute_client, default_credential, network_client
 from .errors import map_azure_errors
+from .gangs import ScaleSets
 from .kind import NOTICE_SECONDS
 from .offerings import offerings_of
 from .prices import RetailPrices
+from .scaleset import set_body, set_name, split_member, uses_scale_set
 from .seen import SeenVms
 from .settings import AzureSettings, check_launchable
 from .skus import places
@@ -49,7 +54,11 @@ class AzureProvider:
 
     ``custom_data`` renders the bootstrap script that starts spotd's agent on
     a node; it is called once per node with ``SPOTD_NODE_RANK`` and
-    ``SPOTD_INSTANCE_ID`` added to the request's env. ``compute`` and
+    ``SPOTD_INSTANCE_ID`` added to the request's env. A gang of an
+    InfiniBand size goes into one scale set (see :mod:`.scaleset`) whose VMs
+    share one script, rendered once without those two: the agent reads its
+    id from the metadata service and its rank from the gang's roster.
+    ``compute``, ``network`` (for private addresses; None: no addresses) and
     ``prices`` are the clients to use (see :func:`build_azure_provider`).
 
     Offerings carry no capacity signal (see :func:`offerings_of`) and a
@@ -65,13 +74,17 @@ class AzureProvider:
         custom_data: CustomData,
         compute: ComputeManagementClient,
         prices: RetailPrices,
+        network: NetworkManagementClient | None = None,
     ) -> None:
         self._settings = settings
         self._custom_data = custom_data
         self._compute = compute
+        self._network = network
         self._prices = prices
         self._rg = settings.resource_group
         self._seen = SeenVms()
+        self._addresses = Addresses(network, self._rg)
+        self._sets = ScaleSets(compute, self._rg, self._seen, self._addresses)
 
     def __repr__(self) -> str:
         return f"AzureProvider(resource_group={self._rg!r}, regions={self._settings.regions!r})"
@@ -93,12 +106,15 @@ class AzureProvider:
     def launch(self, request: LaunchRequest) -> list[Instance]:
         """Create ``request.nodes`` VMs in the offering's zone, all or none.
 
-        Names come from the client token, so a repeated request finds the
-        VMs of the first (read before any write) and creates only those
-        missing. When any node fails, every node of the launch is deleted
-        (waiting for the deletes) and the first error is raised.
+        A multi-node InfiniBand gang is one scale set (see :mod:`.gangs`);
+        other launches are single VMs. Names come from the client token, so
+        a repeated request finds the VMs of the first (read before any write)
+        and creates only those missing. When any node fails, every node of the
+        launch is deleted (waiting for the deletes) and the first error is raised.
         """
         pool = self._check(request)
+        if uses_scale_set(request):
+            return self._launch_set(request, pool)
         names = [vm_name(request.client_token, rank) for rank in range(request.nodes)]
         existing = self._existing(names)
         missing = [n for n in names if n not in existing]
@@ -135,6 +151,14 @@ class AzureProvider:
             data = encode_custom_data(self._custom_data(node))
         return vm_body(self._settings, pool, market=request.market, name=name, tags=request.tags,
                        custom_data=data)  # fmt: skip
+
+    def _launch_set(self, request: LaunchRequest, pool: Pool) -> list[Instance]:
+        name = set_name(request.client_token)
+        with invalid_request(PROVIDER, "launch"):
+            data = encode_custom_data(self._custom_data(request))
+        body = set_body(self._settings, pool, market=request.market, name=name,
+                        nodes=request.nodes, tags=request.tags, custom_data=data)  # fmt: skip
+        return self._sets.launch(body, name, request.nodes)
 
     def _existing(self, names: Sequence[str]) -> dict[str, VirtualMachine]:
         found = {}
@@ -193,9 +217,10 @@ class AzureProvider:
 
     def describe(self, instance_ids: Sequence[str]) -> list[Instance]:
         """The state of these VMs, in order; ids never ours or unknown and gone are left out."""
+        members = self._sets.describe([i for i in instance_ids if split_member(i)])
         found = []
         for name in instance_ids:
-            instance = self._read(name) if is_ours(name) else None
+            instance = members.get(name) or (self._read(name) if is_ours(name) else None)
             if instance is not None:
                 found.append(instance)
         return found
@@ -211,15 +236,20 @@ class AzureProvider:
             vm.name for vm in listed
             if vm.name and is_ours(vm.name) and tags.items() <= (vm.tags or {}).items()
         ]  # fmt: skip
-        names += self._seen.known_except(set(names), tags)
-        found = self.describe(names)
+        members = self._sets.listed(tags)
+        known = set(names) | {i.id for i in members}
+        found = members + self.describe(names + self._seen.known_except(known, tags))
         return sorted(found, key=lambda i: (i.launched_at or _EPOCH, i.id))
 
     def _read(self, name: str) -> Instance | None:
         vm = self._get(name, expand="instanceView")
         if vm is None:
+            self._addresses.forget([name])
             return self._seen.gone(name)
-        return self._seen.saw(instance_of(vm))
+        nics = vm.properties.network_profile.network_interfaces or [] \
+            if vm.properties and vm.properties.network_profile else []  # fmt: skip
+        address = self._addresses.of_vm(name, [n.id for n in nics if n.id])
+        return self._seen.saw(replace(instance_of(vm), private_address=address))
 
     def _get(self, name: str, *, expand: str | None) -> VirtualMachine | None:
         try:
@@ -237,6 +267,10 @@ class AzureProvider:
         raised after every id was tried.
         """
         first: ProviderError | None = None
+        try:
+            self._sets.terminate(instance_ids)
+        except ProviderError as exc:
+            first = exc
         for name in filter(is_ours, instance_ids):
             self._seen.deleting(name)
             try:
@@ -249,6 +283,23 @@ class AzureProvider:
         if first is not None:
             raise first
 
+    # -- placements and checks ----------------------------------------------
+
+    def list_placements(self, tags: Mapping[str, str]) -> list[PlacementObject]:
+        """spotd's scale sets in the resource group whose tags include ``tags``.
+
+        Sets whose delete is under way are left out: they are going.
+        """
+        return self._sets.placements(tags)
+
+    def delete_placements(self, placements: Sequence[PlacementObject]) -> None:
+        """Ask ARM to delete these scale sets with their VMs; gone ones are ignored."""
+        self._sets.delete(placements)
+
+    def check_cloud(self, request: LaunchRequest | None) -> CloudCheck:
+        """Credentials, permissions, quotas, SKU, image and the request; creates nothing."""
+        return CloudCheckRun(self._settings, self._compute, self._custom_data).run(request)
+
     def logs(self, instance_id: str) -> str:
         """Always "": Azure keeps no job output; the on-VM agent ships it."""
         return ""
@@ -256,6 +307,8 @@ class AzureProvider:
     def close(self) -> None:
         """Close the SDK and HTTP clients."""
         self._compute.close()
+        if self._network is not None:
+            self._network.close()
         self._prices.close()
 
 
@@ -271,9 +324,12 @@ def build_azure_provider(
     from spotd's configuration).
     """
     check_launchable(settings)
-    compute = compute_client(settings, credential or default_credential())
+    credential = credential or default_credential()
+    compute = compute_client(settings, credential)
+    network = network_client(settings, credential)
     prices = RetailPrices(settings.prices_url)
-    return AzureProvider(settings, custom_data=custom_data, compute=compute, prices=prices)
+    return AzureProvider(settings, custom_data=custom_data, compute=compute, prices=prices,
+                         network=network)  # fmt: skip
 
 
 __all__ = ["NOTICE_SECONDS", "AzureProvider", "CustomData", "build_azure_provider"]

@@ -16,6 +16,7 @@ from azure.core.pipeline import PipelineRequest
 from azure.core.pipeline.policies import SansIOHTTPPolicy
 from azure.core.rest import HttpRequest, HttpResponse
 from azure.mgmt.compute import ComputeManagementClient
+from azure.mgmt.network import NetworkManagementClient
 
 from .settings import AzureSettings
 
@@ -56,6 +57,26 @@ def compute_client(
     Tokens go over plain http only to a loopback ``arm_endpoint``; any other
     http endpoint is refused by azure-core as usual.
     """
+    options = _options(settings, polling_interval)
+    return ComputeManagementClient(credential, settings.subscription_id, **options)
+
+
+def network_client(
+    settings: AzureSettings,
+    credential: TokenCredential,
+    *,
+    polling_interval: float | None = None,
+) -> NetworkManagementClient:
+    """A network client like :func:`compute_client`; spotd only reads NICs with it.
+
+    The compute API alone returns no VM address: the gang's private
+    addresses come from the NICs the compute API created.
+    """
+    options = _options(settings, polling_interval)
+    return NetworkManagementClient(credential, settings.subscription_id, **options)
+
+
+def _options(settings: AzureSettings, polling_interval: float | None) -> dict[str, Any]:
     options: dict[str, Any] = {"retry_total": 0}
     if settings.arm_endpoint:
         options["base_url"] = settings.arm_endpoint
@@ -63,4 +84,4 @@ def compute_client(
             options["per_call_policies"] = [AllowLoopbackHttp()]
     if polling_interval is not None:
         options["polling_interval"] = polling_interval
-    return ComputeManagementClient(credential, settings.subscription_id, **options)
+    return options

@@ -17,13 +17,14 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 from azure.mgmt.compute.models import (
     BillingProfile,
     HardwareProfile,
     ImageReference,
+    InstanceViewStatus,
     LinuxConfiguration,
     NetworkProfile,
     OSDisk,
@@ -100,13 +101,22 @@ def _network(settings: AzureSettings, region: str, name: str) -> NetworkProfile:
                           network_interface_configurations=[nic])  # fmt: skip
 
 
-def _os_profile(settings: AzureSettings, name: str, custom_data: str) -> OSProfile:
+def linux_configuration(settings: AzureSettings) -> LinuxConfiguration:
+    """SSH key login only for the admin user (VMs and scale sets alike)."""
     user = settings.admin_username
     key = SshPublicKey(path=f"/home/{user}/.ssh/authorized_keys", key_data=settings.ssh_public_key)
-    linux = LinuxConfiguration(disable_password_authentication=True,
-                               ssh=SshConfiguration(public_keys=[key]))  # fmt: skip
-    return OSProfile(computer_name=name, admin_username=user, custom_data=custom_data,
-                     linux_configuration=linux)  # fmt: skip
+    return LinuxConfiguration(disable_password_authentication=True,
+                              ssh=SshConfiguration(public_keys=[key]))  # fmt: skip
+
+
+def _os_profile(settings: AzureSettings, name: str, custom_data: str) -> OSProfile:
+    return OSProfile(computer_name=name, admin_username=settings.admin_username,
+                     custom_data=custom_data,
+                     linux_configuration=linux_configuration(settings))  # fmt: skip
+
+
+SPOT_MAX_PRICE = -1.0
+"""-1: never evicted for price; pay the spot price, at most the on-demand one."""
 
 
 def vm_body(
@@ -133,8 +143,7 @@ def vm_body(
     if market is Market.SPOT:
         properties.priority = "Spot"
         properties.eviction_policy = "Delete"
-        # -1: never evicted for price; pay the spot price, at most on-demand.
-        properties.billing_profile = BillingProfile(max_price=-1)
+        properties.billing_profile = BillingProfile(max_price=SPOT_MAX_PRICE)
     else:
         properties.priority = "Regular"
     zone = azure_zone(pool)
@@ -144,24 +153,28 @@ def vm_body(
     )  # fmt: skip
 
 
-def _power_state(vm: VirtualMachine) -> str:
-    """The ``PowerState/<x>`` code's x (lower case), "" when the view has none."""
-    view = vm.properties.instance_view if vm.properties else None
-    for status in (view.statuses if view else None) or []:
+def power_state(statuses: Iterable[InstanceViewStatus] | None) -> str:
+    """The ``PowerState/<x>`` code's x (lower case) among ``statuses``, "" when none is."""
+    for status in statuses or []:
         code = (status.code or "").lower()
         if code.startswith("powerstate/"):
             return code.removeprefix("powerstate/")
     return ""
 
 
+def is_spot_priority(priority: str | None) -> bool:
+    """Spot for Spot (and the retired Low) priority."""
+    return (priority or "Regular").lower() in ("spot", "low")
+
+
 def market_of(vm: VirtualMachine) -> Market:
     """Spot for Spot (and the retired Low) priority, on-demand otherwise."""
-    priority = (vm.properties.priority if vm.properties else None) or "Regular"
-    return Market.SPOT if priority.lower() in ("spot", "low") else Market.ON_DEMAND
+    priority = vm.properties.priority if vm.properties else None
+    return Market.SPOT if is_spot_priority(priority) else Market.ON_DEMAND
 
 
-def state_of(vm: VirtualMachine) -> InstanceState:
-    """The instance state read from the VM's instance view and provisioning state.
+def state_from(power: str, provisioning: str | None, market: Market) -> InstanceState:
+    """The instance state of a VM (single or in a scale set) from its power and provisioning.
 
     spotd never stops or deallocates VMs (it deletes them), so a Spot VM
     deallocating or deallocated was evicted: PREEMPTED. Deleting, stopped or
@@ -169,9 +182,8 @@ def state_of(vm: VirtualMachine) -> InstanceState:
     that is not running: TERMINATED. Anything else (creating, starting,
     no instance view yet): PENDING.
     """
-    power = _power_state(vm)
-    provisioning = ((vm.properties.provisioning_state if vm.properties else None) or "").lower()
-    if market_of(vm) is Market.SPOT and power in ("deallocating", "deallocated"):
+    provisioning = (provisioning or "").lower()
+    if market is Market.SPOT and power in ("deallocating", "deallocated"):
         return InstanceState.PREEMPTED
     if provisioning == "deleting" or power in ("stopping", "stopped", "deallocating",
                                                "deallocated"):  # fmt: skip
@@ -181,6 +193,14 @@ def state_of(vm: VirtualMachine) -> InstanceState:
     if provisioning == "failed":
         return InstanceState.TERMINATED
     return InstanceState.PENDING
+
+
+def state_of(vm: VirtualMachine) -> InstanceState:
+    """The instance state read from the VM's instance view and provisioning state."""
+    props = vm.properties
+    view = props.instance_view if props else None
+    return state_from(power_state(view.statuses if view else None),
+                      props.provisioning_state if props else None, market_of(vm))  # fmt: skip
 
 
 def pool_of(vm: VirtualMachine) -> Pool:

@@ -14,15 +14,33 @@ ARM (``/subscriptions/{sub}/...``, paths matched case-insensitively, the
 - ``GET  providers/Microsoft.Compute/locations/{loc}/operations/{id}``: the
   async status (``InProgress`` for ``async_polls`` polls, then ``Succeeded``
   or ``Failed`` with the injected error);
-- ``GET  providers/Microsoft.Compute/locations/{loc}/operationResults/{id}``: 204.
+- ``GET  providers/Microsoft.Compute/locations/{loc}/operationResults/{id}``: 204;
+- scale sets: ``PUT/GET/DELETE .../virtualMachineScaleSets/{name}`` (VMs made at
+  the PUT, ``Creating`` until the async operation ends), ``GET
+  .../virtualMachineScaleSets`` (list), ``POST .../{name}/delete`` (delete
+  instances), ``GET .../{name}/virtualMachines[?$expand=instanceView]`` and
+  ``GET .../{name}/networkInterfaces`` (the network API's NIC list, with a
+  private address per VM);
+- ``GET providers/Microsoft.Compute/locations/{loc}/usages`` (quotas),
+  ``GET .../publishers/{p}/artifacttypes/vmimage/offers/{o}/skus/{s}/versions[/{v}]``
+  (images), ``GET {scope}/providers/Microsoft.Authorization/permissions``.
+
+Every VM and scale set PUT body is read with the SDK's own models
+(``VirtualMachine``, ``VirtualMachineScaleSet``) and refused (400
+``InvalidRequestContent``) when any field is unknown to them, so a misspelt
+field fails the launch; the parsed models are kept (:meth:`FakeAzure.set_model`).
 
 Retail Prices: ``GET /api/retail/prices?$filter=...`` with ``armRegionName``
 and ``armSkuName``, paged by ``NextPageLink`` (``price_page_size`` rows a page).
 
-Levers: :meth:`FakeAzure.fail_next_put` (an error for the next VM PUT, sent
-at once or through the async operation), :meth:`FakeAzure.evict` (Azure takes
-a Spot VM back), :meth:`FakeAzure.fail_next_prices`, and ``requests``, the
-record of every request (the Authorization header reduced to its scheme).
+Levers: :meth:`FakeAzure.fail_next_put` (an error for the next VM or scale
+set PUT, sent at once or through the async operation; a failed set keeps half
+its VMs), :meth:`FakeAzure.short_next_set` (the next set "succeeds" with fewer
+VMs), ``hold_sets`` (scale set operations never finish), :meth:`FakeAzure.evict`
+(Azure takes a Spot VM back), :meth:`FakeAzure.fail_next_prices`, ``denied``
+(actions the permissions list refuses), ``usages`` (quota figures),
+``images`` (published images), and ``requests``, the record of every
+request (the Authorization header reduced to its scheme).
 
 EVERY PRICE HERE IS MADE UP. The numbers only have the shape of real ones
 (spot well under on-demand, Windows above Linux, low priority lowest).
@@ -41,6 +59,8 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
+
+from azure.mgmt.compute.models import VirtualMachine, VirtualMachineScaleSet
 
 JSON = dict[str, Any]
 
@@ -143,6 +163,17 @@ class _Operation:
     vm: str
     polls_left: int
     error: JSON | None = None
+    scale_set: bool = False
+    keep: int | None = None
+    """For a set: VMs left when it ends (fewer than asked: a shortfall)."""
+
+
+@dataclass
+class _ScaleSet:
+    body: JSON
+    members: dict[str, JSON] = field(default_factory=dict)
+    addresses: dict[str, str] = field(default_factory=dict)
+    next_index: int = 0
 
 
 @dataclass
@@ -155,6 +186,10 @@ class _State:
     garbled: deque[bytes] = field(default_factory=deque)
     evicted: set[str] = field(default_factory=set)
     requests: list[Recorded] = field(default_factory=list)
+    sets: dict[str, _ScaleSet] = field(default_factory=dict)
+    shortfalls: deque[int] = field(default_factory=deque)
+    set_models: dict[str, VirtualMachineScaleSet] = field(default_factory=dict)
+    addresses_given: int = 0
 
 
 ARM = r"/subscriptions/(?P<sub>[^/]+)"
@@ -165,7 +200,52 @@ SKU_ROUTE = re.compile(ARM + r"/providers/Microsoft\.Compute/skus$", re.IGNORECA
 OP_ROUTE = re.compile(
     ARM + r"/providers/Microsoft\.Compute/locations/(?P<loc>[^/]+)/"
     r"(?P<kind>operations|operationResults)/(?P<op>[^/]+)$", re.IGNORECASE)  # fmt: skip
+SET_ROUTE = re.compile(
+    ARM + r"/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/virtualMachineScaleSets"
+    r"(?:/(?P<name>[^/]+)(?:/(?P<part>virtualMachines|networkInterfaces|delete))?)?$",
+    re.IGNORECASE)  # fmt: skip
+USAGE_ROUTE = re.compile(ARM + r"/providers/Microsoft\.Compute/locations/(?P<loc>[^/]+)/usages$",
+                         re.IGNORECASE)  # fmt: skip
+IMAGE_ROUTE = re.compile(
+    ARM + r"/providers/Microsoft\.Compute/locations/(?P<loc>[^/]+)/publishers/(?P<pub>[^/]+)/"
+    r"artifacttypes/vmimage/offers/(?P<offer>[^/]+)/skus/(?P<sku>[^/]+)/versions"
+    r"(?:/(?P<version>[^/]+))?$", re.IGNORECASE)  # fmt: skip
+PERMISSIONS_ROUTE = re.compile(r"^(?P<scope>/subscriptions/.+)/providers/"
+                               r"Microsoft\.Authorization/permissions$", re.IGNORECASE)  # fmt: skip
 PRICES_ROUTE = "/api/retail/prices"
+
+DEFAULT_IMAGES = frozenset({("microsoft-dsvm", "ubuntu-hpc", "2204", "2204.2026.1101")})
+"""Published images: (publisher, offer, sku, version); the settings' default is among them."""
+
+
+def default_usages() -> dict[str, tuple[int, int]]:
+    """Quota name -> (current, limit) of every region: room for 4 ND96 nodes, spot or not."""
+    return {"cores": (8, 1000), "lowPriorityCores": (0, 400),
+            "standardNDSH100v5Family": (0, 400), "standardNDASv4Family": (0, 400),
+            "standardNCADSA100v4Family": (0, 96)}  # fmt: skip
+
+
+def unknown_fields(model: Any, path: str = "") -> list[str]:
+    """Paths of the keys of an SDK model (read from JSON) that its class does not know.
+
+    The models accept any key, so a misspelt field would pass silently; this
+    walks the model by the SDK's own field table (``_attr_to_rest_field``,
+    the only place the generated code keeps its schema).
+    """
+    fields = {rf._rest_name: attr for attr, rf in type(model)._attr_to_rest_field.items()}
+    found = []
+    for key in model:
+        where = f"{path}.{key}" if path else key
+        if key not in fields:
+            found.append(where)
+            continue
+        value = getattr(model, fields[key])
+        values = value if isinstance(value, list) else \
+            list(value.values()) if isinstance(value, dict) else [value]  # fmt: skip
+        for item in values:
+            if hasattr(type(item), "_attr_to_rest_field"):
+                found += unknown_fields(item, where)
+    return found
 
 
 class FakeAzure:
@@ -186,6 +266,12 @@ class FakeAzure:
         self.list_page_size = list_page_size
         self.async_polls = async_polls
         self.missing_delete_status = 204
+        self.hold_sets = False
+        """Scale set operations stay InProgress (a launch held after its set exists)."""
+        self.denied: set[str] = set()
+        """Actions the caller's permissions list leaves out (``notActions``)."""
+        self.usages: dict[str, tuple[int, int]] = default_usages()
+        self.images: set[tuple[str, str, str, str]] = set(DEFAULT_IMAGES)
         self.state = _State()
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -228,6 +314,28 @@ class FakeAzure:
                 self.state.failures.append(Failure("", 0))
             self.state.failures.append(Failure(code, status, via_operation, details))
 
+    def short_next_set(self, keep: int) -> None:
+        """Let the next new scale set end Succeeded with only ``keep`` VMs."""
+        with self.lock:
+            self.state.shortfalls.append(keep)
+
+    def set_model(self, name: str) -> VirtualMachineScaleSet | None:
+        """The last PUT body of scale set ``name``, read with the SDK's model."""
+        with self.lock:
+            return self.state.set_models.get(name)
+
+    def scale_set(self, name: str) -> JSON | None:
+        """The stored scale set, as PUT plus what ARM adds."""
+        with self.lock:
+            held = self.state.sets.get(name)
+            return json.loads(json.dumps(held.body)) if held else None
+
+    def members(self, name: str) -> list[str]:
+        """Ids (``<set>_<instanceId>``) of the VMs now in scale set ``name``."""
+        with self.lock:
+            held = self.state.sets.get(name)
+            return [m["name"] for m in held.members.values()] if held else []
+
     def fail_next_prices(self, status: int) -> None:
         """Answer the next Retail Prices request with this HTTP status."""
         with self.lock:
@@ -247,6 +355,14 @@ class FakeAzure:
     def evict(self, name: str) -> None:
         """Azure takes a Spot VM back: deleted (policy Delete) or deallocated."""
         with self.lock:
+            set_name, _, index = name.rpartition("_")
+            if set_name in self.state.sets:  # a VM of a scale set: it leaves the set
+                held = self.state.sets[set_name]
+                del held.members[index]
+                held.body["sku"]["capacity"] = len(held.members)
+                self.state.power.pop(name, None)
+                self.state.evicted.add(name)
+                return
             vm = self.state.vms[name]
             if vm["properties"].get("evictionPolicy") == "Deallocate":
                 self.state.power[name] = "deallocated"
@@ -274,6 +390,9 @@ class FakeAzure:
         return 200, self._page(items, query, "value", "nextLink", 3)
 
     def put_vm(self, rg: str, name: str, body: JSON) -> tuple[int, JSON, dict[str, str]]:
+        unknown = unknown_fields(VirtualMachine(body))
+        if unknown:
+            return 400, _error("InvalidRequestContent", f"unknown fields {unknown}"), {}
         with self.lock:
             failure = self.state.failures.popleft() if self.state.failures else None
             if failure is not None and failure.code and not failure.via_operation:
@@ -310,6 +429,8 @@ class FakeAzure:
             op = self.state.operations.get(op_id)
             if op is None:
                 return 404, _error("NotFound")
+            if op.scale_set:
+                return self._set_operation(op_id, op)
             if op.polls_left > 0:
                 op.polls_left -= 1
                 return 200, {"status": "InProgress", "name": op_id}
@@ -358,6 +479,189 @@ class FakeAzure:
                    f"locations/{vm['location']}/operationResults/{uuid.uuid4().hex}"
         return 202, None, {"Location": location}
 
+    # -- scale sets --------------------------------------------------------------
+
+    def _operation_url(self, location: str, op_id: str) -> str:
+        return (f"{self.url}/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Compute/"
+                f"locations/{location}/operations/{op_id}")  # fmt: skip
+
+    def put_set(self, rg: str, name: str, body: JSON) -> tuple[int, JSON, dict[str, str]]:
+        model = VirtualMachineScaleSet(body)
+        unknown = unknown_fields(model)
+        if unknown:
+            return 400, _error("InvalidRequestContent", f"unknown fields {unknown}"), {}
+        with self.lock:
+            self.state.set_models[name] = model
+            failure = self.state.failures.popleft() if self.state.failures else None
+            if failure is not None and failure.code and not failure.via_operation:
+                return failure.status, _error(failure.code, details=failure.details), {}
+            held = self.state.sets.get(name)
+            if held is not None:
+                held.body["tags"] = body.get("tags") or {}
+                if held.body["properties"]["provisioningState"] == "Succeeded":
+                    return 200, held.body, {}
+            else:
+                held = self._new_set(rg, name, body)
+            op_id = uuid.uuid4().hex
+            error = (_error(failure.code, details=failure.details)["error"]
+                     if failure and failure.code else None)  # fmt: skip
+            keep = self.state.shortfalls.popleft() if self.state.shortfalls else None
+            self.state.operations[op_id] = _Operation(name, self.async_polls, error,
+                                                      scale_set=True, keep=keep)  # fmt: skip
+            answer = json.loads(json.dumps(held.body))
+        return 201, answer, {"Azure-AsyncOperation": self._operation_url(body["location"], op_id)}
+
+    def _new_set(self, rg: str, name: str, body: JSON) -> _ScaleSet:
+        stored: JSON = json.loads(json.dumps(body))
+        set_id = (f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{rg}/providers/"
+                  f"Microsoft.Compute/virtualMachineScaleSets/{name}")  # fmt: skip
+        stored.update(id=set_id, name=name, type="Microsoft.Compute/virtualMachineScaleSets")
+        stored["properties"].update(provisioningState="Creating", uniqueId=str(uuid.uuid4()),
+                                    timeCreated=datetime.now(UTC).isoformat())  # fmt: skip
+        held = self.state.sets[name] = _ScaleSet(stored)
+        for _ in range(int(stored["sku"]["capacity"])):
+            index = str(held.next_index)
+            held.next_index += 1
+            held.members[index] = {
+                "instanceId": index, "name": f"{name}_{index}",
+                "id": f"{set_id}/virtualMachines/{index}",
+                "location": stored["location"], "zones": stored.get("zones"),
+                "tags": stored.get("tags") or {}, "sku": dict(stored["sku"]),
+                "properties": {"provisioningState": "Creating", "latestModelApplied": True,
+                               "timeCreated": datetime.now(UTC).isoformat(),
+                               "vmId": str(uuid.uuid4())},
+            }  # fmt: skip
+            self.state.addresses_given += 1
+            given = self.state.addresses_given
+            held.addresses[index] = f"10.1.{given // 250}.{given % 250 + 4}"
+            self.state.power[f"{name}_{index}"] = "starting"
+        return held
+
+    def _set_operation(self, op_id: str, op: _Operation) -> tuple[int, JSON]:
+        """Called with the lock held."""
+        held = self.state.sets.get(op.vm)
+        if self.hold_sets or op.polls_left > 0:
+            op.polls_left = max(0, op.polls_left - 1)
+            return 200, {"status": "InProgress", "name": op_id}
+        if held is None:
+            return 200, {"status": "Failed", "name": op_id, "error": _error("NotFound")["error"]}
+        keep = len(held.members) // 2 if op.error is not None else op.keep
+        for index in list(held.members)[keep:] if keep is not None else []:
+            del held.members[index]
+            self.state.power.pop(f"{op.vm}_{index}", None)
+        for index, member in held.members.items():
+            member["properties"]["provisioningState"] = "Succeeded"
+            self.state.power[f"{op.vm}_{index}"] = "running"
+        held.body["sku"]["capacity"] = len(held.members)
+        if op.error is not None:
+            held.body["properties"]["provisioningState"] = "Failed"
+            return 200, {"status": "Failed", "name": op_id, "error": op.error}
+        held.body["properties"]["provisioningState"] = "Succeeded"
+        return 200, {"status": "Succeeded", "name": op_id}
+
+    def get_set(self, name: str) -> tuple[int, JSON]:
+        body = self.scale_set(name)
+        if body is None:
+            return 404, _error("ResourceNotFound", f"The Resource '{name}' was not found.")
+        return 200, body
+
+    def list_sets(self, query: dict[str, str]) -> tuple[int, JSON]:
+        with self.lock:
+            items = [json.loads(json.dumps(s.body)) for s in self.state.sets.values()]
+        return 200, self._page(items, query, "value", "nextLink", self.list_page_size)
+
+    def delete_set(self, name: str) -> tuple[int, JSON | None, dict[str, str]]:
+        with self.lock:
+            held = self.state.sets.pop(name, None)
+            for index in held.members if held else []:
+                self.state.power.pop(f"{name}_{index}", None)
+        if held is None:
+            status = self.missing_delete_status
+            return status, (_error("ResourceNotFound") if status == 404 else None), {}
+        return 202, None, {"Location": self._result_url(held.body["location"])}
+
+    def _result_url(self, location: str) -> str:
+        return (f"{self.url}/subscriptions/{SUBSCRIPTION}/providers/Microsoft.Compute/"
+                f"locations/{location}/operationResults/{uuid.uuid4().hex}")  # fmt: skip
+
+    def delete_members(self, name: str, body: JSON) -> tuple[int, JSON | None, dict[str, str]]:
+        with self.lock:
+            held = self.state.sets.get(name)
+            if held is None:
+                return 404, _error("ResourceNotFound"), {}
+            for index in body.get("instanceIds") or []:
+                held.members.pop(str(index), None)
+                self.state.power.pop(f"{name}_{index}", None)
+            held.body["sku"]["capacity"] = len(held.members)
+            location = held.body["location"]
+        return 202, None, {"Location": self._result_url(location)}
+
+    def list_members(self, name: str, query: dict[str, str]) -> tuple[int, JSON]:
+        with self.lock:
+            held = self.state.sets.get(name)
+            if held is None:
+                return 404, _error("ResourceNotFound")
+            items = []
+            for index, member in held.members.items():
+                answer = json.loads(json.dumps(member))
+                if query.get("$expand", "").lower() == "instanceview":
+                    power = self.state.power.get(f"{name}_{index}", "unknown")
+                    provisioning = member["properties"]["provisioningState"].lower()
+                    answer["properties"]["instanceView"] = {"statuses": [
+                        {"code": f"ProvisioningState/{provisioning}", "level": "Info"},
+                        {"code": f"PowerState/{power}", "level": "Info"},
+                    ]}  # fmt: skip
+                items.append(answer)
+        return 200, self._page(items, query, "value", "nextLink", self.list_page_size)
+
+    def list_nics(self, name: str, query: dict[str, str]) -> tuple[int, JSON]:
+        """The network API's NICs of a scale set's VMs (one each, accelerated)."""
+        with self.lock:
+            held = self.state.sets.get(name)
+            if held is None:
+                return 404, _error("ResourceNotFound")
+            items = [{
+                "id": f"{m['id']}/networkInterfaces/{name}-nic", "name": f"{name}-nic",
+                "properties": {
+                    "virtualMachine": {"id": m["id"]}, "primary": True,
+                    "enableAcceleratedNetworking": True,
+                    "ipConfigurations": [{"name": "ipconfig1", "properties": {
+                        "privateIPAddress": held.addresses[i], "primary": True}}],
+                },
+            } for i, m in held.members.items()]  # fmt: skip
+        return 200, self._page(items, query, "value", "nextLink", self.list_page_size)
+
+    # -- quotas, images, permissions ---------------------------------------------
+
+    def list_usages(self) -> tuple[int, JSON]:
+        with self.lock:
+            usages = dict(self.usages)
+        return 200, {"value": [
+            {"name": {"value": n, "localizedValue": n}, "currentValue": c, "limit": lim,
+             "unit": "Count"} for n, (c, lim) in usages.items()
+        ]}  # fmt: skip
+
+    def image(self, loc: str, pub: str, offer: str, sku: str,
+              version: str | None) -> tuple[int, Any]:  # fmt: skip
+        with self.lock:
+            wanted = (pub.lower(), offer.lower(), sku.lower())
+            versions = sorted(v for p, o, s, v in self.images if (p, o, s) == wanted)
+        base = (f"/Subscriptions/{SUBSCRIPTION}/Providers/Microsoft.Compute/Locations/{loc}/"
+                f"Publishers/{pub}/ArtifactTypes/VMImage/Offers/{offer}/Skus/{sku}/"
+                "Versions")  # fmt: skip
+        if version is None:
+            return 200, [{"name": v, "location": loc, "id": f"{base}/{v}"} for v in versions]
+        if version not in versions:
+            return 404, _error("ImageNotFound", f"image version {version} not found")
+        return 200, {"name": version, "location": loc, "id": f"{base}/{version}",
+                     "properties": {"osImage": {"operatingSystem": "Linux"}}}  # fmt: skip
+
+    def permissions(self) -> tuple[int, JSON]:
+        with self.lock:
+            denied = sorted(self.denied)
+        return 200, {"value": [{"actions": ["*"], "notActions": denied,
+                                "dataActions": [], "notDataActions": []}]}  # fmt: skip
+
     # -- Retail Prices -----------------------------------------------------------
 
     def retail_prices(self, query: dict[str, str]) -> tuple[int, JSON | None]:
@@ -403,7 +707,8 @@ def _error(code: str, message: str | None = None, details: tuple[str, ...] = ())
 
 def _sku_json(s: SkuFixture) -> JSON:
     caps = [("vCPUs", "96" if s.gpus >= 8 else "24"), ("MemoryGB", "1900"),
-            ("LowPriorityCapable", str(s.spot)), ("RdmaEnabled", str(s.rdma))]
+            ("LowPriorityCapable", str(s.spot)), ("RdmaEnabled", str(s.rdma)),
+            ("AcceleratedNetworkingEnabled", "True")]
     if s.gpus:
         caps.append(("GPUs", str(s.gpus)))
     restrictions: list[JSON] = []
@@ -418,11 +723,21 @@ def _sku_json(s: SkuFixture) -> JSON:
                              "reasonCode": "NotAvailableForSubscription"})  # fmt: skip
     return {
         "resourceType": "virtualMachines", "name": s.size, "tier": "Standard",
+        "family": sku_family(s.size),
         "size": s.size.removeprefix("Standard_"), "locations": [s.region],
         "locationInfo": [{"location": s.region, "zones": list(s.zones), "zoneDetails": []}],
         "capabilities": [{"name": n, "value": v} for n, v in caps],
         "restrictions": restrictions,
     }
+
+
+def sku_family(size: str) -> str:
+    """The quota family of a size as the SKU API names it (made up but shaped like Azure's)."""
+    families = {"Standard_ND96isr_H100_v5": "standardNDSH100v5Family",
+                "Standard_ND96asr_v4": "standardNDASv4Family",
+                "Standard_NC24ads_A100_v4": "standardNCADSA100v4Family"}  # fmt: skip
+    plain = size.removeprefix("Standard_").replace("_", "")
+    return families.get(size, f"standard{plain}Family")
 
 
 def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
@@ -438,6 +753,9 @@ def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
 
         def do_DELETE(self) -> None:
             self._serve("DELETE")
+
+        def do_POST(self) -> None:
+            self._serve("POST")
 
         def _serve(self, method: str) -> None:
             parts = urlsplit(self.path)
@@ -459,9 +777,18 @@ def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
             self._send(*self._arm(method, parts.path, query, body))
 
         def _arm(self, method: str, path: str, query: dict[str, str],
-                 body: JSON | None) -> tuple[int, JSON | None, dict[str, str]]:
+                 body: JSON | None) -> tuple[int, Any, dict[str, str]]:
             if SKU_ROUTE.match(path) and method == "GET":
                 return (*fake.list_skus(query), {})
+            if PERMISSIONS_ROUTE.match(path) and method == "GET":
+                return (*fake.permissions(), {})
+            if USAGE_ROUTE.match(path) and method == "GET":
+                return (*fake.list_usages(), {})
+            if (img := IMAGE_ROUTE.match(path)) and method == "GET":
+                return (*fake.image(img["loc"], img["pub"], img["offer"], img["sku"],
+                                    img["version"]), {})  # fmt: skip
+            if (ss := SET_ROUTE.match(path)) is not None:
+                return self._scale_set(method, ss, query, body)
             if (op := OP_ROUTE.match(path)) and method == "GET":
                 if op["kind"].lower() == "operationresults":
                     return 204, None, {}
@@ -480,6 +807,24 @@ def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
                 return fake.delete_vm(name)
             return 405, _error("MethodNotAllowed"), {}
 
+        def _scale_set(self, method: str, route: re.Match[str], query: dict[str, str],
+                       body: JSON | None) -> tuple[int, Any, dict[str, str]]:  # fmt: skip
+            name, part = route["name"], (route["part"] or "").lower()
+            calls: dict[tuple[str, str], Any] = {
+                ("GET", "virtualmachines"): lambda: (*fake.list_members(name, query), {}),
+                ("GET", "networkinterfaces"): lambda: (*fake.list_nics(name, query), {}),
+                ("POST", "delete"): lambda: fake.delete_members(name, body or {}),
+                ("PUT", ""): lambda: fake.put_set(route["rg"], name, body or {}),
+                ("GET", ""): lambda: (*fake.get_set(name), {}),
+                ("DELETE", ""): lambda: fake.delete_set(name),
+            }
+            if name is None:
+                if method == "GET":
+                    return (*fake.list_sets(query), {})
+                return 405, _error("MethodNotAllowed"), {}
+            call = calls.get((method, part))
+            return call() if call else (405, _error("MethodNotAllowed"), {})
+
         def _body(self) -> JSON | None:
             length = int(self.headers.get("Content-Length") or 0)
             if not length:
@@ -487,7 +832,7 @@ def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
             loaded = json.loads(self.rfile.read(length))
             return loaded if isinstance(loaded, dict) else None
 
-        def _send(self, status: int, body: JSON | None, headers: dict[str, str]) -> None:
+        def _send(self, status: int, body: Any, headers: dict[str, str]) -> None:
             self._send_raw(status, b"" if body is None else json.dumps(body).encode(), headers)
 
         def _send_raw(self, status: int, data: bytes, headers: dict[str, str] | None = None,

@@ -8,19 +8,24 @@ idempotent names, every ARM error code, rollback, and credential hygiene.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import socket
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from azure.core.credentials import AccessToken
 from azure.core.exceptions import (
     ClientAuthenticationError,
     ServiceRequestError,
     ServiceResponseTimeoutError,
 )
 from azure.identity import CredentialUnavailableError
+from azure.mgmt.compute.models import VirtualMachineScaleSet
 from fakes.azure_fake import (
     MADE_UP_ON_DEMAND,
     RESOURCE_GROUP,
@@ -28,6 +33,7 @@ from fakes.azure_fake import (
     SkuFixture,
     made_up_prices,
     price_row,
+    unknown_fields,
 )
 from gang_support import assert_gang_env, gang_request, script_env
 from harnesses.azure import FAKE_TOKEN, FakeCredential, bootstrap, make_provider, settings_for
@@ -45,7 +51,15 @@ from spotd.core.errors import (
     ThrottledError,
 )
 from spotd.core.network import Fabric
-from spotd.core.values import InstanceState, LaunchRequest, Market, Offering, Pool
+from spotd.core.values import (
+    CheckOutcome,
+    CloudCheck,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Offering,
+    Pool,
+)
 from spotd_azure import (
     AzureProvider,
     AzureSettings,
@@ -54,9 +68,11 @@ from spotd_azure import (
     map_azure_errors,
     pick_prices,
 )
-from spotd_azure.clients import is_loopback_http
+from spotd_azure.clients import compute_client, is_loopback_http
 from spotd_azure.offerings import offerings_of
+from spotd_azure.permissions import ALL_ACTIONS
 from spotd_azure.prices import PricePair, price_filter
+from spotd_azure.scaleset import set_body, set_name
 from spotd_azure.skus import SkuPlace
 from spotd_azure.vms import vm_name
 
@@ -548,11 +564,233 @@ def test_a_gangs_custom_data_carries_rendezvous_and_infiniband_variables(
     o = offering(p, "Standard_ND96asr_v4", "eastus-1")
     assert o.interconnect.fabric is Fabric.INFINIBAND
     p.launch(gang_request(o, tags=TAGS))
-    puts = fake.requests_of("PUT", "/virtualMachines/")
-    assert len(puts) == 2
-    for put in puts:
-        script = base64.b64decode((put.body or {})["properties"]["osProfile"]["customData"])
-        env = script_env(script.decode())
-        assert_gang_env(env, Fabric.INFINIBAND)
-        assert env["NCCL_IB_RETRY_CNT"] == "7" and env["NCCL_IB_HCA"] == "mlx5_ib"
-        assert b"the-daemon-token" not in script
+    # An InfiniBand gang is one scale set: one script for every node, which
+    # learns its id from the metadata service and its rank from the roster.
+    assert not fake.requests_of("PUT", "/virtualMachines/")
+    (put,) = fake.requests_of("PUT", "/virtualMachineScaleSets/")
+    profile = (put.body or {})["properties"]["virtualMachineProfile"]
+    script = base64.b64decode(profile["osProfile"]["customData"])
+    env = script_env(script.decode())
+    assert_gang_env(env, Fabric.INFINIBAND)
+    assert env["NCCL_IB_RETRY_CNT"] == "7" and env["NCCL_IB_HCA"] == "mlx5_ib"
+    assert "SPOTD_NODE_RANK" not in env and "SPOTD_INSTANCE_ID" not in env
+    assert b"the-daemon-token" not in script
+
+
+# -- gangs in scale sets ------------------------------------------------------------
+
+
+def gang(provider: AzureProvider, *, nodes: int = 4, token: str = "gang",
+         market: Market = Market.SPOT) -> LaunchRequest:
+    return request(offering(provider, H100, "eastus-1"), nodes=nodes, token=token, market=market)
+
+
+def test_a_gang_is_one_scale_set_built_field_by_field(provider: AzureProvider,
+                                                      fake: FakeAzure) -> None:
+    nodes = provider.launch(gang(provider))
+    name = set_name("gang")
+    assert sorted(n.id for n in nodes) == sorted(f"{name}_{i}" for i in range(4))
+    model = fake.set_model(name)  # the PUT body read with the SDK's VirtualMachineScaleSet
+    assert isinstance(model, VirtualMachineScaleSet) and unknown_fields(model) == []
+    assert model.location == "eastus" and model.zones == ["1"] and model.tags == TAGS
+    assert model.sku is not None
+    assert (model.sku.name, model.sku.tier, model.sku.capacity) == (H100, "Standard", 4)
+    props = model.properties
+    assert props is not None
+    assert props.orchestration_mode == "Uniform" and props.single_placement_group is True
+    assert props.overprovision is False and props.platform_fault_domain_count == 1
+    assert props.upgrade_policy is not None and props.upgrade_policy.mode == "Manual"
+    vm = props.virtual_machine_profile
+    assert vm is not None and vm.priority == "Spot" and vm.eviction_policy == "Delete"
+    assert vm.billing_profile is not None and vm.billing_profile.max_price == -1
+    assert vm.storage_profile is not None and vm.storage_profile.image_reference is not None
+    image = vm.storage_profile.image_reference
+    assert (image.publisher, image.offer, image.sku, image.version) == (
+        "microsoft-dsvm", "ubuntu-hpc", "2204", "latest")
+    assert vm.os_profile is not None and vm.os_profile.computer_name_prefix == name[:-3]
+    assert vm.os_profile.linux_configuration is not None
+    assert vm.os_profile.linux_configuration.disable_password_authentication is True
+    assert vm.network_profile is not None
+    (nic,) = vm.network_profile.network_interface_configurations or []
+    assert nic.properties is not None and nic.properties.enable_accelerated_networking is True
+    (ip,) = nic.properties.ip_configurations or []
+    assert ip.properties is not None and ip.properties.subnet is not None
+    assert (ip.properties.subnet.id or "").endswith("/subnets/eastus")
+    for node in nodes:
+        assert node.market is Market.SPOT and node.state is InstanceState.RUNNING
+        assert node.pool == Pool("azure", "eastus", "eastus-1", H100) and node.tags == TAGS
+        assert node.private_address and node.private_address.startswith("10.1.")
+
+
+def test_an_on_demand_gang_is_regular_priority(provider: AzureProvider, fake: FakeAzure) -> None:
+    provider.launch(gang(provider, market=Market.ON_DEMAND, token="od"))
+    model = fake.set_model(set_name("od"))
+    assert model is not None and model.properties is not None
+    vm = model.properties.virtual_machine_profile
+    assert vm is not None and vm.priority == "Regular"
+    assert vm.eviction_policy is None and vm.billing_profile is None
+
+
+def test_a_misspelt_field_is_refused_by_the_fake(provider: AzureProvider) -> None:
+    o = offering(provider, H100, "eastus-1")
+    body = set_body(provider._settings, o.pool, market=Market.SPOT, name=set_name("typo"),
+                    nodes=2, tags=TAGS, custom_data="")  # fmt: skip
+    assert unknown_fields(VirtualMachineScaleSet(body.as_dict())) == []
+    body["properties"]["singlePlacementGroupp"] = True
+    assert unknown_fields(VirtualMachineScaleSet(body.as_dict())) == [
+        "properties.singlePlacementGroupp"]
+    with pytest.raises(ProviderError) as err, map_azure_errors("create"):
+        provider._compute.virtual_machine_scale_sets.begin_create_or_update(
+            RESOURCE_GROUP, set_name("typo"), body).result()
+    assert err.value.code == "InvalidRequestContent"
+
+
+def test_a_gang_relaunch_puts_nothing_new(provider: AzureProvider, fake: FakeAzure) -> None:
+    first = provider.launch(gang(provider, token="again"))
+    again = provider.launch(gang(provider, token="again"))
+    assert [n.id for n in again] == [n.id for n in first]
+    assert len(fake.requests_of("PUT", "/virtualMachineScaleSets/")) == 1
+
+
+@pytest.mark.parametrize("code", ["AllocationFailed", "ZonalAllocationFailed"])
+def test_a_gang_short_of_capacity_is_deleted_whole(provider: AzureProvider, fake: FakeAzure,
+                                                   code: str) -> None:
+    fake.fail_next_put(code, status=200, via_operation=True)
+    with pytest.raises(CapacityError) as err:
+        provider.launch(gang(provider, token="short"))
+    assert err.value.code == code
+    assert fake.scale_set(set_name("short")) is None  # deleted with the VMs it had
+    assert provider.list_instances(TAGS) == [] and provider.list_placements(TAGS) == []
+
+
+def test_a_set_that_ends_with_fewer_vms_is_a_capacity_error(provider: AzureProvider,
+                                                            fake: FakeAzure) -> None:
+    fake.short_next_set(3)
+    with pytest.raises(CapacityError) as err:
+        provider.launch(gang(provider, token="three"))
+    assert err.value.code == "ScaleSetShortOfCapacity"
+    assert fake.scale_set(set_name("three")) is None
+
+
+def test_a_quota_refusal_of_a_gang_leaves_nothing(provider: AzureProvider,
+                                                  fake: FakeAzure) -> None:
+    fake.fail_next_put("OperationNotAllowed", status=409)
+    with pytest.raises(QuotaError):
+        provider.launch(gang(provider, token="quota"))
+    assert fake.scale_set(set_name("quota")) is None
+
+
+def test_gang_members_are_evicted_terminated_and_listed(provider: AzureProvider,
+                                                        fake: FakeAzure) -> None:
+    ids = [n.id for n in provider.launch(gang(provider, token="life"))]
+    fake.evict(ids[0])
+    provider.terminate(ids[1:2])
+    states = {i.id: i.state for i in provider.describe(ids)}
+    assert states[ids[0]] is InstanceState.PREEMPTED
+    assert states[ids[1]] is InstanceState.TERMINATED
+    assert states[ids[2]] is InstanceState.RUNNING
+    (post,) = fake.requests_of("POST", "/delete")
+    assert post.body == {"instanceIds": [ids[1].rsplit("_", 1)[1]]}
+    assert sorted(i.id for i in provider.list_instances(TAGS)) == sorted(ids)
+    assert provider.describe([f"{set_name('life')}_../x", "spotd-x_1"]) == []
+
+
+def test_placements_are_the_tagged_scale_sets(provider: AzureProvider, fake: FakeAzure) -> None:
+    provider.launch(gang(provider, token="p1"))
+    (placement,) = provider.list_placements({"spotd-job": "j-az"})
+    assert placement.kind == "vm-scale-set" and placement.region == "eastus"
+    assert placement.id == f"eastus/{set_name('p1')}" and placement.tags == TAGS
+    assert provider.list_placements({"spotd-job": "other"}) == []
+    provider.delete_placements([placement])
+    assert fake.scale_set(set_name("p1")) is None and fake.members(set_name("p1")) == []
+    provider.delete_placements([placement])  # gone: ignored
+
+
+# -- check-cloud ----------------------------------------------------------------------
+
+
+def failures(check: CloudCheck) -> list[CheckOutcome]:
+    return [o for o in check.outcomes if not o.ok]
+
+
+def test_check_cloud_passes_every_check_and_creates_nothing(provider: AzureProvider,
+                                                            fake: FakeAzure) -> None:
+    check = provider.check_cloud(gang(provider, token="chk"))
+    assert check.ok, failures(check)
+    names = [o.name for o in check.outcomes]
+    assert names[0] == "credentials"
+    assert "permissions on resource group spotd-test" in names
+    assert "permissions on subnet of eastus" in names
+    assert f"sku {H100} in eastus-1" in names and "quota lowPriorityCores in eastus" in names
+    assert "image microsoft-dsvm/ubuntu-hpc/2204/latest in eastus" in names
+    assert names[-1] == "request"
+    (line,) = check.would_create
+    assert set_name("chk") in line and "4 x Standard_ND96isr_H100_v5" in line
+    assert not fake.requests_of("PUT") and not fake.requests_of("DELETE")
+    assert not fake.requests_of("POST")
+
+
+def test_check_cloud_without_a_request(provider: AzureProvider) -> None:
+    check = provider.check_cloud(None)
+    assert check.ok and check.would_create == ()
+    assert {o.name for o in check.outcomes} >= {
+        "credentials", "image microsoft-dsvm/ubuntu-hpc/2204/latest in westus3"}
+
+
+def test_check_cloud_names_a_missing_permission(provider: AzureProvider,
+                                                fake: FakeAzure) -> None:
+    fake.denied = {"Microsoft.Compute/virtualMachineScaleSets/write"}
+    (bad,) = failures(provider.check_cloud(gang(provider)))
+    assert bad.name == "permission Microsoft.Compute/virtualMachineScaleSets/write"
+    assert "resource group spotd-test" in bad.detail
+
+
+def test_check_cloud_names_the_quota(provider: AzureProvider, fake: FakeAzure) -> None:
+    fake.usages["lowPriorityCores"] = (100, 300)
+    (bad,) = failures(provider.check_cloud(gang(provider)))
+    assert bad.name == "quota lowPriorityCores in eastus"
+    assert bad.detail == "384 vCPUs needed (4 x 96), 200 of 300 free"
+    od = provider.check_cloud(gang(provider, market=Market.ON_DEMAND))
+    assert od.ok, failures(od)  # on-demand counts the family and regional quotas instead
+
+
+def test_check_cloud_names_an_unknown_image(provider: AzureProvider, fake: FakeAzure) -> None:
+    fake.images = set()
+    (bad,) = failures(provider.check_cloud(gang(provider)))
+    assert bad.name == "image microsoft-dsvm/ubuntu-hpc/2204/latest in eastus"
+    p = make_provider(fake, image={"publisher": "microsoft-dsvm", "offer": "ubuntu-hpc",
+                                   "sku": "2204", "version": "9.9.9"})  # fmt: skip
+    (bad,) = failures(p.check_cloud(gang(p)))
+    assert bad.name.startswith("image ") and "ImageNotFound" in bad.detail
+    p.close()
+
+
+def test_check_cloud_names_a_restricted_zone(provider: AzureProvider) -> None:
+    # Capacity the subscription cannot get: H100 is NotAvailableForSubscription in eastus-3.
+    o = offering(provider, H100, "eastus-1")
+    zone3 = replace(o, pool=replace(o.pool, zone="eastus-3"))
+    (bad,) = failures(provider.check_cloud(request(zone3, nodes=4)))
+    assert bad.name == f"sku {H100} in eastus-3"
+    assert bad.detail == "restricted in zone 3: NotAvailableForSubscription"
+
+
+def test_check_cloud_stops_at_credentials(fake: FakeAzure) -> None:
+    class NoToken:
+        def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+            raise CredentialUnavailableError("DefaultAzureCredential failed")
+
+    settings = settings_for(fake)
+    p = AzureProvider(settings, custom_data=bootstrap,
+                      compute=compute_client(settings, NoToken(), polling_interval=0),
+                      prices=RetailPrices(settings.prices_url))  # fmt: skip
+    check = p.check_cloud(None)
+    (only,) = check.outcomes
+    assert only.name == "credentials" and not only.ok and "CredentialUnavailable" in only.detail
+    assert not fake.requests_of("GET")
+    p.close()
+
+
+def test_the_documented_role_has_every_action() -> None:
+    doc = (Path(__file__).parents[2] / "docs" / "providers-azure.md").read_text()
+    role = json.loads(doc.split("```json\n", 1)[1].split("```", 1)[0])
+    assert sorted(role["Actions"]) == sorted(ALL_ACTIONS)
