@@ -3,7 +3,9 @@
 Reads offerings from four APIs (type offerings per zone, instance types,
 spot price history, spot placement scores) plus the Price List API, and
 launches with ``run_instances``: all nodes of a request in one call, one
-zone, idempotent by client token. See docs/providers-aws.md.
+zone, idempotent by client token; a gang in its cluster placement group with
+its EFA interfaces. Also a PlacementHost (its placement groups) and a
+CloudChecker (dry runs). See docs/providers-aws.md.
 """
 
 from __future__ import annotations
@@ -18,15 +20,25 @@ from typing import Any
 
 from spotd.core.errors import NotFoundError, ProviderError, invalid_request
 from spotd.core.kinds import InstanceShape
-from spotd.core.values import Instance, LaunchRequest, Offering, Pool
+from spotd.core.values import (
+    CloudCheck,
+    Instance,
+    LaunchRequest,
+    Offering,
+    PlacementObject,
+    Pool,
+)
 from spotd.market.ttl import TtlCache
 
 from .capacity import placement_scores
 from .catalog import gpu_types, zone_ids, zones_offering
+from .check import CheckTarget, run_checks
 from .clients import AwsClients
 from .errors import PROVIDER, map_aws_errors
+from .gang import GangPlanner
 from .instances import IDEMPOTENCY_TAG, aws_client_token, is_gone, launch_params, to_instance
 from .kind import INSTANCE_TYPES, NOTICE_SECONDS
+from .placement import delete_group, group_names, list_groups
 from .prices import latest_spot_prices, on_demand_price
 from .settings import AwsSettings
 
@@ -80,6 +92,7 @@ class AwsProvider:
         self._scores: TtlCache[tuple[str, str], dict[str, float] | None] = TtlCache(
             SCORE_TTL_SECONDS, clock
         )
+        self._gang = GangPlanner(settings, self._clients, clock)
         self._region_of: dict[str, str] = {}
         self._warned: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -169,6 +182,8 @@ class AwsProvider:
         Idempotent by client token twice over: EC2's own ``ClientToken``, and
         a tag holding it that is looked up first (EC2 fakes ignore the token,
         and the tag also finds the instances after EC2 forgot the token).
+        A gang (nodes > 1) first gets its cluster placement group and security
+        group (both idempotent), then launches into them with EFA interfaces.
         """
         region = self._check(request)
         token = aws_client_token(request.client_token)
@@ -177,7 +192,8 @@ class AwsProvider:
             return [to_instance(raw, region) for raw in _ordered(existing)]
         with invalid_request(PROVIDER, "launch"):
             script = self._user_data(request)
-        params = launch_params(self._settings, request, token, script)
+        gang = self._gang.plan(request, create=True)
+        params = launch_params(self._settings, request, token, script, gang)
         with map_aws_errors("RunInstances"):
             reply = self._clients.ec2(region).run_instances(**params)
         started = _ordered(reply.get("Instances", []))
@@ -201,6 +217,40 @@ class AwsProvider:
         if problem is not None:
             raise ProviderError(f"aws: {problem}", provider=PROVIDER, code="InvalidRequest")
         return pool.region
+
+    # -- placement groups and check-cloud -----------------------------------
+
+    def list_placements(self, tags: Mapping[str, str]) -> list[PlacementObject]:
+        """spotd's placement groups carrying all of ``tags``, in every configured region."""
+        return [p for region in self._settings.regions
+                for p in list_groups(self._clients.ec2(region), region, tags)]  # fmt: skip
+
+    def delete_placements(self, placements: Sequence[PlacementObject]) -> None:
+        """Delete these placement groups; gone ones are ignored.
+
+        One still holding instances raises ProviderUnavailable (code
+        ``InvalidPlacementGroup.InUse``), after the others were deleted.
+        """
+        failed: ProviderError | None = None
+        for region, names in group_names(placements).items():
+            for name in names:
+                try:
+                    delete_group(self._clients.ec2(region), name)
+                except ProviderError as exc:
+                    failed = exc
+        if failed is not None:
+            raise failed
+
+    def check_cloud(self, request: LaunchRequest | None) -> CloudCheck:
+        """Credentials, permissions (dry runs), quotas, image and ``request``'s launch.
+
+        Creates nothing; see :mod:`spotd_aws.check`.
+        """
+        target = CheckTarget(
+            settings=self._settings, clients=self._clients, planner=self._gang,
+            user_data=self._user_data, instance_types=self.instance_types,
+        )  # fmt: skip
+        return run_checks(target, request)
 
     # -- reading and stopping instances --------------------------------------
 

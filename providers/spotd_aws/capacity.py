@@ -16,9 +16,9 @@ MAX_SCORE = 10
 
 
 def placement_scores(
-    ec2: Client, instance_type: str, regions: Sequence[str]
+    ec2: Client, instance_type: str, regions: Sequence[str], nodes: int = 1
 ) -> dict[tuple[str, str], float]:
-    """(region, zone id) -> capacity in [0.1, 1.0] of one node of ``instance_type``.
+    """(region, zone id) -> capacity in [0.1, 1.0] of ``nodes`` nodes of ``instance_type``.
 
     One call covers every region: AWS answers for all ``RegionNames`` from
     any regional endpoint. Raises :class:`~spotd.core.errors.ProviderError`.
@@ -26,7 +26,7 @@ def placement_scores(
     with map_aws_errors("GetSpotPlacementScores"):
         pages = ec2.get_paginator("get_spot_placement_scores").paginate(
             InstanceTypes=[instance_type],
-            TargetCapacity=1,
+            TargetCapacity=nodes,
             TargetCapacityUnitType="units",
             SingleAvailabilityZone=True,
             RegionNames=list(regions),

@@ -45,6 +45,14 @@ class AwsClients:
         """The EC2 client of ``region`` (at ``endpoint_url`` when set)."""
         return self._client("ec2", region, self._settings.endpoint_url)
 
+    def sts(self, region: str) -> Client:
+        """The STS client (who the credentials are), at ``endpoint_url`` when set."""
+        return self._client("sts", region, self._settings.endpoint_url)
+
+    def service_quotas(self, region: str) -> Client:
+        """The Service Quotas client of ``region``, at ``endpoint_url`` when set."""
+        return self._client("service-quotas", region, self._settings.endpoint_url)
+
     def pricing(self) -> Client:
         """The Price List API client at ``pricing_region``."""
         return self._client("pricing", self._settings.pricing_region, None)

@@ -72,8 +72,10 @@ ERROR_CODES: Mapping[str, type[ProviderError]] = {
         "ServiceUnavailable",
         "ServiceUnavailableException",
         "Unavailable",
+        # A placement group whose instances are still shutting down: try again later.
+        "InvalidPlacementGroup.InUse",
     ),
-    **_codes(NotFoundError, "InvalidInstanceID.NotFound"),
+    **_codes(NotFoundError, "InvalidInstanceID.NotFound", "InvalidPlacementGroup.Unknown"),
 }
 """AWS error code -> spotd class. EC2 and the Price List API spell some differently."""
 

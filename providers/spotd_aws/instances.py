@@ -14,6 +14,7 @@ from typing import Any
 
 from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Pool
 
+from .gang import GangNetwork
 from .settings import AwsSettings
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,8 @@ def to_instance(raw: Mapping[str, Any], region: str) -> Instance:
         ended_at=_ended_at(raw)
         if state not in (InstanceState.PENDING, InstanceState.RUNNING)
         else None,
+        # The primary interface's address: where the gang's peers reach the node.
+        private_address=str(raw["PrivateIpAddress"]) if raw.get("PrivateIpAddress") else None,
     )
 
 
@@ -103,10 +106,16 @@ def tags_of(raw: Mapping[str, Any]) -> dict[str, str]:
 
 
 def launch_params(
-    settings: AwsSettings, request: LaunchRequest, token: str, user_data: str
+    settings: AwsSettings,
+    request: LaunchRequest,
+    token: str,
+    user_data: str,
+    gang: GangNetwork | None = None,
 ) -> dict[str, Any]:
     """``run_instances`` arguments for all nodes of ``request`` in its pool's zone.
 
+    ``gang`` (for multi-node requests) puts the nodes in its placement group and
+    gives each its EFA interfaces, which then carry the subnet and the groups.
     Raises KeyError naming the region when ``settings.image_id`` has no AMI for it.
     """
     pool = request.offering.pool
@@ -139,12 +148,25 @@ def launch_params(
         params["SubnetId"] = subnet
     if settings.security_group_ids:
         params["SecurityGroupIds"] = list(settings.security_group_ids)
+    if gang is not None:
+        _add_gang(params, gang)
     if settings.instance_profile:
         key = "Arn" if settings.instance_profile.startswith("arn:") else "Name"
         params["IamInstanceProfile"] = {key: settings.instance_profile}
     if settings.key_name:
         params["KeyName"] = settings.key_name
     return params
+
+
+def _add_gang(params: dict[str, Any], gang: GangNetwork) -> None:
+    params["Placement"]["GroupName"] = gang.placement_group
+    if gang.interfaces:
+        # EC2 refuses NetworkInterfaces beside an instance-level subnet or groups.
+        params.pop("SubnetId", None)
+        params.pop("SecurityGroupIds", None)
+        params["NetworkInterfaces"] = [dict(i) for i in gang.interfaces]
+    elif gang.security_group_ids:
+        params["SecurityGroupIds"] = list(gang.security_group_ids)
 
 
 def _name(request: LaunchRequest) -> str:

@@ -26,6 +26,7 @@ class AwsNoticeWatcher(HttpWatcher):
     ACTION_PATH = "/latest/meta-data/spot/instance-action"
     REBALANCE_PATH = "/latest/meta-data/events/recommendations/rebalance"
     INSTANCE_ID_PATH = "/latest/meta-data/instance-id"
+    ADDRESS_PATH = "/latest/meta-data/local-ipv4"
 
     def __init__(
         self,
@@ -67,6 +68,11 @@ class AwsNoticeWatcher(HttpWatcher):
         """``meta-data/instance-id``."""
         response = self._read(self.INSTANCE_ID_PATH)
         return response.text.strip() if response is not None else None
+
+    def private_address(self) -> str | None:
+        """``meta-data/local-ipv4``: the primary interface's private address."""
+        response = self._read(self.ADDRESS_PATH)
+        return (response.text.strip() or None) if response is not None else None
 
     def _read(self, path: str) -> httpx.Response | None:
         """GET a metadata path: the response on 200, None on 404 or any failure."""

@@ -24,7 +24,9 @@ class AwsSettings(BaseModel):
     instance_types: list[str] | None = None
     """Instance types to offer; None means every AWS type in :mod:`spotd.market.catalog`."""
     endpoint_url: str | None = None
-    """Override of the EC2 endpoint (for fakes and tests only); None uses AWS's own."""
+    """Override of the EC2, STS and Service Quotas endpoint (fakes and tests only).
+
+    None uses AWS's own."""
     pricing_region: str = "us-east-1"
     """Region of the Price List API endpoint (it exists in only a few regions)."""
     image_id: dict[str, str] = Field(default_factory=dict)
@@ -33,6 +35,12 @@ class AwsSettings(BaseModel):
     """Availability zone name -> subnet to launch into; zones left out use the default VPC."""
     security_group_ids: list[str] = Field(default_factory=list)
     """Security groups of every node; empty uses the VPC's default group."""
+    gang_security_group_ids: dict[str, str] = Field(default_factory=dict)
+    """Region -> security group given to every node of a multi-node gang, for EFA.
+
+    It must allow all traffic in from and out to itself; spotd uses it as it is.
+    A region left out gets ``spotd-gang``, made by spotd once per VPC with those rules.
+    """
     instance_profile: str | None = None
     """IAM instance profile (name or ARN) the nodes run as, e.g. to read checkpoints."""
     key_name: str | None = None

@@ -33,6 +33,7 @@ class AzureNoticeWatcher(HttpWatcher):
     EVENTS_PARAMS: ClassVar[Mapping[str, str]] = {"api-version": "2020-07-01"}
     NAME_PATH = "/metadata/instance/compute/name"
     NAME_PARAMS: ClassVar[Mapping[str, str]] = {"api-version": "2021-02-01", "format": "text"}
+    ADDRESS_PATH = "/metadata/instance/network/interface/0/ipv4/ipAddress/0/privateIpAddress"
     HEADERS: ClassVar[Mapping[str, str]] = {"Metadata": "true"}
 
     def __init__(
@@ -77,6 +78,15 @@ class AzureNoticeWatcher(HttpWatcher):
         """``compute/name``: the VM name the Azure API addresses it by."""
         response = self._request(
             "GET", self.NAME_PATH, params=self.NAME_PARAMS, headers=self.HEADERS
+        )
+        if response is None or response.status_code != 200:
+            return None
+        return response.text.strip() or None
+
+    def private_address(self) -> str | None:
+        """The first NIC's private IPv4 address (IMDS ``network/interface/0``)."""
+        response = self._request(
+            "GET", self.ADDRESS_PATH, params=self.NAME_PARAMS, headers=self.HEADERS
         )
         if response is None or response.status_code != 200:
             return None

@@ -30,6 +30,7 @@ class GcpNoticeWatcher(HttpWatcher):
 
     PREEMPTED_PATH = "/computeMetadata/v1/instance/preempted"
     NAME_PATH = "/computeMetadata/v1/instance/name"
+    ADDRESS_PATH = "/computeMetadata/v1/instance/network-interfaces/0/ip"
     HEADERS: ClassVar[Mapping[str, str]] = {"Metadata-Flavor": "Google"}
 
     def __init__(
@@ -85,6 +86,11 @@ class GcpNoticeWatcher(HttpWatcher):
         """``instance/name``: the name the Compute API addresses the VM by."""
         response = self._get(self.NAME_PATH, params={})
         return response.text.strip() if response is not None else None
+
+    def private_address(self) -> str | None:
+        """``network-interfaces/0/ip``: nic0's address, where the gang's peers reach it."""
+        response = self._get(self.ADDRESS_PATH, params={})
+        return (response.text.strip() or None) if response is not None else None
 
     def _long_polling(self) -> bool:
         return self._etag is not None and self._clock() >= self._plain_until

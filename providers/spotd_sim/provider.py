@@ -26,8 +26,9 @@ from datetime import datetime
 from pathlib import Path
 
 from spotd.agent.config import agent_settings
-from spotd.core.agent_wire import agent_token
+from spotd.core.agent_wire import CODE_SHA256, CODE_URI, agent_token
 from spotd.core.errors import CapacityError, ProviderError
+from spotd.core.spec import CodeRef
 from spotd.core.values import (
     CheckOutcome,
     CloudCheck,
@@ -38,6 +39,8 @@ from spotd.core.values import (
     NodeUsage,
     Offering,
 )
+from spotd.ship.pack import WorkdirError
+from spotd.ship.store import fetch
 
 from . import billing, catalog
 from .addresses import next_address
@@ -310,6 +313,9 @@ class SimProvider:
             return spec
         address = next_address(self._paths.address_counter)
         env = {**request.env, "SPOTD_NODE_RANK": str(rank), "SPOTD_INSTANCE_ID": instance_id}
+        workdir = request.workdir or str(self._paths.root / "work" / instance_id)
+        if CODE_URI in env:
+            workdir = self._unpack_code(env, instance_id)
         command = tuple(request.command)
         if self._agent_link is not None:
             env.update(self._agent_env(request, instance_id, address))
@@ -325,7 +331,7 @@ class SimProvider:
             command=command,
             env=env,
             address=address,
-            workdir=request.workdir or str(self._paths.root / "work" / instance_id),
+            workdir=workdir,
             price=self._price(entry, request.market, launched_at),
             client_token=request.client_token,
             boot_seconds=self._boot_seconds,
@@ -335,6 +341,21 @@ class SimProvider:
         )
         spec.save(path)
         return spec
+
+    def _unpack_code(self, env: dict[str, str], instance_id: str) -> str:
+        """The node's own copy of the job's shipped code, unpacked as its boot would.
+
+        Done here, in the daemon's process, so any storage the daemon reads works
+        (``memory://`` too); the node then finds the code in its folder and its
+        agent fetches nothing (the code variables are taken out).
+        """
+        uri, sha256 = env.pop(CODE_URI), env.pop(CODE_SHA256, "")
+        try:
+            ref = CodeRef(uri=uri, sha256=sha256, size_bytes=0, files=0)
+            return str(fetch(ref, self._paths.root / "work" / instance_id / "code"))
+        except (WorkdirError, ValueError) as exc:
+            raise ProviderError(f"{self.name}: {exc}", provider=self.name,
+                                code="CodeUnavailable") from exc  # fmt: skip
 
     def _agent_env(self, request: LaunchRequest, instance_id: str, address: str) -> dict[str, str]:
         """The agent's settings on one node: what a cloud's boot script writes."""

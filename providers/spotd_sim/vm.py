@@ -24,6 +24,7 @@ from spotd.core.values import InstanceState, Market
 
 from .clock import SimClock
 from .market import SimMarket
+from .nodeenv import node_environment
 from .procs import (
     become_subreaper,
     die_with_parent,
@@ -100,7 +101,7 @@ class _Vm:
     def _start_job(self) -> bool:
         """Start the job in its own session; False when it could not start."""
         spec = self.spec
-        env = {**os.environ, **spec.env}
+        env = node_environment(os.environ, spec.env)
         env.pop(LOCK_FD_ENV, None)
         log_path = self.paths.job_log(spec.id)
         with log_path.open("ab") as log:

@@ -23,6 +23,7 @@ from spotd.core.agent_wire import (
     JOIN_PATH,
     NOTICE_PATH,
     PREFLIGHT_PATH,
+    SECRETS_PATH,
     AgentReport,
     ExitReport,
     HeartbeatReport,
@@ -30,6 +31,8 @@ from spotd.core.agent_wire import (
     NoticeReport,
     PreflightReport,
     Roster,
+    Secrets,
+    SecretsAsk,
     Waiting,
 )
 from spotd.core.errors import SpotdError
@@ -94,6 +97,15 @@ class DaemonReporter:
             return Roster.model_validate_json(response.content)
         except ValidationError as exc:
             raise ReportFailed(f"{JOIN_PATH}: unreadable answer: {exc}") from exc
+
+    def secrets(self, ask: SecretsAsk) -> Secrets:
+        """The job's secrets; raises ReportFailed (retry) or ReportRejected (give up)."""
+        response = self._post(SECRETS_PATH, ask)
+        try:
+            return Secrets.model_validate_json(response.content)
+        except ValidationError:
+            # The error would quote the body, and the body holds the values.
+            raise ReportFailed(f"{SECRETS_PATH}: unreadable answer") from None
 
     def _post(self, path: str, report: AgentReport) -> httpx.Response:
         """POST ``report``; the answer when it is a success, else the error to raise."""

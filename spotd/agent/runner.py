@@ -17,12 +17,15 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from types import FrameType
 
 from spotd.agent.config import AgentConfig
+from spotd.agent.container import job_argv
 from spotd.agent.files import read_progress, write_notice
 from spotd.agent.gang import Join
 from spotd.agent.gpu import GpuSource, open_gpu_source
+from spotd.agent.node import AskSecrets
 from spotd.agent.reporter import DaemonReporter, ReportQueue
 from spotd.agent.startup import EXIT_NO_GANG, prepare, run_dir_of
 from spotd.agent.watchers import make_watcher
@@ -34,13 +37,17 @@ from spotd.core.agent_wire import (
     HeartbeatReport,
     NoticeReport,
     ProviderNotice,
+    Secrets,
+    SecretsAsk,
 )
-from spotd.core.contracts import NoticeWatcher
+from spotd.core.contracts import AddressSource, NoticeWatcher
 from spotd.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 Sender = Callable[[AgentReport], None]
+AskSecretsOf = Callable[[SecretsAsk], Secrets]
+"""One ask for the job's secrets (the daemon's answer)."""
 
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
@@ -62,11 +69,16 @@ class _Agent:
         send: Sender | None,
         join: Join | None = None,
         gpus: GpuSource | None = None,
+        *,
+        secrets: AskSecretsOf | None = None,
     ) -> None:
         self.config = config
         self.watcher = watcher
         self.join = join
         self.gpus = gpus
+        self.secrets = secrets
+        self.exit_detail = ""
+        self.cwd: Path | None = None
         self.run_dir = run_dir_of(config)
         self.job_env = dict(config.job_env)
         self.outbox: ReportQueue | None = None
@@ -93,6 +105,7 @@ class _Agent:
 
     def run(self) -> int:
         self.instance_id = self._resolve_instance_id()
+        self.config = self._with_address(self.config)
         log.info("job %s attempt %s on %s: %s", self.config.job_id, self.config.attempt,
                  self.instance_id, self.config.command)
         if self.outbox is not None:
@@ -117,14 +130,16 @@ class _Agent:
         try:
             start = prepare(self.config, instance_id=self.instance_id, run_dir=self.run_dir,
                             join=self.join, put=self._put, gpus=self.gpus,
-                            stop=self.aborted)  # fmt: skip
+                            stop=self.aborted, ask_secrets=self._ask_secrets())  # fmt: skip
         except Exception:
             # Whatever broke (an address, a port, a disk), the node cannot run the
             # job: say so as a failed start, so the attempt is placed again.
             log.exception("the node could not be prepared for the job")
             return EXIT_NO_GANG, "rendezvous"
         self.job_env = start.env
+        self.cwd = start.cwd
         if not start.ready:
+            self.exit_detail = start.detail
             return start.exit_code, start.phase
         with self.start_lock:
             if "preemption" in self.noticed or self.aborted.is_set():
@@ -139,12 +154,20 @@ class _Agent:
 
     def _spawn(self) -> int | None:
         """Start the job; None once it runs, else the shell's code for why it cannot."""
+        argv = job_argv(self.config.command, self.job_env, cwd=self.cwd, run_dir=self.run_dir,
+                        name=f"spotd-{self.config.job_id}-{self.config.attempt}")  # fmt: skip
         try:
-            self.proc = subprocess.Popen(self.config.command, env=self.job_env, process_group=0)
+            self.proc = subprocess.Popen(argv, env=self.job_env, process_group=0, cwd=self.cwd)
         except OSError as exc:
-            log.error("cannot start the job %s: %s", self.config.command, exc)
+            log.error("cannot start the job %s: %s", argv, exc)
             return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
         return None
+
+    def _ask_secrets(self) -> AskSecrets | None:
+        if self.secrets is None:
+            return None
+        ask, speaker = self.secrets, self._speaker()
+        return lambda: ask(SecretsAsk.model_validate(speaker))
 
     def _wait(self) -> int:
         assert self.proc is not None
@@ -159,7 +182,8 @@ class _Agent:
         """Report the exit, then release the provider's event (after the report:
         on Azure the acknowledgement may end the VM at once)."""
         if self.outbox is not None:
-            self.outbox.put(ExitReport(exit_code=code, phase=phase, **self._speaker()))
+            self.outbox.put(ExitReport(exit_code=code, phase=phase, detail=self.exit_detail,
+                                       **self._speaker()))  # fmt: skip
             if not self.outbox.drain(self.config.report_timeout_seconds):
                 log.warning("daemon did not take the reports within %.0f s; going on",
                             self.config.report_timeout_seconds)
@@ -266,6 +290,18 @@ class _Agent:
             found = None
         return found or socket.gethostname()
 
+    def _with_address(self, config: AgentConfig) -> AgentConfig:
+        """``config`` with the node's private address from the metadata service, if the
+        watcher knows one and none was given; else the route to the daemon decides."""
+        if config.address or not isinstance(self.watcher, AddressSource):
+            return config
+        try:
+            found = self.watcher.private_address()
+        except Exception:
+            log.exception("asking the metadata service for the private address failed")
+            return config
+        return config.model_copy(update={"address": found}) if found else config
+
     def _run_on_exit(self) -> None:
         if not self.config.on_exit:
             return
@@ -318,12 +354,14 @@ def run_agent(
     ``config.daemon_url``, or to no reporting and no gang when that is unset.
     """
     reporter: DaemonReporter | None = None
+    secrets: AskSecretsOf | None = None
     if send is None and config.daemon_url:
         reporter = DaemonReporter(config.daemon_url, config.token.get_secret_value())
-        send, join = reporter.send, reporter.join
+        send, join, secrets = reporter.send, reporter.join, reporter.secrets
     gpus = open_gpu_source(config.job_env)
     try:
-        return _Agent(config, watcher or make_watcher(config), send, join, gpus).run()
+        return _Agent(config, watcher or make_watcher(config), send, join, gpus,
+                      secrets=secrets).run()  # fmt: skip
     finally:
         if reporter is not None:
             reporter.close()

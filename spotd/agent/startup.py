@@ -1,5 +1,7 @@
-"""What the agent does between boot and the job's command: gang, then preflight.
+"""What the agent does between boot and the job's command: node, gang, then preflight.
 
+0. Prepare the node (:mod:`spotd.agent.node`): the job's code, its secrets and
+   its setup lines; a failure ends the node in phase ``setup``.
 1. Join the gang and wait for its roster (:mod:`spotd.agent.gang`); a gang
    that does not assemble in time ends the node without running anything.
 2. Run the preflight (:mod:`spotd.agent.preflight`) across every rank of the
@@ -19,7 +21,7 @@ import logging
 import tempfile
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from spotd.agent.config import AgentConfig
@@ -33,6 +35,7 @@ from spotd.agent.gang import (
     wait_for_roster,
 )
 from spotd.agent.gpu import GpuSource
+from spotd.agent.node import AskSecrets, NodeFailed, prepare_node
 from spotd.agent.preflight import PreflightPlan, run_preflight
 from spotd.agent.preflight_worker import Backend
 from spotd.agent.reporter import ReportFailed, ReportRejected
@@ -66,6 +69,10 @@ class Startup:
     phase: ExitPhase = "command"
     """``command``: start the job with ``env``; else the phase that failed."""
     exit_code: int = 0
+    cwd: Path | None = None
+    """Where the command starts: the unpacked code, or None for the agent's own folder."""
+    detail: str = ""
+    """What went wrong before the command, for the exit report."""
 
     @property
     def ready(self) -> bool:
@@ -89,13 +96,36 @@ def prepare(
     put: Callable[[AgentReport], None],
     gpus: GpuSource | None,
     stop: threading.Event | None = None,
+    ask_secrets: AskSecrets | None = None,
 ) -> Startup:
-    """Assemble the gang and pass preflight; the job's environment once both hold.
+    """Prepare the node, assemble the gang and pass preflight; the job's environment
+    once all three hold.
 
     ``put`` queues a report for the daemon (the preflight's figures go that way);
-    ``stop`` set (the node is going) ends the wait for the gang.
+    ``stop`` set (the node is going) ends the wait for the gang; ``ask_secrets``
+    asks the daemon for the job's secrets.
     """
-    env = dict(config.job_env)
+    node = prepare_node(config.job_env, run_dir, ask_secrets)
+    if isinstance(node, NodeFailed):
+        log.error("the node could not be prepared: %s", node.detail)
+        return Startup(dict(config.job_env), "setup", node.exit_code, detail=node.detail)
+    started = _gang_and_preflight(config, node.env, instance_id=instance_id, run_dir=run_dir,
+                                  join=join, put=put, gpus=gpus, stop=stop)  # fmt: skip
+    return replace(started, cwd=node.cwd)
+
+
+def _gang_and_preflight(
+    config: AgentConfig,
+    job_env: Mapping[str, str],
+    *,
+    instance_id: str,
+    run_dir: Path,
+    join: Join | None,
+    put: Callable[[AgentReport], None],
+    gpus: GpuSource | None,
+    stop: threading.Event | None,
+) -> Startup:
+    env = dict(job_env)
     env["SPOTD_NOTICE_FILE"] = str(run_dir / NOTICE_FILE)
     env["SPOTD_PROGRESS_FILE"] = str(run_dir / PROGRESS_FILE)
     if join is None or not config.daemon_url or not env.get("SPOTD_RDZV_ID"):

@@ -26,8 +26,10 @@ from spotd.daemon.config import Settings, load_settings
 from spotd.daemon.views import JobView, MarketView
 
 if TYPE_CHECKING:
+    from spotd.core.spec import JobSpec
     from spotd.core.values import CloudCheck
     from spotd.daemon.planning import CandidateView, PlanView
+    from spotd.ship.workdir import Shipped
 
 app = typer.Typer(
     help="spotd: run GPU training on spot capacity across clouds, and survive preemptions.",
@@ -124,22 +126,41 @@ def submit(
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Validate a job spec and hand it to the daemon."""
+    """Validate a job spec, ship its workdir if that is a folder here, and hand it to
+    the daemon."""
     from spotd.cli.client import Client
 
+    shipped: list[Shipped] = []
+
     def run() -> JobView:
-        spec = load_job_file(job_file)
-        client = Client.from_settings(_settings(config))
-        return client.submit(spec)
+        settings = _settings(config)
+        shipped.append(ship_job(load_job_file(job_file), settings))
+        client = Client.from_settings(settings)
+        return client.submit(shipped[0].spec)
 
     job = _guard(run)
     if as_json:
         out.print_json(job.model_dump_json())
-    else:
-        out.print(
-            f"submitted [bold]{job.id}[/bold] ({escape(job.name)}); "
-            f"watch it with `{escape(_again('status', job.id, config))}`"
-        )
+        return
+    code = shipped[0].spec.code if shipped else None
+    if code is not None:
+        how = "uploaded" if shipped[0].uploaded else "already stored"
+        err.print(f"workdir: {code.files} files, {code.size_bytes / 2**20:.1f} MiB packed, "
+                  f"{how} as {escape(code.uri)}", highlight=False)  # fmt: skip
+    out.print(
+        f"submitted [bold]{job.id}[/bold] ({escape(job.name)}); "
+        f"watch it with `{escape(_again('status', job.id, config))}`"
+    )
+
+
+def ship_job(spec: JobSpec, settings: Settings) -> Shipped:
+    """``spec`` with its local ``workdir`` packed and stored where the daemon's nodes read."""
+    from spotd.ship.store import storage_for
+    from spotd.ship.workdir import ship_workdir
+
+    storage = storage_for(spec, settings.storage.uri, settings.data_dir)
+    limit = round(settings.storage.max_workdir_mb * 2**20)
+    return ship_workdir(spec, storage, max_bytes=limit)
 
 
 @app.command()

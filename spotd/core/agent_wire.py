@@ -15,7 +15,9 @@ attempt, ``422`` on a malformed body):
 ``/v1/agent/exit``       :class:`ExitReport`
 ``/v1/agent/preflight``  :class:`PreflightReport`
 
-and ``POST /v1/agent/join`` (:class:`JoinReport`), which answers ``200`` with the
+``POST /v1/agent/secrets`` (:class:`SecretsAsk`) answers ``200`` with the job's
+:class:`Secrets`: the values of the names in its spec's ``secrets``. And
+``POST /v1/agent/join`` (:class:`JoinReport`), which answers ``200`` with the
 gang's :class:`Roster` once every node of the attempt has joined, else ``202``
 with a :class:`Waiting` body; the agent asks again until its gang timeout.
 
@@ -35,8 +37,23 @@ from typing import Annotated, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 NoticeKind = Literal["preemption", "rebalance"]
-ExitPhase = Literal["command", "rendezvous", "preflight"]
+ExitPhase = Literal["command", "setup", "rendezvous", "preflight"]
 Port = Annotated[int, Field(ge=1, le=65535)]
+
+# What the daemon tells a node of the job's code, setup, secrets and image, in the
+# job's environment (spotd.engine.shipping sets them, spotd.agent.node acts on them).
+CODE_URI = "SPOTD_CODE_URI"
+CODE_SHA256 = "SPOTD_CODE_SHA256"
+SETUP = "SPOTD_SETUP"
+"""The setup lines, as a JSON array of strings."""
+SECRETS = "SPOTD_SECRETS"
+"""The names of the job's secrets, comma-separated (never their values)."""
+IMAGE = "SPOTD_IMAGE"
+CONTAINER_DEVICES = "SPOTD_CONTAINER_DEVICES"
+CONTAINER_MOUNTS = "SPOTD_CONTAINER_MOUNTS"
+
+MAX_EXIT_DETAIL = 4000
+"""Characters of an exit's detail the daemon keeps (a setup's output tail fits)."""
 
 GPU_UTIL_THRESHOLD_PCT = 85.0
 """Under load, a GPU below this utilisation points at a bottleneck, most often the
@@ -47,6 +64,7 @@ NOTICE_PATH = "/v1/agent/notice"
 EXIT_PATH = "/v1/agent/exit"
 JOIN_PATH = "/v1/agent/join"
 PREFLIGHT_PATH = "/v1/agent/preflight"
+SECRETS_PATH = "/v1/agent/secrets"
 
 
 def agent_token(daemon_token: str, client_token: str) -> str:
@@ -174,7 +192,29 @@ class ExitReport(AgentReport):
 
     exit_code: int
     phase: ExitPhase = "command"
-    """What ended: the job's command, or the agent before it (no gang, a failed preflight)."""
+    """What ended: the job's command, or the agent before it (a failed setup, no gang,
+    a failed preflight)."""
+    detail: Annotated[str, Field(max_length=MAX_EXIT_DETAIL)] = ""
+    """Before the command: what went wrong, with the tail of a failed setup's output."""
+
+
+class SecretsAsk(AgentReport):
+    """A node asks for the values of its job's ``secrets`` before it starts the job."""
+
+
+class Secrets(BaseModel):
+    """The values of the job's secrets the daemon holds, by name, and the names it lacks."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    values: dict[str, str]
+    missing: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        # Never the values: this object may end up in a log line or a traceback.
+        return f"Secrets(names={sorted(self.values)}, missing={list(self.missing)})"
+
+    __str__ = __repr__
 
 
 class AgentReports(Protocol):
@@ -197,6 +237,9 @@ class AgentReports(Protocol):
 
     def preflight(self, report: PreflightReport) -> None:
         """The gang's preflight ended on this node (and, if it passed, the command started)."""
+
+    def secrets(self, ask: SecretsAsk) -> Secrets:
+        """The values of the secrets the node's job names, as far as the daemon holds them."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -329,6 +329,19 @@ class ProviderFactory(Protocol[SettingsT_contra]):
         ...
 
 
+@runtime_checkable
+class AddressSource(Protocol):
+    """A notice watcher that can also tell the node's private address (cloud metadata).
+
+    The agent joins its gang with it: on a VM with several NICs (GCP's A3) the
+    route to the daemon need not leave by the NIC its peers reach it on.
+    """
+
+    def private_address(self) -> str | None:
+        """The primary NIC's private IPv4 address, None if unknown."""
+        ...
+
+
 class NoticeWatcher(Protocol):
     """What the runner needs of a provider's notice source."""
 

@@ -72,6 +72,13 @@ _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _GPU_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _GLOB_RE = re.compile(r"[A-Za-z0-9*?\[\]!._-]+")
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+# registry/name[:tag][@digest]: lower-case path parts, an optional host[:port] first.
+_IMAGE_RE = re.compile(
+    r"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-][a-z0-9]+)*"
+    r"(?:/[a-z0-9]+(?:[._-][a-z0-9]+)*)*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"
+    r"(?:@sha256:[0-9a-f]{64})?"
+)
 _DURATION_RE = re.compile(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _BARE_PROTOCOL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
@@ -137,6 +144,29 @@ def _non_empty_str(value: str) -> str:
 
 PositiveFloat = Annotated[float, Strict(), AllowInfNan(False), Gt(0)]
 """A finite float > 0; TOML integers are accepted, booleans and strings are not."""
+
+def _check_sha256(value: str) -> str:
+    if not _SHA256_RE.fullmatch(value):
+        raise ValueError(f"expected 64 lowercase hex digits, got {_describe(value)}")
+    return value
+
+
+def _check_image(value: str) -> str:
+    _no_nul(value)
+    if not _IMAGE_RE.fullmatch(value):
+        raise ValueError(
+            "expected an image reference like 'nvcr.io/nvidia/pytorch:24.05-py3' or "
+            f"'ghcr.io/org/train@sha256:...', got {_describe(value)}"
+        )
+    return value
+
+
+def _check_setup_line(value: str) -> str:
+    _no_nul(value)
+    if not value.strip():
+        raise ValueError("a setup line must not be empty")
+    return value
+
 
 StrictStr = Annotated[str, Strict()]
 EnvName = Annotated[str, Strict(), AfterValidator(_check_env_name)]
@@ -433,6 +463,30 @@ class NotifySpec(_Spec):
     """Email a report to ``email`` when the job ends."""
 
 
+class CodeRef(_Spec):
+    """The job's working directory as ``spotd submit`` packed and uploaded it.
+
+    Content-addressed: the archive's name is its SHA-256, so the same folder
+    content is stored once, and every attempt unpacks exactly these bytes,
+    whatever the folder on the submitting machine holds later.
+    """
+
+    uri: Annotated[str, Strict()]
+    """fsspec URI of the ``.tar.gz``."""
+    sha256: Annotated[str, Strict(), AfterValidator(_check_sha256)]
+    size_bytes: Annotated[int, Strict(), Field(ge=0)]
+    """Size of the archive."""
+    files: Annotated[int, Strict(), Field(ge=0)]
+
+
+class RetrySpec(_Spec):
+    """How many failed attempts of each kind a job survives before it fails."""
+
+    setup_failures: Annotated[int, Strict(), Field(ge=0, le=100)] = 2
+    """Attempts that may end ``setup-failed`` (a setup command or the code download
+    failed on a node) and be placed again; the next one fails the job."""
+
+
 class JobSpec(_Spec):
     """A whole job: what to run, on what, where, and within which limits."""
 
@@ -442,7 +496,18 @@ class JobSpec(_Spec):
     """argv of the command; a shell string in TOML becomes ``("/bin/sh", "-c", s)``."""
     env: dict[EnvName, EnvValue] = Field(default_factory=dict)
     workdir: Annotated[str, Strict()] | None = None
-    """Absolute working directory of the command; None lets the daemon decide."""
+    """Absolute working directory of the command; None lets the daemon decide. A folder
+    that exists on the submitting machine is packed and shipped (see ``code``)."""
+    code: CodeRef | None = None
+    """The shipped ``workdir``: set by ``spotd submit``; the nodes run in its unpacked copy."""
+    image: Annotated[str, Strict(), AfterValidator(_check_image)] | None = None
+    """A container image the command runs in on every node; None runs it on the node itself."""
+    setup: tuple[Annotated[str, Strict(), AfterValidator(_check_setup_line)], ...] = ()
+    """Shell command lines run once per node, in order, before the job (and its gang)."""
+    secrets: tuple[EnvName, ...] = ()
+    """Names of values the daemon holds (``[secrets]`` in its config) that the job's
+    environment gets on the node, and nothing else ever shows."""
+    retry: RetrySpec = RetrySpec()
     resources: Resources
     market: MarketSpec = MarketSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
@@ -498,6 +563,22 @@ class JobSpec(_Spec):
         _no_nul(value)
         return _absolute(value, info)
 
+    @field_validator("secrets")
+    @classmethod
+    def _check_secrets(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError("names a secret twice")
+        spotd = [n for n in value if n.startswith("SPOTD_")]
+        if spotd:
+            raise ValueError(f"SPOTD_ names are spotd's own variables, got {', '.join(spotd)}")
+        both = sorted(set(value) & set(info.data.get("env") or {}))
+        if both:
+            raise ValueError(
+                f"{', '.join(both)} is in env too: a secret's value comes from the "
+                "daemon, so leave it out of env"
+            )
+        return value
+
     def __hash__(self) -> int:
         # pydantic's frozen hash would hash the env dict and fail; equal
         # specs (env order aside) must hash alike, so hash its items as a set.
@@ -508,6 +589,11 @@ class JobSpec(_Spec):
                 self.command,
                 frozenset(self.env.items()),
                 self.workdir,
+                self.code,
+                self.image,
+                self.setup,
+                self.secrets,
+                self.retry,
                 self.resources,
                 self.market,
                 self.checkpoint,

@@ -58,6 +58,9 @@ class FailureCause(StrEnum):
     USER_COMMAND_FAILED = "user-command-failed"
     PROVIDER_ERROR = "provider-error"
     INVALID_SPEC = "invalid-spec"
+    SETUP_FAILED = "setup-failed"
+    """The job's setup (or the download of its code) failed on more attempts than
+    ``retry.setup_failures`` allows."""
 
 
 class Market(StrEnum):
@@ -226,6 +229,8 @@ class AttemptEnd(StrEnum):
     MIGRATED = "migrated"
     PREFLIGHT_FAILED = "preflight-failed"
     """The gang's preflight (all-reduce bandwidth, node checks) fell short."""
+    SETUP_FAILED = "setup-failed"
+    """A node could not be prepared for the job: its code, its secrets or a setup command."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,7 +497,10 @@ class InstanceReport:
     command_at: datetime | None = None
     """When the agent started the job's command (after rendezvous and preflight)."""
     exit_phase: str | None = None
-    """What the exit ended: ``command``, or the agent's ``rendezvous`` or ``preflight``."""
+    """What the exit ended: ``command``, or the agent's ``setup``, ``rendezvous`` or
+    ``preflight``."""
+    exit_detail: str | None = None
+    """What the agent said of an exit before the command (a failed setup's output tail)."""
     preflight: str | None = None
     """The gang's preflight figures as JSON (``spotd.core.agent_wire.PreflightFigures``)."""
     step: int | None = None

@@ -23,6 +23,7 @@ from spotd.core.agent_wire import (
     JOIN_PATH,
     NOTICE_PATH,
     PREFLIGHT_PATH,
+    SECRETS_PATH,
     AgentReport,
     AgentReports,
     ExitReport,
@@ -31,6 +32,8 @@ from spotd.core.agent_wire import (
     NoticeReport,
     PreflightReport,
     Roster,
+    Secrets,
+    SecretsAsk,
     Waiting,
     agent_token,
 )
@@ -84,6 +87,11 @@ def create_agent_router(
     def notice(report: NoticeReport, creds: _Credentials) -> None:
         authorize(creds, report)
         reports.notice(report)
+
+    @router.post(SECRETS_PATH, response_model=Secrets)
+    def secrets(ask: SecretsAsk, creds: _Credentials) -> Secrets:
+        authorize(creds, ask)
+        return reports.secrets(ask)
 
     @router.post(EXIT_PATH, status_code=204)
     def exited(report: ExitReport, creds: _Credentials) -> None:

@@ -9,13 +9,13 @@ from __future__ import annotations
 import hmac
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, SecretStr, ValidationError
 
 from spotd import __version__
 from spotd.core.agent_wire import (
@@ -28,6 +28,8 @@ from spotd.core.agent_wire import (
     NoticeReport,
     PreflightReport,
     Roster,
+    Secrets,
+    SecretsAsk,
     Waiting,
 )
 from spotd.core.contracts import Store
@@ -45,6 +47,7 @@ from spotd.core.values import InstanceReport, attempt_reports
 from spotd.daemon.agent_routes import create_agent_router
 from spotd.daemon.metrics import Outboxlike, create_metrics_router
 from spotd.daemon.planning import PlanView, plan_submitted
+from spotd.daemon.secrets import missing_secrets
 from spotd.daemon.views import EventView, JobView, MarketView, event_view, job_view, market_view
 from spotd.engine.gang import roster_for
 from spotd.engine.reconcile import Engine
@@ -67,10 +70,17 @@ _bearer = HTTPBearer(auto_error=False)
 
 
 class StoreReports:
-    """What on-VM agents report, kept in the store where the engine reads it."""
+    """What on-VM agents report, kept in the store where the engine reads it; and the
+    job's secrets they ask for, from the values the daemon holds (``held``)."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, held: Mapping[str, SecretStr] | None = None) -> None:
         self._store = store
+        self._held = dict(held or {})
+
+    def secrets(self, ask: SecretsAsk) -> Secrets:
+        names = self._store.get_job(ask.job_id).spec.secrets
+        values = {n: self._held[n].get_secret_value() for n in names if n in self._held}
+        return Secrets(values=values, missing=tuple(missing_secrets(names, self._held)))
 
     def heartbeat(self, report: HeartbeatReport) -> None:
         fields: dict[str, Any] = {
@@ -113,7 +123,7 @@ class StoreReports:
     def exited(self, report: ExitReport) -> None:
         self._store.save_report(
             _base(report, exit_code=report.exit_code, exited_at=report.at,
-                  exit_phase=report.phase)
+                  exit_phase=report.phase, exit_detail=report.detail or None)
         )  # fmt: skip
 
 
@@ -142,8 +152,18 @@ def _base(report: AgentReport, **fields: Any) -> InstanceReport:
     )
 
 
-def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) -> FastAPI:
-    """The API over ``engine``, guarded by ``token``; agents use their own tokens."""
+def create_app(
+    engine: Engine,
+    token: str,
+    *,
+    outbox: Outboxlike | None = None,
+    secrets: Mapping[str, SecretStr] | None = None,
+) -> FastAPI:
+    """The API over ``engine``, guarded by ``token``; agents use their own tokens.
+
+    ``secrets`` are the values the daemon holds for jobs (``[secrets]``): a job
+    naming one it lacks is refused at submit, and agents get their job's own.
+    """
     app = FastAPI(title="spotd", version=__version__)
 
     def attempt_token_of(job_id: str, seq: int) -> str | None:
@@ -153,7 +173,9 @@ def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) 
             return None
         return next((a.client_token for a in attempts if a.seq == seq), None)
 
-    app.include_router(create_agent_router(token, StoreReports(engine.store), attempt_token_of))
+    held = dict(secrets or {})
+    reports = StoreReports(engine.store, held)
+    app.include_router(create_agent_router(token, reports, attempt_token_of))
 
     def authorized(
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
@@ -178,11 +200,16 @@ def create_app(engine: Engine, token: str, *, outbox: Outboxlike | None = None) 
     def health() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
 
-    app.include_router(create_jobs_router(engine, dependencies=auth))
+    app.include_router(create_jobs_router(engine, dependencies=auth, secrets=held))
     return app
 
 
-def create_jobs_router(engine: Engine, *, dependencies: Sequence[Any] = ()) -> APIRouter:
+def create_jobs_router(
+    engine: Engine,
+    *,
+    dependencies: Sequence[Any] = (),
+    secrets: Mapping[str, SecretStr] | None = None,
+) -> APIRouter:
     """The job routes (submit, list, show, events, plan, cancel, logs) and the prices,
     each guarded by ``dependencies``."""
     router = APIRouter(dependencies=list(dependencies))
@@ -200,6 +227,12 @@ def create_jobs_router(engine: Engine, *, dependencies: Sequence[Any] = ()) -> A
             spec = JobSpec.model_validate(body.spec)
         except ValidationError as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
+        missing = missing_secrets(spec.secrets, secrets or {})
+        if missing:
+            raise HTTPException(status_code=422, detail=(
+                f"secrets: this daemon holds no value for {', '.join(missing)}; add it to "
+                "the daemon's [secrets] file or a SPOTD_SECRET_<NAME> variable (docs/config.md)"
+            ))  # fmt: skip
         try:
             job = engine.submit(spec)
         except SubmitRefused as exc:

@@ -22,6 +22,7 @@ from functools import cache
 import jinja2
 
 from spotd.agent.config import agent_settings, node_ids
+from spotd.core.agent_wire import IMAGE
 from spotd.core.agent_wire import agent_token as derive_agent_token
 from spotd.core.errors import UnknownProviderKind
 from spotd.core.kinds import BootCarrier
@@ -58,8 +59,12 @@ def render_bootstrap(
     agent_token: str,
     install: str = DEFAULT_INSTALL,
     python: str = "python3",
+    registry_login: str = "",
 ) -> str:
     """The boot script for the nodes of ``request`` on provider ``kind``.
+
+    A job with an image gets it pulled while the node boots, after the operator's
+    ``registry_login`` line (a command, inserted as it is, like ``install``).
 
     ``request.tags`` must carry ``spotd-job`` and ``spotd-attempt``. ``python``
     is the interpreter the ``install`` line installed spotd for. Raises
@@ -78,6 +83,8 @@ def render_bootstrap(
         launcher_lines=launcher_lines(request.command, request.workdir, python),
         job_id=job_id,
         attempt=attempt,
+        image=request.env.get(IMAGE, ""),
+        registry_login=registry_login,
     )
     if len(script.encode()) > carrier.max_bytes:
         raise ValueError(
@@ -134,6 +141,7 @@ def bootstrap_for(
     daemon_token: str,
     install: str = DEFAULT_INSTALL,
     python: str = "python3",
+    registry_login: str = "",
 ) -> Callable[[LaunchRequest], str]:
     """A ``request -> script`` function for a provider adapter.
 
@@ -154,6 +162,7 @@ def bootstrap_for(
             agent_token=derive_agent_token(daemon_token, request.client_token),
             install=install,
             python=python,
+            registry_login=registry_login,
         )
 
     return render

@@ -28,6 +28,7 @@ from pydantic_settings import (
 
 from spotd.core.errors import ConfigError, UnknownProviderKind
 from spotd.core.kinds import AnyKind
+from spotd.daemon.secrets import SecretsSettings
 from spotd.mail import EmailSettings
 from spotd.registry import kind_names, provider_kinds
 
@@ -122,6 +123,19 @@ else:
     ProvidersSettings = _providers_model()
 
 
+class StorageSettings(BaseModel):
+    """The ``[storage]`` table: where ``spotd submit`` ships jobs' working directories."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    uri: str | None = None
+    """An fsspec location every node can read (``s3://bucket/spotd-code``); None: beside
+    the job's checkpoints when those are remote, else ``<data_dir>/code`` (this machine
+    only, which suits the simulated market)."""
+    max_workdir_mb: float = Field(default=256.0, gt=0)
+    """The most a shipped working directory may hold, its files' sizes added up."""
+
+
 class AgentSettings(BaseModel):
     """The ``[agent]`` table: how cloud nodes start spotd's agent and reach the daemon."""
 
@@ -134,6 +148,10 @@ class AgentSettings(BaseModel):
     """Shell line that installs spotd on a fresh node (a pinned version or wheel URL)."""
     python: str = "python3"
     """Interpreter on the node that runs the agent."""
+    registry_login: str = ""
+    """Shell line a node runs before it pulls a job's image, to log in to a registry
+    its cloud identity does not cover by itself (``aws ecr get-login-password ... |
+    docker login ...``); empty: the engine's own credential helpers."""
 
 
 def _default_data_dir() -> Path:
@@ -156,6 +174,8 @@ class Settings(BaseSettings):
     providers: ProvidersSettings = Field(default_factory=ProvidersSettings)
     agent: AgentSettings = Field(default_factory=AgentSettings)
     email: EmailSettings = Field(default_factory=EmailSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    secrets: SecretsSettings = Field(default_factory=SecretsSettings)
 
     _toml_path: ClassVar[Path | None] = None
 

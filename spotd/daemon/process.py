@@ -25,6 +25,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from spotd.core.contracts import AgentHost
 from spotd.daemon.api import create_app
 from spotd.daemon.config import Settings
+from spotd.daemon.secrets import load_secrets
 from spotd.daemon.tokens import ensure_token
 from spotd.daemon.wiring import build_engine, build_mailer_for
 from spotd.engine.reconcile import Engine
@@ -67,8 +68,10 @@ class Daemon:
         sock = self._bind()
         outbox = self.mailer.outbox if self.mailer is not None else None
         config = uvicorn.Config(
-            create_app(self.engine, token, outbox=outbox), log_level="warning", lifespan="off"
-        )
+            create_app(self.engine, token, outbox=outbox,
+                       secrets=load_secrets(self.settings.secrets)),
+            log_level="warning", lifespan="off",
+        )  # fmt: skip
         self._server = _ThreadServer(config)
         self._server_thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name="spotd-api", daemon=True

@@ -111,6 +111,7 @@ def _boot_scripts(
             daemon_token=token,
             install=agent.install,
             python=agent.python,
+            registry_login=agent.registry_login,
         )
 
     return script

@@ -66,8 +66,10 @@ class GangState:
     """The gang's preflight verdict: a failed one if any node reported failure,
     else a passed one once any node reported; None before any did."""
     gave_up: ExitPhase | None = None
-    """An agent ended before the command (no gang, or a failed preflight whose
-    figures may not have reached the daemon); None when none did."""
+    """An agent ended before the command (a failed setup, no gang, or a failed
+    preflight whose figures may not have reached the daemon); None when none did."""
+    setup_failure: InstanceReport | None = None
+    """The report of a node whose setup failed (its exit code and output tail)."""
 
     def assembled(self, nodes: int) -> bool:
         """Every node joined and passed preflight."""
@@ -93,17 +95,18 @@ def gang_state(attempt: AttemptRecord, reports: Sequence[InstanceReport]) -> Gan
     figures = [f for f in (preflight_of(r) for r in own) if f is not None]
     failed = next((f for f in figures if not f.passed), None)
     phases = {r.exit_phase for r in own}
-    gave_up: ExitPhase | None = None
-    if "preflight" in phases:
-        gave_up = "preflight"
-    elif "rendezvous" in phases:
-        gave_up = "rendezvous"
+    # A setup failure comes first: its node never joined, which is no verdict on the gang.
+    gave_up = next((p for p in _GAVE_UP if p in phases), None)
     return GangState(
         joined=sum(1 for r in own if r.address),
         started=sum(1 for r in own if r.command_at is not None),
         preflight=failed or (figures[0] if figures else None),
         gave_up=gave_up,
+        setup_failure=next((r for r in own if r.exit_phase == "setup"), None),
     )
+
+
+_GAVE_UP: tuple[ExitPhase, ...] = ("setup", "preflight", "rendezvous")
 
 
 def preflight_of(report: InstanceReport) -> PreflightFigures | None:

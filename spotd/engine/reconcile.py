@@ -66,6 +66,7 @@ from spotd.engine.gang import (
     preflight_summary,
 )
 from spotd.engine.placements import attempt_tags, reap_placements, release
+from spotd.engine.shipping import shipping_environment
 from spotd.market.cache import MarketCache, unoffered_gpus
 from spotd.market.stats import HistoryStats, expected_preemptions
 
@@ -137,6 +138,7 @@ def job_environment(
     )  # fmt: skip
     env.update(job.spec.env)
     env.update(gang_environment(job.spec, attempt, offering))
+    env.update(shipping_environment(job.spec, offering, checkpoint_uri))
     env.update(
         SPOTD_JOB_ID=job.id,
         SPOTD_ATTEMPT=str(attempt.seq),
@@ -384,7 +386,8 @@ class Engine:
             },
             command=job.spec.command,
             env=self._job_env(job, attempt, offering),
-            workdir=job.spec.workdir,
+            # Shipped code runs where the node unpacks it, not at the submitter's path.
+            workdir=None if job.spec.code is not None else job.spec.workdir,
             max_run_seconds=max_run_seconds(job.spec),
         )
         try:
@@ -497,6 +500,9 @@ class Engine:
         on a failed preflight exits too, and that is no verdict on the job's
         command. No job ever runs on a partial gang.
         """
+        if gang.gave_up == "setup":
+            self._setup_failed(job, attempt, gang)
+            return True
         if gang.preflight_failed:
             self._preflight_failed(job, attempt, gang)
             return True
@@ -520,6 +526,27 @@ class Engine:
         waited = (self.clock.now() - attempt.started_at).total_seconds()
         # The timeouts are real seconds; the engine's clock may run faster (simulator).
         return waited >= assembly_seconds(job.spec) / self.clock.seconds_to_real(1.0)
+
+    def _setup_failed(self, job: JobRecord, attempt: AttemptRecord, gang: GangState) -> None:
+        """A node could not be prepared (code, secrets or a setup command): place the job
+        again, within ``retry.setup_failures``; past it, the job fails."""
+        report = gang.setup_failure
+        detail = f"setup failed on {attempt.pool}"
+        if report is not None:
+            detail = f"setup on {report.instance_id} exited with {report.exit_code}"
+            if report.exit_detail:
+                detail += f": {report.exit_detail}"
+        failed_before = sum(1 for a in self._attempts(job.id)
+                            if a.end_reason is AttemptEnd.SETUP_FAILED)  # fmt: skip
+        if failed_before >= job.spec.retry.setup_failures:
+            self._finish(job, attempt=attempt, status=JobStatus.FAILED,
+                         end=AttemptEnd.SETUP_FAILED, detail=detail,
+                         failure=FailureCause.SETUP_FAILED)  # fmt: skip
+            return
+        left = job.spec.retry.setup_failures - failed_before - 1
+        detail += f" (placed again: {left} more setup failure(s) allowed)"
+        self._finish(job, attempt=attempt, status=JobStatus.RECOVERING,
+                     end=AttemptEnd.SETUP_FAILED, detail=detail)  # fmt: skip
 
     def _preflight_failed(self, job: JobRecord, attempt: AttemptRecord, gang: GangState) -> None:
         """The pool failed the gang's checks: cool it and go elsewhere. A check that

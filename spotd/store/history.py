@@ -24,6 +24,7 @@ REPORT_FIELDS = (
     "joined_at",
     "command_at",
     "exit_phase",
+    "exit_detail",
     "preflight",
     "step",
     "total_steps",

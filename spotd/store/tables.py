@@ -155,6 +155,7 @@ class InstanceReportRow(SQLModel, table=True):
     joined_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
     command_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
     exit_phase: str | None = None
+    exit_detail: str | None = Field(default=None, sa_type=Text)
     preflight: str | None = Field(default=None, sa_type=Text)
     step: int | None = None
     total_steps: int | None = None

@@ -24,7 +24,15 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from fakes.metadata_fake import AWS_INSTANCE_ID, AZURE_VM_NAME, GCP_INSTANCE_NAME, MetadataFake
+from fakes.metadata_fake import (
+    AWS_INSTANCE_ID,
+    AWS_PRIVATE_IP,
+    AZURE_PRIVATE_IP,
+    AZURE_VM_NAME,
+    GCP_INSTANCE_NAME,
+    GCP_PRIVATE_IP,
+    MetadataFake,
+)
 from fastapi import FastAPI, HTTPException
 from pydantic import SecretStr
 
@@ -681,3 +689,44 @@ def test_main_without_command_is_a_usage_error(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.delenv("SPOTD_AGENT_COMMAND", raising=False)
     assert main(["--"]) == 2
     assert "SPOTD_AGENT_COMMAND" in capsys.readouterr().err
+
+
+PRIVATE_IPS = {"aws": AWS_PRIVATE_IP, "gcp": GCP_PRIVATE_IP, "azure": AZURE_PRIVATE_IP}
+
+
+@pytest.mark.parametrize("provider", ["aws", "gcp", "azure"])
+def test_watchers_tell_the_nodes_private_address(provider: str, metadata: MetadataFake) -> None:
+    from spotd.core.contracts import AddressSource
+
+    watcher = make_watcher(make_config(provider, ("true",), metadata_url=metadata.url))
+    dead = make_watcher(make_config(provider, ("true",), metadata_url=closed_port_url()))
+    try:
+        assert isinstance(watcher, AddressSource) and isinstance(dead, AddressSource)
+        assert watcher.private_address() == PRIVATE_IPS[provider]
+        assert dead.private_address() is None
+    finally:
+        watcher.close()
+        dead.close()
+
+
+@pytest.mark.parametrize("provider", ["aws", "gcp", "azure"])
+def test_a_cloud_node_joins_its_gang_with_its_private_address(
+    provider: str, metadata: MetadataFake, tmp_path: Path
+) -> None:
+    """On a VM with several NICs the route to the daemon may leave by another one:
+    the gang is told the primary NIC's address, as the metadata service gives it."""
+    from spotd.core.agent_wire import JoinReport, Roster, Waiting
+
+    joined: list[JoinReport] = []
+
+    def join(report: JoinReport) -> Roster | Waiting:
+        joined.append(report)
+        return Waiting(joined=1, nodes=2)
+
+    job_env = {"SPOTD_RDZV_ID": "j-1-a1", "SPOTD_NUM_NODES": "2", "SPOTD_PREFLIGHT": "0",
+               "SPOTD_GANG_TIMEOUT_SECONDS": "0.2"}  # fmt: skip
+    config = make_config(provider, ("true",), metadata_url=metadata.url,
+                         daemon_url="http://127.0.0.1:9", run_dir=str(tmp_path),
+                         join_poll_seconds=0.05, job_env=job_env)  # fmt: skip
+    run_agent(config, send=lambda _report: None, join=join)
+    assert joined and {r.address for r in joined} == {PRIVATE_IPS[provider]}

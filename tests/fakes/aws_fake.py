@@ -5,7 +5,21 @@ spot price history with one useless fixed price, raises NotImplementedError
 for spot placement scores and does not serve the Price List API. Those three
 are answered here from canned data by ``before-call`` hooks on the session the
 adapter's clients are made from, so request building, paging and the client's
-parameter handling stay boto3's own.
+parameter handling stay boto3's own. Service quotas are answered the same way
+(moto has none for EC2).
+
+moto 5.2.5 has no placement groups at all (NotImplementedError) and ignores
+``Placement.GroupName``; it also folds the ``NetworkInterfaces`` of a launch
+into at most two plain interfaces. :func:`moto_placement_groups` teaches
+moto's EC2 responses the three placement group calls (with DryRun, tags,
+``Duplicate``, ``Unknown`` and ``InUse`` as EC2 answers them) and records,
+per instance, the group and the interfaces it was launched with. It patches
+moto's response class, so :class:`MotoLoopback` serves it too, to a child process.
+
+:class:`MotoLoopback` serves the in-process mock over HTTP on 127.0.0.1, for a
+child process (moto's own ``ThreadedMotoServer`` needs ``moto[server]``, that
+is Flask, which this environment does not have): each request is handed to
+the same ``BotocoreStubber`` the in-process mock uses, so both see one state.
 
 EVERY PRICE AND SCORE IN THIS MODULE IS MADE UP for tests; none is AWS's.
 """
@@ -16,10 +30,13 @@ import copy
 import hashlib
 import json
 import os
+import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -27,10 +44,15 @@ from unittest import mock
 import boto3
 import botocore.loaders
 import botocore.session
-from botocore.awsrequest import AWSResponse
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.core import DEFAULT_ACCOUNT_ID
+from moto.core.models import botocore_stubber
+from moto.core.responses import ActionResult, EmptyResult
+from moto.ec2.exceptions import EC2ClientError
 from moto.ec2.models import ec2_backends
 from moto.ec2.models.instances import StateReason
+from moto.ec2.responses import EC2Response
+from moto.ec2.responses.instances import InstanceResponse
 
 FAKE_ACCESS_KEY = "AKIAFAKEFAKEFAKE0042"
 FAKE_SECRET_KEY = "fake/secret/never/real/0042xxxxxxxxxxxxxxx"
@@ -133,6 +155,7 @@ class FakeAws:
     ``spot_rows``: spot price history rows (dicts as boto3 returns them).
     ``scores``: (zone name, type) -> placement score 1-10.
     ``on_demand``: (region, type) -> USD per hour.
+    ``quotas``: (region, quota code) -> value (vCPUs); others: NoSuchResourceException.
     ``calls``: every operation's parameters as the adapter passed them.
     """
 
@@ -140,6 +163,7 @@ class FakeAws:
     spot_page_size: int = 100
     scores: dict[tuple[str, str], int] = field(default_factory=dict)
     on_demand: dict[tuple[str, str], float] = field(default_factory=dict)
+    quotas: dict[tuple[str, str], float] = field(default_factory=dict)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     _failures: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
 
@@ -205,7 +229,17 @@ class FakeAws:
             return canned(self._placement_scores(body))
         if operation == "GetProducts":
             return canned(self._products(json.loads(body or b"{}")))
+        if operation == "GetServiceQuota":
+            return self._quota(region, json.loads(body or b"{}"))
         return None  # moto answers
+
+    def _quota(self, region: str, body: dict[str, Any]) -> tuple[AWSResponse, dict[str, Any]]:
+        code = str(body.get("QuotaCode"))
+        value = self.quotas.get((region, code))
+        if value is None:
+            return error_response("NoSuchResourceException", 400, f"no quota {code}")
+        return canned({"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "Value": value,
+                                 "QuotaName": f"fake quota {code}", "Unit": "None"}})  # fmt: skip
 
     def _spot_history(self, region: str, body: dict[str, str]) -> dict[str, Any]:
         types = _members(body, "InstanceType")
@@ -247,6 +281,178 @@ class FakeAws:
                 if all(attributes.get(k) == v for k, v in wanted.items()):
                     items.append(item)
         return {"FormatVersion": "aws_v1", "PriceList": items}
+
+
+# -- placement groups and launch fabric, taught to moto ---------------------------
+
+
+@dataclass(frozen=True)
+class LaunchedFabric:
+    """What one instance's ``run_instances`` asked for: its group and its interfaces."""
+
+    region: str
+    placement_group: str
+    interfaces: tuple[dict[str, Any], ...]
+
+    @property
+    def efa_interfaces(self) -> int:
+        return sum(1 for i in self.interfaces if i.get("InterfaceType") in ("efa", "efa-only"))
+
+
+GROUPS: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+"""(account, region) -> placement group name -> the group as EC2 describes it."""
+FABRIC: dict[str, LaunchedFabric] = {}
+"""Instance id -> what it was launched with."""
+
+
+def _pg_error(code: str, name: str, what: str) -> EC2ClientError:
+    return EC2ClientError(code, f"The Placement Group '{name}' {what}.")
+
+
+def _groups_of(response: Any) -> dict[str, dict[str, Any]]:
+    return GROUPS.setdefault((response.current_account, response.region), {})
+
+
+def _create_placement_group(self: Any) -> ActionResult:
+    name = str(self._get_param("GroupName"))
+    tags = self._parse_tag_specification().get("placement-group", {})
+    self.error_on_dryrun()
+    groups = _groups_of(self)
+    if name in groups:
+        raise _pg_error("InvalidPlacementGroup.Duplicate", name, "already exists")
+    gid = "pg-" + hashlib.sha256(f"{self.region}/{name}".encode()).hexdigest()[:17]
+    groups[name] = {
+        "GroupName": name, "GroupId": gid, "State": "available",
+        "Strategy": self._get_param("Strategy") or "cluster",
+        "GroupArn": f"arn:aws:ec2:{self.region}:{self.current_account}:placement-group/{name}",
+        "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+    }  # fmt: skip
+    return ActionResult({"PlacementGroup": copy.deepcopy(groups[name])})
+
+
+def _describe_placement_groups(self: Any) -> ActionResult:
+    names = self._get_param("GroupNames", [])
+    filters = self._filters_from_querystring()
+    self.error_on_dryrun()
+    groups = _groups_of(self)
+    for name in names:
+        if name not in groups:
+            raise _pg_error("InvalidPlacementGroup.Unknown", name, "is unknown")
+    found = [g for n, g in sorted(groups.items()) if (not names or n in names)
+             and all(_matches(g, k, v) for k, v in filters.items())]  # fmt: skip
+    return ActionResult({"PlacementGroups": copy.deepcopy(found)})
+
+
+def _matches(group: dict[str, Any], name: str, values: list[str]) -> bool:
+    tags = {t["Key"]: t["Value"] for t in group["Tags"]}
+    if name.startswith("tag:"):
+        return tags.get(name[4:]) in values
+    if name == "tag-key":
+        return any(v in tags for v in values)
+    field_of = {"group-name": "GroupName", "strategy": "Strategy", "state": "State"}
+    if name in field_of:
+        return str(group[field_of[name]]) in values
+    raise EC2ClientError("InvalidParameterValue", f"The filter '{name}' is invalid")
+
+
+def _delete_placement_group(self: Any) -> ActionResult:
+    name = str(self._get_param("GroupName"))
+    self.error_on_dryrun()
+    groups = _groups_of(self)
+    if name not in groups:
+        raise _pg_error("InvalidPlacementGroup.Unknown", name, "is unknown")
+    backend = ec2_backends[self.current_account][self.region]
+    if any(i.placement.group_name == name and i.state != "terminated"
+           for i in backend.all_instances()):  # fmt: skip
+        raise _pg_error("InvalidPlacementGroup.InUse", name, "is in use")
+    del groups[name]
+    return EmptyResult()
+
+
+def _run_instances(self: Any) -> ActionResult:
+    group = str(self._get_param("Placement.GroupName") or "")
+    dry = bool(self._get_param("DryRun", False))
+    if group and not dry and group not in _groups_of(self):
+        raise _pg_error("InvalidPlacementGroup.Unknown", group, "is unknown")
+    interfaces = tuple(self._get_param("NetworkInterfaces", []))
+    result = _MOTO_RUN_INSTANCES(self)
+    reservation: Any = result.result
+    for instance in reservation.instances:
+        instance.placement.group_name = group
+        FABRIC[instance.id] = LaunchedFabric(self.region, group, interfaces)
+    return result
+
+
+_MOTO_RUN_INSTANCES = InstanceResponse.run_instances
+
+
+@contextmanager
+def moto_placement_groups() -> Iterator[None]:
+    """moto's EC2, in-process and served, with placement groups; state fresh each time."""
+    GROUPS.clear()
+    FABRIC.clear()
+    with (
+        mock.patch.object(EC2Response, "create_placement_group", _create_placement_group,
+                          create=True),
+        mock.patch.object(EC2Response, "describe_placement_groups", _describe_placement_groups,
+                          create=True),
+        mock.patch.object(EC2Response, "delete_placement_group", _delete_placement_group,
+                          create=True),
+        mock.patch.object(EC2Response, "run_instances", _run_instances),
+    ):  # fmt: skip
+        yield
+    GROUPS.clear()
+    FABRIC.clear()
+
+
+# -- the in-process mock over HTTP, for a child process ---------------------------
+
+_SCOPE = re.compile(r"Credential=[^/]+/\d{8}/([^/]+)/([^/]+)/aws4_request")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:
+        self._answer()
+
+    def do_GET(self) -> None:
+        self._answer()
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def _answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        scope = _SCOPE.search(self.headers.get("Authorization", ""))
+        region, service = scope.groups() if scope else ("us-east-1", "ec2")
+        # moto routes by AWS host name: give the request the one the signature names.
+        url = f"https://{service}.{region}.amazonaws.com{self.path}"
+        request = AWSPreparedRequest(self.command, url, dict(self.headers.items()), body, False)
+        answer = botocore_stubber.process_request(request)
+        status, headers, payload = answer if answer is not None else (404, {}, b"")
+        data = payload.encode() if isinstance(payload, str) else bytes(payload or b"")
+        self.send_response(int(status))
+        for key, value in (headers or {}).items():
+            if key.lower() not in ("content-length", "status", "transfer-encoding"):
+                self.send_header(key, str(value))
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class MotoLoopback:
+    """The active ``mock_aws`` served on ``url`` (127.0.0.1, a free port) until ``stop``."""
+
+    def __init__(self) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+        host, port = self._server.server_address[:2]
+        self.url = f"http://{host!s}:{port}"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()
 
 
 def _members(body: dict[str, str], name: str) -> list[str]:

@@ -34,6 +34,10 @@ from urllib.parse import parse_qs, urlsplit
 AWS_INSTANCE_ID = "i-0fake00000000001"
 GCP_INSTANCE_NAME = "spotd-gcp-vm-1"
 AZURE_VM_NAME = "spotd-azure-vm-1"
+# The nodes' private addresses, on loopback: a test that dials one stays on this machine.
+AWS_PRIVATE_IP = "127.0.31.1"
+GCP_PRIVATE_IP = "127.0.31.2"
+AZURE_PRIVATE_IP = "127.0.31.3"
 
 
 @dataclass
@@ -260,6 +264,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(401, "unauthorized")
         elif path == "/latest/meta-data/instance-id":
             self._reply(200, AWS_INSTANCE_ID)
+        elif path == "/latest/meta-data/local-ipv4":
+            self._reply(200, AWS_PRIVATE_IP)
         elif path == "/latest/meta-data/spot/instance-action" and action is not None:
             self._json(200, action)
         elif path == "/latest/meta-data/events/recommendations/rebalance" and rebalance:
@@ -275,6 +281,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path == "/computeMetadata/v1/instance/name":
             self._reply(200, GCP_INSTANCE_NAME, {"Metadata-Flavor": "Google"})
+        elif path == "/computeMetadata/v1/instance/network-interfaces/0/ip":
+            self._reply(200, GCP_PRIVATE_IP, {"Metadata-Flavor": "Google"})
         elif path == "/computeMetadata/v1/instance/preempted":
             self._gcp_preempted(query)
         else:
@@ -325,6 +333,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if path == "/metadata/instance/compute/name":
             self._reply(200, AZURE_VM_NAME)
+        elif path == "/metadata/instance/network/interface/0/ipv4/ipAddress/0/privateIpAddress":
+            self._reply(200, AZURE_PRIVATE_IP)
         elif path == "/metadata/scheduledevents" and query.get("api-version"):
             with self.fake.cond:
                 body = {

@@ -33,6 +33,7 @@ from fakes.aws_fake import (
     FAKE_SECRET_KEY,
     FakeAws,
     aws_env,
+    moto_placement_groups,
     new_session,
     price_list_item,
 )
@@ -52,12 +53,22 @@ from spotd.core.errors import (
     ThrottledError,
 )
 from spotd.core.network import Fabric
-from spotd.core.values import InstanceState, LaunchRequest, Market, Offering, Pool
+from spotd.core.values import (
+    CheckOutcome,
+    CloudCheck,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Offering,
+    Pool,
+)
 from spotd.daemon.bootstrap import bootstrap_for
 from spotd.market import catalog as interconnect_module
 from spotd.market.catalog import UNKNOWN_NODE_GBPS
 from spotd_aws import AwsProvider, AwsSettings, build_aws_provider, map_aws_errors
+from spotd_aws.check import quota_for
 from spotd_aws.errors import ERROR_CODES
+from spotd_aws.fabric import efa_interfaces, network_facts
 from spotd_aws.instances import (
     IDEMPOTENCY_TAG,
     aws_client_token,
@@ -65,6 +76,7 @@ from spotd_aws.instances import (
     state_of,
 )
 from spotd_aws.kind import INSTANCE_TYPES
+from spotd_aws.placement import MAX_NAME, group_name
 from spotd_aws.prices import parse_on_demand
 
 EAST, WEST = "us-east-1", "us-west-2"
@@ -96,7 +108,7 @@ class Env:
 
 @pytest.fixture
 def env(tmp_path: Path) -> Iterator[Env]:
-    with aws_env(tmp_path), mock_aws():
+    with aws_env(tmp_path), mock_aws(), moto_placement_groups():
         fake = FakeAws()
         session = new_session()
         fake.install(session)
@@ -645,3 +657,306 @@ def test_a_gangs_user_data_carries_rendezvous_and_efa_variables(env: Env) -> Non
     # p4d has EFA with RDMA read: the table's row for its family applies.
     assert gang["FI_EFA_USE_DEVICE_RDMA"] == "1"
     assert "the-daemon-token" not in script
+
+
+# -- gangs: placement group, EFA interfaces, security group ----------------------------
+
+GANG_TAGS = {"spotd-job": "j-aws", "spotd-attempt": "3", "spotd-owner": "d1"}
+
+
+def p5_offering(env: Env, provider: AwsProvider, zone: str = "us-east-1a") -> Offering:
+    env.fake.add_spot_price(zone, "p5.48xlarge", 31.5)
+    return by_zone(provider.offerings(), "p5.48xlarge")[zone]
+
+
+def _operations(env: Env) -> list[str]:
+    return [op for op, _ in env.fake.calls]
+
+
+def _unhooked() -> Any:
+    return boto3.client("ec2", region_name=EAST)
+
+
+def _default_subnet(zone: str) -> str:
+    subnets = _unhooked().describe_subnets(Filters=[
+        {"Name": "availability-zone", "Values": [zone]},
+        {"Name": "default-for-az", "Values": ["true"]},
+    ])["Subnets"]  # fmt: skip
+    return str(subnets[0]["SubnetId"])
+
+
+def _group_id(name: str) -> str:
+    found = _unhooked().describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": [name]}]
+    )["SecurityGroups"]
+    return str(found[0]["GroupId"])
+
+
+def test_placement_group_names_are_safe_and_within_aws_limits() -> None:
+    assert group_name(GANG_TAGS) == "spotd-j-aws-3"
+    assert group_name({"spotd-job": "j/ü x", "spotd-attempt": "2"}) == "spotd-j-x-2"
+    long = group_name({"spotd-job": "j" * 400, "spotd-attempt": "1"})
+    other = group_name({"spotd-job": "j" * 400 + "k", "spotd-attempt": "1"})
+    assert len(long) == MAX_NAME and long.isascii() and long != other
+
+
+def test_a_gang_gets_its_placement_group_first_and_launches_into_it(env: Env) -> None:
+    provider = env.provider(instance_types=["p5.48xlarge"])
+    offer = p5_offering(env, provider)
+    nodes = provider.launch(request(offer, nodes=4))
+    assert len(nodes) == 4
+    ops = _operations(env)
+    assert ops.index("CreatePlacementGroup") < ops.index("RunInstances")
+    (create,) = env.fake.params("CreatePlacementGroup")
+    assert create["GroupName"] == "spotd-j-aws-3" and create["Strategy"] == "cluster"
+    (spec,) = create["TagSpecifications"]
+    assert spec["ResourceType"] == "placement-group"
+    assert {t["Key"]: t["Value"] for t in spec["Tags"]} == GANG_TAGS
+    (params,) = env.fake.params("RunInstances")
+    assert params["MinCount"] == params["MaxCount"] == 4  # all or nothing, one call
+    assert params["Placement"] == {"AvailabilityZone": "us-east-1a", "GroupName": "spotd-j-aws-3"}
+    (placement,) = provider.list_placements({"spotd-job": "j-aws"})
+    assert placement.id == f"{EAST}/spotd-j-aws-3" and placement.region == EAST
+    assert placement.kind == "placement-group" and placement.tags == GANG_TAGS
+
+
+def test_efa_interfaces_of_a_p5_follow_its_network_cards(env: Env) -> None:
+    provider = env.provider(instance_types=["p5.48xlarge"])
+    provider.launch(request(p5_offering(env, provider), nodes=4))
+    (params,) = env.fake.params("RunInstances")
+    # With interfaces the subnet and groups go into each one: EC2 refuses both.
+    assert "SubnetId" not in params and "SecurityGroupIds" not in params
+    nics = params["NetworkInterfaces"]
+    assert len(nics) == 32  # EfaInfo.MaximumEfaInterfaces of p5.48xlarge
+    groups = [_group_id("default"), _group_id("spotd-gang")]
+    subnet = _default_subnet("us-east-1a")
+    assert nics[0] == {"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "efa",
+                       "SubnetId": subnet, "Groups": groups, "DeleteOnTermination": True}
+    for card, nic in enumerate(nics[1:], start=1):
+        assert nic == {"NetworkCardIndex": card, "DeviceIndex": 1, "InterfaceType": "efa-only",
+                       "SubnetId": subnet, "Groups": groups, "DeleteOnTermination": True}
+
+
+@pytest.mark.parametrize("itype", [
+    "p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "g5.48xlarge",
+    "g6.48xlarge", "g5.xlarge",
+])  # fmt: skip
+def test_efa_interfaces_come_from_the_types_network_info(env: Env, itype: str) -> None:
+    (row,) = _unhooked().describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
+    info = row["NetworkInfo"]
+    wanted = info["EfaInfo"]["MaximumEfaInterfaces"] if info.get("EfaSupported") else 0
+    facts = network_facts(env.session.client("ec2", region_name=EAST), itype)
+    nics = efa_interfaces(facts, "subnet-1", ["sg-1"])
+    assert len(nics) == wanted == facts.efa_interfaces
+    assert len({n["NetworkCardIndex"] for n in nics}) == wanted  # one per card
+    cards = {c["NetworkCardIndex"] for c in info["NetworkCards"]}
+    assert {n["NetworkCardIndex"] for n in nics} <= cards
+    if nics:
+        assert (nics[0]["NetworkCardIndex"], nics[0]["DeviceIndex"]) == (0, 0)
+        assert nics[0]["InterfaceType"] == "efa"
+
+
+def test_the_gang_group_lets_members_reach_each_other_and_is_made_once(env: Env) -> None:
+    provider = env.provider(instance_types=["p5.48xlarge"])
+    offer = p5_offering(env, provider)
+    provider.launch(request(offer, token="a", nodes=2))
+    provider.launch(replace(request(offer, token="b", nodes=2),
+                            tags={**GANG_TAGS, "spotd-attempt": "4"}))  # fmt: skip
+    (group,) = _unhooked().describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": ["spotd-gang"]}])["SecurityGroups"]
+    gid = group["GroupId"]
+
+    def self_rule(rules: list[dict[str, Any]]) -> bool:
+        return any(r["IpProtocol"] == "-1" and gid in {p["GroupId"] for p in r["UserIdGroupPairs"]}
+                   for r in rules)  # fmt: skip
+
+    assert self_rule(group["IpPermissions"]) and self_rule(group["IpPermissionsEgress"])
+    tags = {t["Key"]: t["Value"] for t in group["Tags"]}
+    assert tags == {"Name": "spotd-gang", "spotd-owner": "d1", "spotd:purpose": "gang"}
+    assert len(env.fake.params("CreateSecurityGroup")) == 1
+    assert len(env.fake.params("CreatePlacementGroup")) == 2  # one per attempt
+
+
+def test_a_named_gang_group_and_subnet_are_used_as_they_are(env: Env) -> None:
+    ec2 = _unhooked()
+    vpc = ec2.describe_vpcs()["Vpcs"][0]["VpcId"]
+    named = ec2.create_security_group(GroupName="mine", Description="d", VpcId=vpc)["GroupId"]
+    subnet = _default_subnet("us-east-1b")
+    provider = env.provider(instance_types=["p4d.24xlarge"], subnet_ids={"us-east-1b": subnet},
+                            security_group_ids=["sg-ops"], gang_security_group_ids={EAST: named})
+    env.fake.add_spot_price("us-east-1b", "p4d.24xlarge", 9.8)
+    offer = by_zone(provider.offerings(), "p4d.24xlarge")["us-east-1b"]
+    provider.launch(request(offer, nodes=2))
+    (params,) = env.fake.params("RunInstances")
+    assert len(params["NetworkInterfaces"]) == 4
+    assert {n["SubnetId"] for n in params["NetworkInterfaces"]} == {subnet}
+    assert all(n["Groups"] == ["sg-ops", named] for n in params["NetworkInterfaces"])
+    for op in ("CreateSecurityGroup", "AuthorizeSecurityGroupIngress"):
+        assert env.fake.params(op) == []  # a named group is never changed
+
+
+def test_a_gang_without_efa_still_gets_a_placement_group_and_the_gang_group(env: Env) -> None:
+    provider = env.provider()
+    provider.launch(request(g5_offering(env, provider), nodes=3))
+    (params,) = env.fake.params("RunInstances")
+    assert params["Placement"]["GroupName"] == "spotd-j-aws-3"
+    assert "NetworkInterfaces" not in params
+    assert params["SecurityGroupIds"] == [_group_id("default"), _group_id("spotd-gang")]
+
+
+def test_a_single_node_makes_no_placement_group(env: Env) -> None:
+    provider = env.provider(instance_types=["p5.48xlarge"])
+    provider.launch(request(p5_offering(env, provider)))
+    (params,) = env.fake.params("RunInstances")
+    assert params["Placement"] == {"AvailabilityZone": "us-east-1a"}
+    assert "NetworkInterfaces" not in params
+    assert env.fake.params("CreatePlacementGroup") == []
+    assert provider.list_placements({}) == []
+
+
+def test_a_retried_gang_launch_finds_its_group(env: Env) -> None:
+    _unhooked().create_placement_group(GroupName="spotd-j-aws-3", Strategy="cluster")
+    provider = env.provider(instance_types=["p5.48xlarge"])
+    assert len(provider.launch(request(p5_offering(env, provider), nodes=2))) == 2
+
+
+def test_placements_in_use_are_retried_and_gone_ones_ignored(env: Env) -> None:
+    provider = env.provider(instance_types=["p5.48xlarge"])
+    ids = [n.id for n in provider.launch(request(p5_offering(env, provider), nodes=2))]
+    placements = provider.list_placements({"spotd-owner": "d1"})
+    with pytest.raises(ProviderUnavailable) as err:
+        provider.delete_placements(placements)
+    assert err.value.retryable and err.value.code == "InvalidPlacementGroup.InUse"
+    provider.terminate(ids)
+    provider.delete_placements(placements)
+    provider.delete_placements(placements)  # already gone: ignored
+    assert provider.list_placements({"spotd-owner": "d1"}) == []
+
+
+def test_placements_are_listed_in_every_region(env: Env) -> None:
+    images = {EAST: FakeAws.ami(EAST), WEST: FakeAws.ami(WEST)}
+    provider = env.provider(regions=[EAST, WEST], image_id=images, instance_types=["p5.48xlarge"])
+    env.fake.add_spot_price("us-west-2a", "p5.48xlarge", 30.0)
+    env.fake.add_spot_price("us-east-1a", "p5.48xlarge", 30.0)
+    offers = provider.offerings()
+    west = next(o for o in offers if o.pool.zone == "us-west-2a")
+    provider.launch(replace(request(west, token="w", nodes=2),
+                            tags={**GANG_TAGS, "spotd-job": "j-west"}))  # fmt: skip
+    (placement,) = provider.list_placements({"spotd-owner": "d1"})
+    assert placement.id == f"{WEST}/spotd-j-west-3" and placement.region == WEST
+
+
+def test_nodes_report_their_private_addresses(env: Env) -> None:
+    provider = env.provider(instance_types=["p5.48xlarge"])
+    nodes = provider.launch(request(p5_offering(env, provider), nodes=2))
+    described = provider.describe([n.id for n in nodes])
+    addresses = [i.private_address for i in described]
+    assert all(addresses) and len(set(addresses)) == 2
+    assert [n.private_address for n in nodes] == addresses  # the launch reply has them too
+
+
+# -- check-cloud ---------------------------------------------------------------------
+
+
+def seed_check(env: Env) -> None:
+    for zone in ("us-east-1a", "us-east-1b"):
+        env.fake.scores[(zone, "p5.48xlarge")] = 7  # made up
+    env.fake.quotas[(EAST, "L-C4BD4855")] = 1536.0  # made up: 8 p5 nodes
+
+
+def gang_check_request(env: Env, provider: AwsProvider) -> LaunchRequest:
+    return request(p5_offering(env, provider), token="j-aws-3", nodes=4)
+
+
+def failing(check: CloudCheck) -> list[CheckOutcome]:
+    return [o for o in check.outcomes if not o.ok]
+
+
+def test_check_cloud_passes_every_check_and_creates_nothing(env: Env) -> None:
+    seed_check(env)
+    provider = env.provider(instance_types=["p5.48xlarge"])
+    check = provider.check_cloud(gang_check_request(env, provider))
+    assert failing(check) == [] and check.ok and check.provider == "aws"
+    names = {o.name for o in check.outcomes}
+    assert {"credentials", f"image {EAST}", "launch", "capacity", "quota L-C4BD4855",
+            "permission ec2:CreatePlacementGroup",
+            "permission ec2:TerminateInstances", "permission ec2:CreateSecurityGroup",
+            "permission ec2:AuthorizeSecurityGroupIngress", "permission pricing:GetProducts",
+            "permission ec2:DescribeInstances"} <= names  # fmt: skip
+    by_name = {o.name: o for o in check.outcomes}
+    assert "768" in by_name["quota L-C4BD4855"].detail  # 4 x 192 vCPUs
+    assert by_name["capacity"].detail.startswith("spot placement score 7/10")
+    assert by_name["launch"].detail.startswith("EC2 would accept")
+    assert check.would_create == (
+        f"cluster placement group spotd-j-aws-3 in {EAST}",
+        f"security group spotd-gang in {_unhooked().describe_vpcs()['Vpcs'][0]['VpcId']} "
+        "(all traffic between its members, in and out)",
+        f"4 spot instance(s) p5.48xlarge in us-east-1a from {FakeAws.ami(EAST)}, each with its "
+        "root volume and 32 EFA interfaces, in placement group spotd-j-aws-3",
+    )
+    # The launch was a dry run with the whole gang request: group and interfaces.
+    dry = [p for p in env.fake.params("RunInstances") if p.get("DryRun")]
+    assert len(dry) == 1 and dry[0]["Placement"]["GroupName"] == "spotd-j-aws-3"
+    assert len(dry[0]["NetworkInterfaces"]) == 32 and dry[0]["MinCount"] == 4
+    # Nothing was made: no group, no security group, no instance.
+    assert provider.list_placements({}) == []
+    assert not _unhooked().describe_security_groups(
+        Filters=[{"Name": "group-name", "Values": ["spotd-gang"]}])["SecurityGroups"]
+    assert _unhooked().describe_instances()["Reservations"] == []
+
+
+def test_check_cloud_without_a_job_checks_the_account(env: Env) -> None:
+    check = env.provider().check_cloud(None)
+    assert failing(check) == [] and check.would_create == ()
+    assert "permission ec2:RunInstances" in {o.name for o in check.outcomes}
+
+
+@pytest.mark.parametrize(("inject", "name", "words"), [
+    ("permission", "permission ec2:CreatePlacementGroup", "allow ec2:CreatePlacementGroup"),
+    ("launch permission", "permission ec2:RunInstances", "allow ec2:RunInstances"),
+    ("quota", "quota L-C4BD4855", "96 vCPUs"),
+    ("image", f"image {EAST}", "does not exist"),
+    ("capacity", "capacity", "InsufficientInstanceCapacity"),
+    ("no score", "capacity", "no spot placement score"),
+])  # fmt: skip
+def test_check_cloud_names_each_injected_failure(
+    env: Env, inject: str, name: str, words: str
+) -> None:
+    seed_check(env)
+    overrides: dict[str, Any] = {"instance_types": ["p5.48xlarge"]}
+    if inject == "image":
+        overrides["image_id"] = {EAST: "ami-0000000000000dead"}
+    provider = env.provider(**overrides)
+    req = gang_check_request(env, provider)
+    if inject == "permission":
+        env.fake.fail_next("CreatePlacementGroup", "UnauthorizedOperation", 403)
+    elif inject == "launch permission":
+        env.fake.fail_next("RunInstances", "UnauthorizedOperation", 403)
+    elif inject == "quota":
+        env.fake.quotas[(EAST, "L-C4BD4855")] = 96.0
+    elif inject == "capacity":
+        env.fake.fail_next("RunInstances", "InsufficientInstanceCapacity", 500)
+    elif inject == "no score":
+        env.fake.scores.clear()
+    check = provider.check_cloud(req)
+    (bad,) = failing(check)
+    assert bad.name == name and words in bad.detail, bad
+
+
+def test_check_cloud_without_credentials_says_so_once(tmp_path: Path) -> None:
+    with aws_env(tmp_path), mock_aws():
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+            os.environ.pop(key)
+        check = _offline_provider(new_session()).check_cloud(None)
+    (only,) = check.outcomes
+    assert only.name == "credentials" and not only.ok and "NoCredentialsError" in only.detail
+
+
+@pytest.mark.parametrize(("itype", "market", "code"), [
+    ("p5.48xlarge", Market.SPOT, "L-C4BD4855"), ("p5en.48xlarge", Market.SPOT, "L-C4BD4855"),
+    ("p4d.24xlarge", Market.SPOT, "L-7212CCBC"), ("p5.48xlarge", Market.ON_DEMAND, "L-417A185B"),
+    ("g6.48xlarge", Market.SPOT, "L-3819A6DF"), ("g5.xlarge", Market.ON_DEMAND, "L-DB2E81BA"),
+])  # fmt: skip
+def test_quota_codes_by_family_and_market(itype: str, market: Market, code: str) -> None:
+    found = quota_for(itype, market)
+    assert found is not None and found[0] == code
