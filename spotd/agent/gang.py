@@ -9,7 +9,8 @@ reads from its environment (``PET_*``).
 
 The same on every provider: only the address differs in where it comes from
 (the simulated market gives each node its own loopback address; on a cloud VM
-it is the address of the interface that routes to the daemon).
+it is the primary NIC's private address from the metadata service, else the
+address of the interface that routes to the daemon).
 """
 
 from __future__ import annotations

@@ -241,3 +241,46 @@ def test_every_fabric_kind_appears_among_the_clouds_types() -> None:
 
     seen = {f.interconnect.fabric for kind in catalog().values() for f in kind.values()}
     assert seen == set(FABRIC_MARKS)
+
+
+# -- a job in a container image ---------------------------------------------------------
+
+IMAGE_FABRICS = {"aws": ("p5.48xlarge", Fabric.EFA), "gcp": ("a3-megagpu-8g", Fabric.TCPXO),
+                 "azure": ("Standard_ND96isr_H100_v5", Fabric.INFINIBAND)}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_image_jobs_boot_script_pulls_it_and_names_devices_and_mounts(
+    kind: BootKind, tmp_path: Path
+) -> None:
+    """No container engine runs on these machines: the rendered scripts are checked, and
+    the agent's container command is checked with a stand-in engine (test_agent_node.py)."""
+    from spotd.core.spec import JobSpec
+    from spotd.engine.shipping import shipping_environment
+
+    itype, fabric = IMAGE_FABRICS[kind]
+    offering = Offering(Pool(kind, "r1", "r1-a", itype), "H100", 8, 80,
+                        Interconnect(fabric, 400), 30.0, 90.0)  # fmt: skip
+    spec = JobSpec.model_validate({
+        "name": "boxed", "command": ["torchrun", "train.py"],
+        "image": "nvcr.io/nvidia/pytorch:24.05-py3", "setup": ["pip install -e ."],
+        "resources": {"gpus": ["H100"], "gpus_per_node": 8},
+    })  # fmt: skip
+    env = shipping_environment(spec, offering, "/mnt/ckpt/boxed")
+    req = LaunchRequest(offering=offering, market=Market.SPOT, nodes=1, client_token=CLIENT_TOKEN,
+                        tags={"spotd-job": "job-7", "spotd-attempt": "3"},
+                        command=spec.command, env=env)  # fmt: skip
+    script = render_bootstrap(kind, req, daemon_url="https://d:8470", agent_token="a" * 64,
+                              registry_login="true  # login stand-in")  # fmt: skip
+    pulled = section(script, "image")
+    assert "true  # login stand-in" in pulled
+    assert '"$SPOTD_ENGINE" pull nvcr.io/nvidia/pytorch:24.05-py3' in pulled
+    envs = section(script, "env")
+    assert "SPOTD_IMAGE=nvcr.io/nvidia/pytorch:24.05-py3" in envs
+    if fabric in (Fabric.EFA, Fabric.INFINIBAND):
+        assert "export SPOTD_CONTAINER_DEVICES=/dev/infiniband" in envs
+    else:  # GPUDirect-TCPXO needs the host's network, no verbs devices
+        assert "SPOTD_CONTAINER_DEVICES" in envs and "/dev/infiniband" not in envs
+    assert "export SPOTD_CONTAINER_MOUNTS=/mnt/ckpt/boxed" in envs
+    assert "SPOTD_SETUP=" in envs and "pip install -e ." in envs
+    assert bash(f"bash -n <<'EOS'\n{script}\nEOS", tmp_path).returncode == 0
