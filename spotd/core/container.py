@@ -60,9 +60,10 @@ def container_argv(plan: ContainerPlan, command: Sequence[str], env: Iterable[st
     Variables are passed by name only (``-e NAME``): the engine takes each value
     from its own environment, so none appears on a command line.
     """
-    argv = [plan.engine, "run", "--rm", "--init", "--network=host", "--ipc=host",
-            # RDMA registers memory: locked pages must not be capped.
-            "--ulimit=memlock=-1:-1"]  # fmt: skip
+    argv = [plan.engine, "run", "--rm", "--init", "--network=host", "--ipc=host"]
+    if plan.devices:
+        # RDMA registers memory: locked pages must not be capped where it is used.
+        argv.append("--ulimit=memlock=-1:-1")
     if plan.name:
         argv.append(f"--name={plan.name}")
     if plan.gpus:

@@ -84,7 +84,8 @@ def test_the_agent_reports_a_failed_setup_with_its_output(tmp_path: Path) -> Non
     config = AgentConfig(job_id="j-1", attempt=1, command=(sys.executable, "-c", "print(1)"),
                          run_dir=str(tmp_path / "run"),
                          job_env={"PATH": os.environ["PATH"],
-                                  "SPOTD_SETUP": json.dumps(["echo no wheel; exit 9"])})  # fmt: skip
+                                  "SPOTD_SETUP": json.dumps(["echo no wheel; exit 9"])},
+                         )  # fmt: skip
     code = run_agent(config, send=sent.append, join=None)
     (exit_report,) = [r for r in sent if isinstance(r, ExitReport)]
     assert code == 9 and exit_report.exit_code == 9 and exit_report.phase == "setup"
@@ -100,7 +101,8 @@ def test_the_agent_asks_for_the_secrets_with_its_own_identity(tmp_path: Path) ->
     script = f"import json, os; open({str(out)!r}, 'w').write(json.dumps(dict(os.environ)))"
     config = AgentConfig(job_id="j-1", attempt=2, instance_id="i-7", provider="aws",
                          command=(sys.executable, "-c", script), run_dir=str(tmp_path / "run"),
-                         job_env={"PATH": os.environ["PATH"], "SPOTD_SECRETS": "API_KEY"})  # fmt: skip
+                         job_env={"PATH": os.environ["PATH"], "SPOTD_SECRETS": "API_KEY"},
+                         )  # fmt: skip
 
     def ask(a: SecretsAsk) -> Secrets:
         asks.append(a)
@@ -141,9 +143,8 @@ os.execve(cmd[0], cmd, env)
                          run_dir=str(tmp_path / "run"), job_env=job_env)  # fmt: skip
     assert run_agent(config, send=lambda _r: None, join=None) == 0
     args = json.loads(record.read_text())
-    assert args[:6] == ["run", "--rm", "--init", "--network=host", "--ipc=host",
-                        "--ulimit=memlock=-1:-1"]  # fmt: skip
-    assert "--device=/dev/null" in args
+    assert args[:5] == ["run", "--rm", "--init", "--network=host", "--ipc=host"]
+    assert "--device=/dev/null" in args and "--ulimit=memlock=-1:-1" in args
     assert f"--volume={tmp_path / 'ckpt'}:{tmp_path / 'ckpt'}" in args
     assert f"--volume={tmp_path / 'run'}:{tmp_path / 'run'}" in args
     assert "ghcr.io/org/train:1" in args and "--env=PATH" not in args
@@ -163,7 +164,8 @@ def test_only_present_devices_go_in_and_the_code_is_the_workdir(tmp_path: Path) 
     assert f"--volume={tmp_path / 'code'}:/workdir" in argv and "--workdir=/workdir" in argv
     assert argv[-3:] == ["train:1", "python", "train.py"]
     assert job_argv(["python", "x.py"], {}, cwd=None, run_dir=tmp_path, name="n") == [
-        "python", "x.py"
+        "python",
+        "x.py",
     ]
 
 

@@ -53,7 +53,8 @@ def test_the_checked_request_is_the_one_the_daemon_would_send(tmp_path: Path) ->
 def test_cli_prints_a_line_per_check_and_what_a_launch_would_create(tmp_path: Path) -> None:
     config = _config(tmp_path)
     result = CliRunner().invoke(
-        app, ["check-cloud", str(EXAMPLES / "job.toml"), "-c", str(config), "--provider", "sim-gcp"],
+        app,
+        ["check-cloud", str(EXAMPLES / "job.toml"), "-c", str(config), "--provider", "sim-gcp"],
         terminal_width=120,
     )
     assert result.exit_code == 0, result.output

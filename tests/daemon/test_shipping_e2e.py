@@ -63,8 +63,8 @@ def test_a_named_secret_reaches_the_job_and_nothing_else(tmp_path: Path) -> None
     setup = _daemon_setup(tmp_path)
     out = tmp_path / "job-env.json"
     script = f"import json, os; open({str(out)!r}, 'w').write(json.dumps(dict(os.environ)))"
-    job_file = _job(setup, "uses-secret", f"command = {json.dumps([sys.executable, '-c', script])}\n"
-                    'secrets = ["API_KEY"]\n')  # fmt: skip
+    command = json.dumps([sys.executable, "-c", script])
+    job_file = _job(setup, "uses-secret", f'command = {command}\nsecrets = ["API_KEY"]\n')
     lacking = _job(setup, "lacks-secret", 'command = ["true"]\nsecrets = ["NOT_HELD"]\n')
     store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
     daemon = Daemon(setup)

@@ -63,7 +63,9 @@ def placing(tmp_path: Path) -> Iterator[tuple[Engine, PlacingProvider]]:
 
 
 def _gang_launched(eng: Engine) -> str:
-    job = eng.submit(spec(resources={"gpus": ["A100"], "gpus_per_node": 1, "nodes": 2, "min_gbps_per_gpu": 10}))
+    job = eng.submit(
+        spec(resources={"gpus": ["A100"], "gpus_per_node": 1, "nodes": 2, "min_gbps_per_gpu": 10})
+    )
     for _ in range(20):
         eng.tick()
         attempts = eng.store.attempts(job.id)
@@ -140,7 +142,9 @@ def test_a_failed_launch_releases_the_placement_it_made(
         raise CapacityError("not all nodes", provider="fake")  # ...but the cloud says no
 
     provider.launch = half_launch  # type: ignore[method-assign]
-    job = eng.submit(spec(resources={"gpus": ["A100"], "gpus_per_node": 1, "nodes": 2, "min_gbps_per_gpu": 10}))
+    job = eng.submit(
+        spec(resources={"gpus": ["A100"], "gpus_per_node": 1, "nodes": 2, "min_gbps_per_gpu": 10})
+    )
     eng.tick()
     first = eng.store.attempts(job.id)[0]
     assert not first.open

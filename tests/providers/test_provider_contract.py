@@ -31,8 +31,8 @@ from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
 from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Offering
 from spotd.engine.reconcile import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, Engine, EngineSettings
-from spotd.store.sql import open_store
 from spotd.registry import load_policy
+from spotd.store.sql import open_store
 
 EXPECTED: dict[ErrorKind, type[ProviderError]] = {
     "capacity": CapacityError,
