@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 
 from azure.core.credentials import TokenCredential
 from azure.core.polling import LROPoller
@@ -24,7 +25,7 @@ from spotd.core.values import CloudCheck, Instance, LaunchRequest, Offering, Pla
 from .addresses import Addresses
 from .check import CloudCheckRun
 from .clients import compute_client, default_credential, network_client
-from .errors import map_azure_errors
+from .errors import delete_each, map_azure_errors
 from .gangs import ScaleSets
 from .kind import NOTICE_SECONDS
 from .offerings import offerings_of
@@ -271,15 +272,15 @@ class AzureProvider:
             self._sets.terminate(instance_ids)
         except ProviderError as exc:
             first = exc
-        for name in filter(is_ours, instance_ids):
+        ours = list(filter(is_ours, instance_ids))
+        for name in ours:
             self._seen.deleting(name)
-            try:
-                with map_azure_errors(f"delete {name}"):
-                    self._compute.virtual_machines.begin_delete(self._rg, name, polling=False)
-            except NotFoundError:
-                continue
-            except ProviderError as exc:
-                first = first or exc
+        vms = self._compute.virtual_machines
+        try:
+            delete_each((name, partial(vms.begin_delete, self._rg, name, polling=False))
+                        for name in ours)  # fmt: skip
+        except ProviderError as exc:
+            first = first or exc
         if first is not None:
             raise first
 

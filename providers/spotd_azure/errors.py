@@ -11,7 +11,7 @@ keeps the ``Authorization`` header out of exceptions and redacts it in logs.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -178,3 +178,22 @@ def map_azure_errors(operation: str) -> Iterator[None]:
     except (DeserializationError, SerializationError, json.JSONDecodeError) as exc:
         # A reply the SDK could not read (ValueErrors, outside AzureError's tree).
         raise unreadable(exc, operation) from exc
+
+
+def delete_each(deletes: Iterable[tuple[str, Callable[[], object]]]) -> None:
+    """Run every ``(what, delete)``, mapped; ones already gone are skipped.
+
+    Every delete is tried; the first error other than "gone" is raised after
+    the last, so one failure does not keep the others from being asked.
+    """
+    first: ProviderError | None = None
+    for what, delete in deletes:
+        try:
+            with map_azure_errors(f"delete {what}"):
+                delete()
+        except NotFoundError:
+            continue
+        except ProviderError as exc:
+            first = first or exc
+    if first is not None:
+        raise first

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import (
@@ -23,7 +24,7 @@ from spotd.core.errors import CapacityError, NotFoundError, ProviderError
 from spotd.core.values import Instance, PlacementObject
 
 from .addresses import Addresses
-from .errors import map_azure_errors
+from .errors import delete_each, map_azure_errors
 from .scaleset import (
     SetFacts,
     facts_of,
@@ -163,20 +164,14 @@ class ScaleSets:
             if (parts := split_member(instance_id)) is not None:
                 by_set[parts[0]].append(parts[1])
                 self._seen.deleting(instance_id)
-        first: ProviderError | None = None
-        for name, indexes in by_set.items():
+        sets = self._compute.virtual_machine_scale_sets
+
+        def members(name: str, indexes: list[str]) -> Callable[[], object]:
             ids = VirtualMachineScaleSetVMInstanceRequiredIDs(instance_ids=indexes)
-            try:
-                with map_azure_errors(f"delete VMs {indexes} of {name}"):
-                    self._compute.virtual_machine_scale_sets.begin_delete_instances(
-                        self._rg, name, ids, polling=False
-                    )
-            except NotFoundError:
-                continue
-            except ProviderError as exc:
-                first = first or exc
-        if first is not None:
-            raise first
+            return lambda: sets.begin_delete_instances(self._rg, name, ids, polling=False)
+
+        delete_each((f"VMs {indexes} of {name}", members(name, indexes))
+                    for name, indexes in by_set.items())  # fmt: skip
 
     # -- placements ------------------------------------------------------------
 
@@ -191,19 +186,7 @@ class ScaleSets:
         every one was tried. A set whose delete is under way is no longer
         listed by :meth:`placements`.
         """
-        first: ProviderError | None = None
-        for placement in placements:
-            name = set_of_placement(placement)
-            if name is None:
-                continue
-            try:
-                with map_azure_errors(f"delete {name}"):
-                    self._compute.virtual_machine_scale_sets.begin_delete(
-                        self._rg, name, polling=False
-                    )
-            except NotFoundError:
-                continue
-            except ProviderError as exc:
-                first = first or exc
-        if first is not None:
-            raise first
+        sets = self._compute.virtual_machine_scale_sets
+        names = [n for n in map(set_of_placement, placements) if n is not None]
+        delete_each((name, partial(sets.begin_delete, self._rg, name, polling=False))
+                    for name in names)  # fmt: skip

@@ -17,7 +17,7 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from spotd.core.errors import NotFoundError, ProviderError, ProviderUnavailable, invalid_request
+from spotd.core.errors import NotFoundError, ProviderError, invalid_request
 from spotd.core.values import (
     CloudCheck,
     Instance,
@@ -31,9 +31,10 @@ from spotd.market.ttl import TtlCache
 
 from . import check, naming, nics, placement, resources
 from .clients import GcpClients, build_clients
-from .errors import PROVIDER, is_already_exists, map_gcp_errors, raise_for_operation
+from .errors import PROVIDER, is_already_exists, map_gcp_errors
 from .kind import NOTICE_SECONDS
 from .machines import MachineType, list_request, shape_of, wanted_types
+from .operations import wait_for
 from .prices import PriceBook, list_skus_request
 from .settings import GcpSettings, region_of
 
@@ -41,8 +42,6 @@ log = logging.getLogger(__name__)
 
 """Spot VMs get about 30 s between the preemption notice and the hard stop."""
 PREEMPTED_OPERATION = "compute.instances.preempted"
-WAIT_CALL_SECONDS = 150.0
-"""Client timeout of one ``zoneOperations.wait`` call (the server holds it up to 2 min)."""
 SEEN_LIMIT = 4096
 
 StartupScript = Callable[[LaunchRequest], str]
@@ -339,22 +338,13 @@ class GcpProvider:
 
     def _wait(self, clients: GcpClients, zone: str, operation: Any) -> None:
         """Wait for an insert operation to finish; raise its error, if any."""
-        deadline = self._monotonic() + self._settings.operation_timeout_seconds
-        done = compute_v1.Operation.Status.DONE
-        while operation.status != done:
-            left = deadline - self._monotonic()
-            if left <= 0:
-                raise ProviderUnavailable(
-                    f"gcp: operation {operation.name} not done after "
-                    f"{self._settings.operation_timeout_seconds:g} s",
-                    provider=PROVIDER, code="OperationTimeout",
-                )  # fmt: skip
-            with map_gcp_errors(f"waiting for {operation.name}"):
-                operation = clients.zone_operations.wait(
-                    project=clients.project, zone=zone, operation=operation.name,
-                    retry=None, timeout=min(WAIT_CALL_SECONDS, left + 5.0),
-                )  # fmt: skip
-        raise_for_operation(operation)
+        def wait(name: str, seconds: float) -> Any:
+            return clients.zone_operations.wait(
+                project=clients.project, zone=zone, operation=name, retry=None, timeout=seconds
+            )
+
+        timeout = self._settings.operation_timeout_seconds
+        wait_for(operation, wait, timeout_seconds=timeout, monotonic=self._monotonic)
 
     def _launched(self, request: LaunchRequest, ids: list[str]) -> list[Instance]:
         instances = self.describe(ids)

@@ -22,12 +22,13 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
-from spotd.core.errors import NotFoundError, ProviderUnavailable
+from spotd.core.errors import NotFoundError
 from spotd.core.values import LaunchRequest, PlacementObject
 
 from .clients import GcpClients
-from .errors import PROVIDER, is_already_exists, map_gcp_errors, raise_for_operation
+from .errors import is_already_exists, map_gcp_errors
 from .naming import MAX_NAME, NAME_PATTERN, request_id, token_hash
+from .operations import wait_for
 from .settings import GcpSettings, region_of
 
 KIND = "resource-policy"
@@ -36,8 +37,6 @@ PREFIX = "spotd-pp-"
 POLICY_RANK = -1
 """The "rank" the policy's request id derives from (nodes are 0..n-1)."""
 
-WAIT_CALL_SECONDS = 150.0
-"""Client timeout of one ``regionOperations.wait`` call (the server holds it up to 2 min)."""
 
 _INVALID = re.compile(r"[^a-z0-9]+")
 
@@ -204,19 +203,10 @@ class GcpPolicies:
                 continue
 
     def _wait(self, clients: GcpClients, region: str, operation: Any) -> None:
-        deadline = self._monotonic() + self._settings.operation_timeout_seconds
-        done = compute_v1.Operation.Status.DONE
-        while operation.status != done:
-            left = deadline - self._monotonic()
-            if left <= 0:
-                raise ProviderUnavailable(
-                    f"gcp: operation {operation.name} not done after "
-                    f"{self._settings.operation_timeout_seconds:g} s",
-                    provider=PROVIDER, code="OperationTimeout",
-                )  # fmt: skip
-            with map_gcp_errors(f"waiting for {operation.name}"):
-                operation = clients.region_operations.wait(
-                    project=clients.project, region=region, operation=operation.name,
-                    retry=None, timeout=min(WAIT_CALL_SECONDS, left + 5.0),
-                )  # fmt: skip
-        raise_for_operation(operation)
+        def wait(name: str, seconds: float) -> Any:
+            return clients.region_operations.wait(
+                project=clients.project, region=region, operation=name, retry=None, timeout=seconds
+            )
+
+        timeout = self._settings.operation_timeout_seconds
+        wait_for(operation, wait, timeout_seconds=timeout, monotonic=self._monotonic)

@@ -133,8 +133,9 @@ def submit(
     shipped: list[Shipped] = []
 
     def run() -> JobView:
+        spec = load_job_file(job_file)  # a bad spec is the first thing to say
         settings = _settings(config)
-        shipped.append(ship_job(load_job_file(job_file), settings))
+        shipped.append(ship_job(spec, settings))
         client = Client.from_settings(settings)
         return client.submit(shipped[0].spec)
 

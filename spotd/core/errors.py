@@ -14,6 +14,7 @@ SpotdError
 ├── ReportFailed, ReportRejected the on-VM agent's report was not taken (spotd.agent.reporter)
 ├── ScenarioError, TraceMissingError, PlotError
 │                                `spotd simulate`'s inputs and plots (spotd.simulate)
+├── WorkdirError                 a job's workdir cannot be shipped or fetched (spotd.ship)
 ├── CheckpointError
 ├── PolicyError                  a policy could not be loaded or failed
 ├── ApiError                     the daemon's HTTP API answered with an error

@@ -9,6 +9,7 @@ placement object and fabric interfaces. Nothing billable is created.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 
@@ -37,7 +38,14 @@ def check_clouds(
     if not chosen:
         enabled = ", ".join(sorted(providers)) or "none"
         raise ConfigError(f"no enabled provider matches {provider!r} (enabled: {enabled})")
-    return [_check_one(p, spec, settings) for _, p in sorted(chosen.items())]
+    return check_providers(chosen, spec, settings)
+
+
+def check_providers(
+    providers: Mapping[str, Provider], spec: JobSpec | None, settings: Settings
+) -> list[CloudCheck]:
+    """The checks of these providers, by name, for a new job of ``spec`` if given."""
+    return [_check_one(p, spec, settings) for _, p in sorted(providers.items())]
 
 
 def _check_one(provider: Provider, spec: JobSpec | None, settings: Settings) -> CloudCheck:

@@ -111,3 +111,36 @@ def _assert_no_boot_script_holds(setup: Setup, job_id: str) -> None:
             assert "SPOTD_SECRETS=API_KEY" in script and SECRET not in script
     finally:
         engine.store.close()
+
+
+def test_spotd_submit_ships_the_workdir_once(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path, seed=5, up=500.0, boot=30)
+    project = tmp_path / "laptop" / "project"
+    project.mkdir(parents=True)
+    (project / "train.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ['OUT']).write_text(pathlib.Path('data.txt').read_text())\n"
+    )
+    (project / "data.txt").write_text("shipped\n")
+    out = tmp_path / "out.txt"
+    command = json.dumps([sys.executable, "train.py"])
+    job_file = project / "job.toml"
+    job_file.write_text(f'name = "shipped"\ncommand = {command}\nworkdir = "."\n'
+                        f'[env]\nOUT = "{out}"\n'
+                        '[resources]\ngpus = ["A100"]\ngpus_per_node = 1\n')  # fmt: skip
+    store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
+    daemon = Daemon(setup)
+    try:
+        first = setup.cli("submit", str(job_file))
+        assert "workdir: 3 files" in first.stderr and "uploaded as" in first.stderr
+        job_id = first.stdout.split()[1]
+        job = wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=120)
+        assert job.status is JobStatus.SUCCEEDED
+        assert out.read_text() == "shipped\n"
+        again = setup.cli("submit", str(job_file))
+        assert "already stored" in again.stderr
+    finally:
+        assert daemon.stop() == 0
+        store.close()
+    stored = list((setup.root / "code").iterdir())
+    assert len(stored) == 1 and stored[0].name.endswith(".tar.gz")
