@@ -71,6 +71,13 @@ def _backend_url(kind: str, folder: Path, request: pytest.FixtureRequest) -> Ite
         yield url
 
 
+@pytest.fixture
+def pg_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """URL of a fresh PostgreSQL database (skipped, with the reason, without a server)."""
+    with _backend_url("postgres", tmp_path, request) as url:
+        yield url
+
+
 @pytest.fixture(params=BACKENDS)
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """URL of an empty database on each backend, not yet migrated."""

@@ -82,14 +82,14 @@ def make_setup(root: Path, *, seed: int, up: float = 0.5, boot: float = 120) -> 
 class Daemon:
     """A ``spotd daemon`` process."""
 
-    def __init__(self, setup: Setup) -> None:
+    def __init__(self, setup: Setup, env: dict[str, str] | None = None) -> None:
         self.setup = setup
         address = setup.root / "daemon.json"
         address.unlink(missing_ok=True)
         self.log = (setup.root / "daemon.log").open("a")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "spotd", "daemon", "--config", str(setup.config)],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            stdout=self.log, stderr=subprocess.STDOUT, env=env,
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:

@@ -31,3 +31,7 @@ class SimSettings(BaseModel):
     """
     epoch: datetime | None = None
     """Simulated time at the first start on a fresh data_dir; default: the wall clock then."""
+    state_dir: Path | None = None
+    """Where the simulated market keeps its clock, VMs and meters; default ``<data_dir>/sim``.
+    Daemons sharing one PostgreSQL database share one market by naming one folder here
+    (each keeps its own data_dir)."""

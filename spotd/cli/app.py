@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shlex
 import sys
 from collections import Counter
@@ -23,7 +24,7 @@ from spotd import __version__
 from spotd.core.errors import ConfigError, JobSpecError, SpotdError
 from spotd.core.spec import load_job_file
 from spotd.daemon.config import Settings, load_settings
-from spotd.daemon.views import JobView, MarketView
+from spotd.daemon.views import EventView, JobView, MarketView
 
 if TYPE_CHECKING:
     from spotd.core.spec import JobSpec
@@ -125,6 +126,14 @@ def submit(
     job_file: Annotated[Path, typer.Argument(help="The job.toml to run.")],
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            help="Key of this submit (a new UUID by default): a submit again with the key "
+            "of one the daemon stored returns that job instead of a second one.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Validate a job spec, ship its workdir if that is a folder here, and hand it to
     the daemon."""
@@ -137,7 +146,7 @@ def submit(
         settings = _settings(config)
         shipped.append(ship_job(spec, settings))
         client = Client.from_settings(settings)
-        return client.submit(shipped[0].spec)
+        return client.submit(shipped[0].spec, idempotency_key=idempotency_key)
 
     job = _guard(run)
     if as_json:
@@ -165,22 +174,64 @@ def ship_job(spec: JobSpec, settings: Settings) -> Shipped:
 
 
 @app.command()
-def status(
+def status(  # noqa: PLR0917 (typer options)
     job: Annotated[str | None, typer.Argument(help="Job id, id prefix or name.")] = None,
     config: ConfigOpt = None,
     as_json: JsonOpt = False,
     all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Include ended jobs.")] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            "-s",
+            help="Only jobs in this status (repeatable; `active` and `ended` too).",
+            show_default=False,
+        ),
+    ] = None,
+    team: Annotated[
+        str | None, typer.Option(help="Only the jobs of this team.", show_default=False)
+    ] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=1000, help="Most jobs to show, newest first.")
+    ] = 100,
+    cursor: Annotated[
+        str | None,
+        typer.Option(
+            help="Continue after the jobs shown before (with the cursor it printed).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
-    """Show jobs: where they run, their attempts, preemptions and cost."""
+    """Show jobs, newest first (the active ones unless told): where they run, their
+    attempts, preemptions and cost."""
     from spotd.cli.client import Client
+
+    more: list[str] = []
+
+    exits: list[int] = []
 
     def run() -> list[JobView]:
         client = Client.from_settings(_settings(config))
         if job is not None:
-            return [client.job(job)]
-        return client.jobs(include_ended=all_jobs)
+            view = client.job(job)
+            if view.restarts and view.last_exit_code is None:
+                # No agent reported the code (the simulated market): the event says it.
+                exits.extend(_error_exit_codes(client.events(view.id)))
+            return [view]
+        statuses = only or (None if all_jobs else ["active"])
+        page = client.jobs(statuses=statuses, team=team, limit=limit, cursor=cursor)
+        if page.next is not None:
+            more.append(page.next)
+        return page.jobs
 
     jobs = _guard(run)
+    if more:
+        # On stderr: a --json reader gets the jobs alone on stdout, as before.
+        flags = [" --all"] * all_jobs + [f" --status {shlex.quote(s)}" for s in only or ()]
+        flags += [f" --team {shlex.quote(team)}"] if team is not None else []
+        flags += [f" --limit {limit}"] * (limit != 100) + [f" --cursor {more[0]}"]
+        again = _again("status", "".join(flags).lstrip(), config)
+        err.print(f"more jobs: `{escape(again)}`", highlight=False)
     if as_json:
         payload = [j.model_dump(mode="json") for j in jobs]
         out.print_json(json.dumps(payload[0] if job is not None else payload))
@@ -190,9 +241,34 @@ def status(
         line = _progress_line(jobs[0])
         if line is not None:
             out.print(line)
+        line = restart_line(jobs[0], exits[-1] if exits else None)
+        if line is not None:
+            out.print(line, highlight=False)
         _print_attempts(jobs[0])
         for line in _gang_lines(jobs[0]):
             out.print(line, highlight=False)
+
+
+def restart_line(job: JobView, exit_code: int | None = None) -> str | None:
+    """``restarts: 1 of 3 (exit 137)`` for a job with ``retry.max_restarts_on_errors``
+    (``exit_code``, given, stands for the view's when its agents reported none); None
+    for a job that restarts on no error."""
+    if not job.max_restarts and not job.restarts:
+        return None
+    line = f"restarts: {job.restarts} of {job.max_restarts}"
+    code = job.last_exit_code if job.last_exit_code is not None else exit_code
+    if job.restarts and code is not None:
+        line += f" (exit {code})"
+    return line
+
+
+_EXIT_CODE = re.compile(r"^command exited with .*?: (-?\d+)")
+
+
+def _error_exit_codes(events: list[EventView]) -> list[int]:
+    """The first failing node's exit code of every error exit in the events, in order."""
+    found = (_EXIT_CODE.match(e.detail) for e in events if e.cause == "user-failed")
+    return [int(m.group(1)) for m in found if m is not None]
 
 
 def _progress_line(job: JobView) -> str | None:

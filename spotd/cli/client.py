@@ -1,8 +1,19 @@
-"""The CLI's side of the HTTP API: finds the daemon, sends the token, maps errors."""
+"""The CLI's side of the HTTP API: finds the daemon, sends the token, maps errors.
+
+The client waits :data:`TIMEOUT_SECONDS` for an answer: longer than the
+store's lock wait (SQLite's busy timeout, 30 s), so a daemon whose store is
+busy answers with its own error before the client gives up. A submit carries
+an ``Idempotency-Key`` and is retried once with it after a timeout: the daemon
+returns the job the first try stored, if it did, rather than a second job.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import uuid
+from collections.abc import Collection, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
@@ -11,14 +22,14 @@ from pydantic import TypeAdapter, ValidationError
 from spotd.core.errors import ApiError
 from spotd.core.spec import JobSpec
 from spotd.daemon.config import Settings
-from spotd.daemon.views import EventView, JobView, MarketView
+from spotd.daemon.views import EventView, JobPageView, JobView, MarketView
 
 if TYPE_CHECKING:
     from spotd.daemon.planning import PlanView
 
 T = TypeVar("T")
 _JOB = TypeAdapter(JobView)
-_JOBS = TypeAdapter(list[JobView])
+_PAGE = TypeAdapter(JobPageView)
 _EVENTS = TypeAdapter(list[EventView])
 _MARKET = TypeAdapter(MarketView)
 _LOGS = TypeAdapter(dict[str, dict[str, str]])
@@ -37,15 +48,51 @@ def daemon_url(settings: Settings) -> str:
     return f"http://{host}:{port}"
 
 
-class Client:
-    """Typed calls to the daemon's API."""
+TIMEOUT_SECONDS = 45.0
+"""How long the client waits for an answer: more than the store's lock wait
+(``spotd.store.sql.SQLITE_BUSY_TIMEOUT_MS``, 30 s) and the work around it."""
+PAGE_SIZE = 500
+"""Jobs per page when the client reads a listing through (the daemon's most is 1000)."""
 
-    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0) -> None:
+
+def daemon_alive(address_file: Path) -> bool | None:
+    """Whether the daemon that wrote ``address_file`` still runs (by its pid);
+    None when the file is missing or names no pid."""
+    try:
+        pid = int(json.loads(address_file.read_text())["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: there all the same
+    return True
+
+
+class Client:
+    """Typed calls to the daemon's API.
+
+    ``address_file``: the daemon's, when known; an unreachable daemon's message
+    then says whether it is running.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = TIMEOUT_SECONDS,
+        address_file: Path | None = None,
+    ) -> None:
         self._http = httpx.Client(
             base_url=base_url,
             headers={"Authorization": f"Bearer {token}"},
             timeout=timeout,
         )
+        self._timeout = timeout
+        self._address_file = address_file
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Client:
@@ -63,7 +110,7 @@ class Client:
                 f"no spotd daemon is running with data_dir {settings.data_dir} (it writes "
                 f"{settings.address_file.name} there while it runs); start it with `spotd daemon`"
             )
-        return cls(url, token)
+        return cls(url, token, address_file=settings.address_file)
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -72,11 +119,39 @@ class Client:
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
             response = self._http.request(method, path, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise ApiError(self._no_answer(method, path)) from exc
         except httpx.HTTPError as exc:
-            raise ApiError(
-                f"cannot reach the spotd daemon at {self._http.base_url}: {exc}; "
-                "start it with `spotd daemon`"
-            ) from exc
+            raise ApiError(self._unreachable(exc)) from exc
+        return self._read(method, path, response)
+
+    def _no_answer(self, method: str, path: str) -> str:
+        """A timeout: the daemon is there (it accepted the connection) but busy."""
+        return (
+            f"the spotd daemon at {self._http.base_url} did not answer {method} {path} "
+            f"within {self._timeout:g} s; it may be busy (its log tells), try again"
+        )
+
+    def _unreachable(self, exc: httpx.HTTPError) -> str:
+        """No connection: running or not, as the address file and a health probe tell."""
+        url = self._http.base_url
+        if self._healthy():
+            return f"the spotd daemon at {url} is running but the request failed: {exc}"
+        alive = None if self._address_file is None else daemon_alive(self._address_file)
+        if alive:
+            return (
+                f"the spotd daemon at {url} is running (its pid is in {self._address_file}) "
+                f"but does not answer: {exc}; see its log"
+            )
+        return f"cannot reach a spotd daemon at {url} ({exc}); start it with `spotd daemon`"
+
+    def _healthy(self) -> bool:
+        try:
+            return self._http.get("/v1/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def _read(self, method: str, path: str, response: httpx.Response) -> Any:
         if response.is_error:
             try:
                 detail = response.json().get("detail", response.text)
@@ -92,7 +167,10 @@ class Client:
             raise ApiError(f"{method} {path}: the daemon's reply is not JSON") from exc
 
     def _typed(self, shape: TypeAdapter[T], method: str, path: str, **kwargs: Any) -> T:
-        reply = self._call(method, path, **kwargs)
+        return self._shaped(shape, method, path, self._call(method, path, **kwargs))
+
+    @staticmethod
+    def _shaped(shape: TypeAdapter[T], method: str, path: str, reply: Any) -> T:
         try:
             return shape.validate_python(reply)
         except ValidationError as exc:
@@ -103,14 +181,63 @@ class Client:
                 f"({where}: {first['msg']}); is the daemon another version of spotd?"
             ) from exc
 
-    def submit(self, spec: JobSpec) -> JobView:
-        """Hand a validated spec to the daemon; the job as stored."""
-        body = {"spec": spec.model_dump(mode="json")}
-        return self._typed(_JOB, "POST", "/v1/jobs", json=body)
+    def submit(self, spec: JobSpec, *, idempotency_key: str | None = None) -> JobView:
+        """Hand a validated spec to the daemon; the job as stored.
 
-    def jobs(self, *, include_ended: bool = True) -> list[JobView]:
-        """Every job, or only the active ones."""
-        return self._typed(_JOBS, "GET", "/v1/jobs", params={"all": include_ended})
+        ``idempotency_key`` (a fresh UUID when None) goes with the submit and its
+        one retry after a timeout: the daemon stores one job per key.
+        """
+        key = idempotency_key or str(uuid.uuid4())
+        body = {"spec": spec.model_dump(mode="json")}
+        headers = {"Idempotency-Key": key}
+        for _ in range(2):
+            try:
+                response = self._http.post("/v1/jobs", json=body, headers=headers)
+                break
+            except httpx.TimeoutException:
+                continue  # the same key again: at most the one job the first try stored
+            except httpx.HTTPError as exc:
+                raise ApiError(self._unreachable(exc)) from exc
+        else:
+            raise ApiError(
+                f"the spotd daemon at {self._http.base_url} did not answer the submit within "
+                f"{self._timeout:g} s, twice; the job may have been stored: `spotd status` "
+                f"shows it, and submitting again with `--idempotency-key {key}` is safe (it "
+                "returns that job if it was stored, else submits it)"
+            )
+        return self._shaped(_JOB, "POST", "/v1/jobs", self._read("POST", "/v1/jobs", response))
+
+    def jobs(
+        self,
+        *,
+        statuses: Collection[str] | None = None,
+        team: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> JobPageView:
+        """One page of jobs, newest first: ``statuses`` are status names, ``active`` or
+        ``ended`` (None: every job); ``team`` the jobs' ``team``; ``cursor`` the ``next``
+        of the page before."""
+        params: dict[str, Any] = {}
+        if statuses:
+            params["status"] = list(statuses)
+        if team is not None:
+            params["team"] = team
+        if limit is not None:
+            params["limit"] = limit
+        if cursor is not None:
+            params["cursor"] = cursor
+        return self._typed(_PAGE, "GET", "/v1/jobs", params=params)
+
+    def all_jobs(self, *, statuses: Collection[str] | None = None) -> Iterator[JobView]:
+        """Every job (in ``statuses``), newest first, read page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.jobs(statuses=statuses, limit=PAGE_SIZE, cursor=cursor)
+            yield from page.jobs
+            if page.next is None:
+                return
+            cursor = page.next
 
     def job(self, ref: str) -> JobView:
         """One job by id, id prefix or name."""

@@ -159,11 +159,30 @@ class Policy(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of a job listing (:meth:`JobStore.jobs_page`), newest first."""
+
+    jobs: Sequence[JobRecord]
+    next: str | None
+    """The cursor of the page after this one; None when this is the last."""
+
+
 class JobStore(Protocol):
     """Durable jobs, their events and their placement attempts, and the leases on them."""
 
-    def create_job(self, spec: JobSpec, *, now: datetime) -> JobRecord:
-        """Insert a new PENDING job (and its first event)."""
+    def create_job(
+        self, spec: JobSpec, *, now: datetime, idempotency_key: str | None = None
+    ) -> JobRecord:
+        """Insert a new PENDING job (and its first event).
+
+        With an ``idempotency_key`` another job already holds, nothing is inserted
+        and that job is returned: a retried submit finds the job it made.
+        """
+        ...
+
+    def job_by_idempotency_key(self, key: str) -> JobRecord | None:
+        """The job submitted with this idempotency key, None when there is none."""
         ...
 
     def get_job(self, job_id: str) -> JobRecord:
@@ -176,6 +195,25 @@ class JobStore(Protocol):
 
     def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
         """Jobs, oldest first, optionally only those in ``statuses``."""
+        ...
+
+    def jobs_page(
+        self,
+        *,
+        statuses: Collection[JobStatus] | None = None,
+        team: str | None = None,
+        limit: int,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """Up to ``limit`` jobs, newest first (by submit time, then id), optionally only
+        those in ``statuses`` and of ``team`` (``spec.team``), starting after ``cursor``
+        (a page's ``next``).
+
+        A keyset read: each page costs the same however deep it is, and a job that
+        was there when the first page was read is on exactly one page (one whose
+        status changes across a status filter meanwhile may not be).
+        :class:`~spotd.core.errors.StoreError` for a cursor the store did not make.
+        """
         ...
 
     def compare_and_set(self, change: Transition, *, now: datetime) -> JobRecord:
@@ -209,7 +247,13 @@ class JobStore(Protocol):
         """All events of a job in order."""
         ...
 
-    def claim_jobs(self, owner: str, *, now: datetime, lease_seconds: float) -> list[str]:
+    def job_owners(self) -> list[str]:
+        """Every daemon owner name that holds or held a job's lease."""
+        ...
+
+    def claim_jobs(
+        self, owner: str, *, now: datetime | None = None, lease_seconds: float
+    ) -> list[str]:
         """Take or renew the lease of active jobs free or already ours; return their ids."""
         ...
 
@@ -258,6 +302,10 @@ class LedgerStore(Protocol):
         job_id: str | None = None,
     ) -> list[LedgerEntry]:
         """Ledger lines starting in ``[since, until)``, of one job or all, oldest first."""
+        ...
+
+    def ledger_for(self, job_ids: Collection[str]) -> dict[str, list[LedgerEntry]]:
+        """The ledger lines of many jobs at once, by job id (every id is a key)."""
         ...
 
 

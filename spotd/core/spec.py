@@ -485,6 +485,24 @@ class RetrySpec(_Spec):
     setup_failures: Annotated[int, Strict(), Field(ge=0, le=100)] = 2
     """Attempts that may end ``setup-failed`` (a setup command or the code download
     failed on a node) and be placed again; the next one fails the job."""
+    launch_failures: Annotated[int, Strict(), Field(ge=0, le=1000)] = 20
+    """Attempts in a row (since the job last ran) that may end ``launch-failed`` or
+    ``no-capacity`` (the provider refused or could not start the nodes) and be placed
+    again; the next one fails the job (cause ``launch-failed``). 20 walks through the
+    candidate pools of a busy spot market (their cooldowns double with each refusal)
+    but stops a job that no pool will start, which otherwise retries forever."""
+    launch_failures_per_pool: Annotated[int, Strict(), Field(ge=1, le=1000)] = 3
+    """Failed launches (as ``launch_failures`` counts them) in one pool after which the job
+    does not use that pool again, in either market, until it runs somewhere: three
+    refusals in a row, with doubling cooldowns, say the pool will not serve it soon."""
+    max_restarts_on_errors: Annotated[int, Strict(), Field(ge=0, le=1000)] = 0
+    """Times the job is started again, from its last checkpoint, after its command exits
+    non-zero with a code ``restart_on_exit_codes`` covers; past it (and by default,
+    0) such an exit fails the job (cause ``user-command-failed``)."""
+    restart_on_exit_codes: tuple[Annotated[int, Strict(), Field(ge=-255, le=255)], ...] = ()
+    """Exit codes that are restarted (an NCCL timeout's, a GPU Xid error's, 137 for a
+    SIGKILL); empty restarts every non-zero code. A gang is restarted when any of its
+    failed nodes exited with a listed code."""
 
 
 class JobSpec(_Spec):
@@ -508,6 +526,12 @@ class JobSpec(_Spec):
     """Names of values the daemon holds (``[secrets]`` in its config) that the job's
     environment gets on the node, and nothing else ever shows."""
     retry: RetrySpec = RetrySpec()
+    priority: Annotated[int, Strict(), Field(ge=-1_000_000, le=1_000_000)] = 0
+    """Higher is placed first when jobs wait for the same capacity; equal priorities
+    go oldest first. A running job is never stopped for a higher one."""
+    team: Annotated[str, Strict()] | None = None
+    """The team (or project) the job is counted against: ``[teams.<name>]`` limits in
+    the daemon's config. Same characters as ``name``."""
     resources: Resources
     market: MarketSpec = MarketSpec()
     checkpoint: CheckpointSpec = CheckpointSpec()
@@ -523,6 +547,16 @@ class JobSpec(_Spec):
     @classmethod
     def _check_name(cls, value: str) -> str:
         if not _NAME_RE.fullmatch(value):
+            raise ValueError(
+                "must be 1-63 characters of letters, digits, '.', '_' and '-', "
+                f"starting with a letter or digit, got {_describe(value)}"
+            )
+        return value
+
+    @field_validator("team")
+    @classmethod
+    def _check_team(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME_RE.fullmatch(value):
             raise ValueError(
                 "must be 1-63 characters of letters, digits, '.', '_' and '-', "
                 f"starting with a letter or digit, got {_describe(value)}"

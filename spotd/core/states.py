@@ -38,7 +38,9 @@ ACTIVE: tuple[JobStatus, ...] = tuple(s for s in JobStatus if s not in TERMINAL)
 """Every status of a job that is not over, in declaration order."""
 
 TRANSITIONS: Mapping[JobStatus, frozenset[JobStatus]] = {
-    S.PENDING: frozenset({S.PROVISIONING, S.FAILED, S.CANCELLED}),
+    # PENDING -> PENDING records a hold (a team limit keeps the job back) as an event:
+    # the job stays pending and its events say why.
+    S.PENDING: frozenset({S.PENDING, S.PROVISIONING, S.FAILED, S.CANCELLED}),
     S.PROVISIONING: frozenset({S.RUNNING, S.RECOVERING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
     S.RUNNING: frozenset({S.CHECKPOINTING, S.RECOVERING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
     S.CHECKPOINTING: frozenset({S.RECOVERING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),

@@ -61,6 +61,10 @@ class FailureCause(StrEnum):
     SETUP_FAILED = "setup-failed"
     """The job's setup (or the download of its code) failed on more attempts than
     ``retry.setup_failures`` allows."""
+    LAUNCH_FAILED = "launch-failed"
+    """Its launches failed (``launch-failed`` or ``no-capacity`` attempts) more often than
+    ``retry.launch_failures`` allows, or in every pool it could use more often than
+    ``retry.launch_failures_per_pool``."""
 
 
 class Market(StrEnum):

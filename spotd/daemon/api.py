@@ -2,6 +2,12 @@
 
 Every route but ``/v1/health`` needs ``Authorization: Bearer <token>``, the
 token being the content of the daemon's token file (mode 0600).
+
+Limits (docs/operations.md, "API limits"): a request body over ``[daemon]
+max_body_bytes`` gets 413 unread (:mod:`spotd.daemon.limits`); ``GET /v1/jobs``
+answers one page of at most :data:`MAX_PAGE` jobs, newest first, with the cursor
+of the next; a submit with an ``Idempotency-Key`` its job already holds gets that
+job back (200) instead of a second one.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Request
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, SecretStr, ValidationError
@@ -42,15 +48,37 @@ from spotd.core.errors import (
     SubmitRefused,
 )
 from spotd.core.spec import JobSpec
-from spotd.core.states import TERMINAL
-from spotd.core.values import InstanceReport, attempt_reports
+from spotd.core.states import ACTIVE, TERMINAL, JobStatus
+from spotd.core.values import InstanceReport, JobRecord, attempt_reports
 from spotd.daemon.agent_routes import create_agent_router
+from spotd.daemon.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from spotd.daemon.metrics import Outboxlike, create_metrics_router
 from spotd.daemon.planning import PlanView, plan_submitted
 from spotd.daemon.secrets import missing_secrets
-from spotd.daemon.views import EventView, JobView, MarketView, event_view, job_view, market_view
+from spotd.daemon.views import (
+    EventView,
+    JobPageView,
+    JobView,
+    MarketView,
+    event_view,
+    job_view,
+    market_view,
+)
 from spotd.engine.gang import roster_for
 from spotd.engine.reconcile import Engine
+
+DEFAULT_PAGE = 100
+"""Jobs in one page of ``GET /v1/jobs`` when the request names no ``limit``."""
+MAX_PAGE = 1000
+"""The most jobs one page holds: a page's views are built in memory at once."""
+MAX_IDEMPOTENCY_KEY = 200
+"""The longest ``Idempotency-Key`` kept (a UUID is 36 characters)."""
+STATUS_WORDS: dict[str, frozenset[JobStatus]] = {
+    "active": frozenset(ACTIVE),
+    "ended": frozenset(TERMINAL),
+    **{s.value: frozenset({s}) for s in JobStatus},
+}
+"""What ``status=`` of ``GET /v1/jobs`` accepts: a status, or ``active`` / ``ended``."""
 
 
 class SubmitBody(BaseModel):
@@ -158,13 +186,16 @@ def create_app(
     *,
     outbox: Outboxlike | None = None,
     secrets: Mapping[str, SecretStr] | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The API over ``engine``, guarded by ``token``; agents use their own tokens.
 
     ``secrets`` are the values the daemon holds for jobs (``[secrets]``): a job
     naming one it lacks is refused at submit, and agents get their job's own.
+    A request body over ``max_body_bytes`` (``[daemon] max_body_bytes``) gets 413.
     """
     app = FastAPI(title="spotd", version=__version__)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
 
     def attempt_token_of(job_id: str, seq: int) -> str | None:
         try:
@@ -222,11 +253,22 @@ def create_jobs_router(
         )  # fmt: skip
 
     @router.post("/v1/jobs", status_code=201)
-    def submit(body: SubmitBody) -> JobView:
+    def submit(
+        body: SubmitBody,
+        response: Response,
+        idempotency_key: Annotated[
+            str | None, Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY)
+        ] = None,
+    ) -> JobView:
         try:
             spec = JobSpec.model_validate(body.spec)
         except ValidationError as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
+        if idempotency_key is not None:
+            earlier = engine.store.job_by_idempotency_key(idempotency_key)
+            if earlier is not None:
+                response.status_code = 200
+                return _repeated(engine, earlier, spec, idempotency_key)
         missing = missing_secrets(spec.secrets, secrets or {})
         if missing:
             raise HTTPException(status_code=422, detail=(
@@ -234,25 +276,27 @@ def create_jobs_router(
                 "the daemon's [secrets] file or a SPOTD_SECRET_<NAME> variable (docs/config.md)"
             ))  # fmt: skip
         try:
-            job = engine.submit(spec)
+            job = _submit(engine, spec, idempotency_key)
         except SubmitRefused as exc:
             raise HTTPException(status_code=422, detail=str(exc)) from exc
-        return job_view(job, [], engine.clock.now())
+        if job.spec != spec:  # a racing submit of the same key stored another spec first
+            return _repeated(engine, job, spec, idempotency_key)
+        return job_view(job, engine.store.attempts(job.id), engine.clock.now())
 
     @router.get("/v1/prices")
     def prices() -> MarketView:
         return market_view(engine.market.snapshots(), time.time())
 
     @router.get("/v1/jobs")
-    def jobs(all: bool = True) -> list[JobView]:
-        now = engine.clock.now()
-        listed = engine.store.list_jobs()
-        if not all:
-            listed = [j for j in listed if j.status not in TERMINAL]
-        return [
-            job_view(j, engine.store.attempts(j.id), now, ledger=engine.store.ledger(job_id=j.id))
-            for j in listed
-        ]
+    def jobs(
+        status: Annotated[list[str] | None, Query()] = None,
+        team: str | None = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = DEFAULT_PAGE,
+        cursor: str | None = None,
+    ) -> JobPageView:
+        """One page of jobs, newest first; ``status`` (repeatable): a status, ``active``
+        or ``ended``; ``team``: the spec's; ``cursor``: the ``next`` of the page before."""
+        return _job_page(engine, _statuses(status), team, limit, cursor)
 
     @router.get("/v1/jobs/{ref}")
     def job(ref: str) -> JobView:
@@ -293,3 +337,56 @@ def create_jobs_router(
         return LogsView(logs=out)
 
     return router
+
+
+def _job_page(
+    engine: Engine,
+    statuses: frozenset[JobStatus] | None,
+    team: str | None,
+    limit: int,
+    cursor: str | None,
+) -> JobPageView:
+    try:
+        page = engine.store.jobs_page(statuses=statuses, team=team, limit=limit, cursor=cursor)
+    except StoreError as exc:
+        if cursor is not None and "cursor" in str(exc):
+            raise HTTPException(status_code=422, detail=str(exc)) from exc
+        raise
+    # One read of the page's attempts and one of its ledger lines, not two per job:
+    # per-job reads were most of the 16 s `spotd status` took with 320 active jobs.
+    ids = [j.id for j in page.jobs]
+    attempts = engine.store.attempts_for(ids)
+    ledger = engine.store.ledger_for(ids)
+    now = engine.clock.now()
+    views = [job_view(j, attempts[j.id], now, ledger=ledger[j.id]) for j in page.jobs]
+    return JobPageView(jobs=views, next=page.next)
+
+
+def _repeated(engine: Engine, job: JobRecord, spec: JobSpec, key: str | None) -> JobView:
+    """The job an earlier submit of ``key`` stored; 409 when it was another spec."""
+    if job.spec != spec:
+        raise HTTPException(status_code=409, detail=(
+            f"Idempotency-Key {key!r} was used for job {job.id} ({job.name}) with "
+            "another spec; a new submit needs a new key"
+        ))  # fmt: skip
+    return job_view(
+        job, engine.store.attempts(job.id), engine.clock.now(), engine.store.reports(job.id),
+        engine.store.ledger(job_id=job.id),
+    )  # fmt: skip
+
+
+def _statuses(words: Sequence[str] | None) -> frozenset[JobStatus] | None:
+    """The statuses ``status=`` names (None: every job); 422 for a word of none."""
+    if not words:
+        return None
+    unknown = [w for w in words if w not in STATUS_WORDS]
+    if unknown:
+        raise HTTPException(status_code=422, detail=(
+            f"status: {', '.join(map(repr, unknown))} is not one of {', '.join(STATUS_WORDS)}"
+        ))  # fmt: skip
+    return frozenset().union(*(STATUS_WORDS[w] for w in words))
+
+
+def _submit(engine: Engine, spec: JobSpec, key: str | None) -> JobRecord:
+    """:meth:`Engine.submit`, storing ``key`` with the job in the job's own insert."""
+    return engine.submit(spec, idempotency_key=key)

@@ -14,10 +14,17 @@ import threading
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    create_model,
+)
 from pydantic_core import ErrorDetails
 from pydantic_settings import (
     BaseSettings,
@@ -52,6 +59,8 @@ class DaemonSettings(BaseModel):
     """On SIGTERM, how long to wait for API requests and the reconcile pass in flight."""
     reap_every_ticks: int = Field(default=10, ge=1)
     """How often to look for instances no open attempt owns, and stop them."""
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    """Largest request body the API reads (1 MiB); a larger one gets 413 unread."""
 
 
 class SchedulingSettings(BaseModel):
@@ -154,6 +163,27 @@ class AgentSettings(BaseModel):
     docker login ...``); empty: the engine's own credential helpers."""
 
 
+class TeamSettings(BaseModel):
+    """A ``[teams.<name>]`` table: limits on the jobs whose ``team`` is ``<name>``.
+
+    A limit reached holds the team's pending jobs back (they stay pending, a
+    ``held`` event says why); jobs already started go on.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_running_jobs: int | None = Field(default=None, ge=0)
+    """Most jobs of the team started and not ended at once (provisioning, running,
+    checkpointing or recovering), across every daemon on the database; None: no limit."""
+    monthly_budget_usd: float | None = Field(default=None, ge=0)
+    """What the team's jobs may spend in a calendar month (UTC) by the ledger before no
+    more of them start; None: no limit."""
+
+
+TeamName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
+"""What a job's ``team`` may be (the characters of a job name)."""
+
+
 def _default_data_dir() -> Path:
     return platformdirs.user_data_path("spotd")
 
@@ -176,6 +206,8 @@ class Settings(BaseSettings):
     email: EmailSettings = Field(default_factory=EmailSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     secrets: SecretsSettings = Field(default_factory=SecretsSettings)
+    teams: dict[TeamName, TeamSettings] = Field(default_factory=dict)
+    """Per team name, the limits on its jobs (``[teams.<name>]``)."""
 
     _toml_path: ClassVar[Path | None] = None
 
@@ -206,8 +238,10 @@ class Settings(BaseSettings):
         return self.data_dir / "daemon.json"
 
     def state_dir(self, kind: str) -> Path:
-        """The folder of provider kind ``kind``'s own state (the simulator's market)."""
-        return self.data_dir / kind
+        """The folder of provider kind ``kind``'s own state (the simulator's market):
+        its table's ``state_dir`` where it has one, else ``<data_dir>/<kind>``."""
+        override = getattr(getattr(self.providers, kind, None), "state_dir", None)
+        return Path(override) if override else self.data_dir / kind
 
     @property
     def sim_state_dir(self) -> Path:

@@ -31,6 +31,8 @@ from spotd.daemon.wiring import build_engine, build_mailer_for
 from spotd.engine.reconcile import Engine
 from spotd.mail import schedule_mail
 from spotd.registry import find_kind_of
+from spotd.store.coordination import Coordinator
+from spotd.store.sql import make_engine
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class Daemon:
         if self.mailer is not None:
             self.engine.on_end = self.mailer.job_ended
         self.scheduler = BackgroundScheduler(timezone="UTC")
+        self.coordinator = Coordinator(make_engine(settings.db_url))
         self._stopping = threading.Event()
         self._in_pass = threading.Lock()
         self._ticks = 0
@@ -63,13 +66,20 @@ class Daemon:
     # -- lifecycle ----------------------------------------------------------
 
     def start(self) -> None:
-        """Start the API server and the scheduled work in background threads."""
+        """Start the API server and the scheduled work in background threads.
+
+        Refuses (:class:`~spotd.core.errors.ConfigError`) to start beside a live
+        daemon on the same data_dir, the same SQLite database, or the same owner
+        name on one PostgreSQL database.
+        """
+        self.coordinator.claim_daemon(self.settings.data_dir, self.settings.daemon.owner)
         token = ensure_token(self.settings.token_file)
         sock = self._bind()
         outbox = self.mailer.outbox if self.mailer is not None else None
         config = uvicorn.Config(
             create_app(self.engine, token, outbox=outbox,
-                       secrets=load_secrets(self.settings.secrets)),
+                       secrets=load_secrets(self.settings.secrets),
+                       max_body_bytes=self.settings.daemon.max_body_bytes),
             log_level="warning", lifespan="off",
         )  # fmt: skip
         self._server = _ThreadServer(config)
@@ -103,6 +113,7 @@ class Daemon:
             log.warning("a reconcile pass is still running after %.0f s; stopping anyway", drain)
         with contextlib.suppress(FileNotFoundError):
             self.settings.address_file.unlink()
+        self.coordinator.release()
         self.engine.store.close()
         log.info("spotd daemon stopped")
 
@@ -146,10 +157,14 @@ class Daemon:
             if self._stopping.is_set():
                 return
             try:
+                leading = self.coordinator.try_lead()
+                self.engine.keeps_history = leading
                 self.engine.tick()
                 self._ticks += 1
-                if self._ticks % self.settings.daemon.reap_every_ticks == 0:
-                    self.engine.reap()
+                if leading and self._ticks % self.settings.daemon.reap_every_ticks == 0:
+                    # The leader reaps for every owner: a dead daemon's orphans included.
+                    owners = {self.settings.daemon.owner, *self.engine.store.job_owners()}
+                    self.engine.reap(sorted(owners))
             except Exception:
                 # The loop must outlive any one bad pass (a database hiccup, say).
                 log.exception("reconcile pass failed; next pass retries")

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from spotd.billing.ledger import ledger_so_far, spend_by_attempt
 from spotd.core.agent_wire import GpuReading, PreflightFigures
 from spotd.core.progress import job_done_hours, reported_steps, running_rate
-from spotd.core.states import JobStatus
+from spotd.core.states import FailureCause, JobStatus
 from spotd.core.values import (
     AttemptEnd,
     AttemptRecord,
@@ -23,6 +23,7 @@ from spotd.core.values import (
     Offering,
     attempt_reports,
 )
+from spotd.engine.attempts import error_exits
 from spotd.engine.gang import gang_state
 from spotd.market.cache import Snapshot
 
@@ -137,6 +138,20 @@ class JobView(BaseModel):
     spec: dict[str, Any]
     progress: ProgressView | None = None
     """None from a daemon older than the field."""
+    restarts: int = 0
+    """Times the job was started again after its command exited non-zero."""
+    max_restarts: int = 0
+    """Its ``retry.max_restarts_on_errors``."""
+    last_exit_code: int | None = None
+    """The non-zero code of the latest error exit, where the node's agent reported it."""
+
+
+class JobPageView(BaseModel):
+    """One page of ``GET /v1/jobs``: jobs newest first, and the cursor of the next page."""
+
+    jobs: list[JobView]
+    next: str | None
+    """Pass as ``cursor`` for the next page; None on the last page."""
 
 
 def gang_view(a: AttemptRecord, reports: Sequence[InstanceReport]) -> GangView | None:
@@ -227,7 +242,33 @@ def job_view(
         attempts=views,
         spec=job.spec.model_dump(mode="json"),
         progress=progress_view(job, attempts, now, reports),
+        restarts=restarts_of(job, attempts),
+        max_restarts=job.spec.retry.max_restarts_on_errors,
+        last_exit_code=last_error_exit(attempts, reports),
     )
+
+
+def restarts_of(job: JobRecord, attempts: Sequence[AttemptRecord]) -> int:
+    """How often the job was restarted after an error exit: its ``user-failed`` attempts,
+    less the last one when that failed the job."""
+    exits = error_exits(attempts)
+    if job.failure is FailureCause.USER_COMMAND_FAILED and exits:
+        return exits - 1
+    return exits
+
+
+def last_error_exit(
+    attempts: Sequence[AttemptRecord], reports: Sequence[InstanceReport]
+) -> int | None:
+    """The non-zero exit code the agents reported for the latest ``user-failed`` attempt
+    (the first failing node's); None without one (a provider without agents, the
+    simulated market, says it in the attempt's event instead)."""
+    failed = [a for a in attempts if a.end_reason is AttemptEnd.USER_FAILED]
+    if not failed:
+        return None
+    own = attempt_reports(failed[-1], reports)
+    codes = [own[i].exit_code for i in failed[-1].instance_ids if i in own]
+    return next((c for c in codes if c not in (None, 0)), None)
 
 
 def progress_view(

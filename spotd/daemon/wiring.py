@@ -12,6 +12,7 @@ from spotd.core.kinds import AnyKind
 from spotd.daemon.config import Settings
 from spotd.daemon.tokens import ensure_token
 from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.engine.teams import TeamLimits
 from spotd.registry import kind_names, load_policy
 from spotd.store import open_store
 
@@ -135,6 +136,10 @@ def build_engine(settings: Settings) -> Engine:
         changeover_hours=settings.scheduling.changeover_hours,
         replan_seconds=settings.scheduling.replan_seconds,
         price_history_seconds=settings.scheduling.price_history_seconds,
+        teams={
+            n: TeamLimits(t.max_running_jobs, t.monthly_budget_usd)
+            for n, t in settings.teams.items()
+        },
     )
     return Engine(store, providers, load_policy(settings.scheduling.policy), clock, engine_settings)
 

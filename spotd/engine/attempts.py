@@ -64,6 +64,58 @@ def cooldowns(
     return {p: reasons[region_key(p)] for p in every if region_key(p) in reasons}
 
 
+LAUNCH_FAILURES = frozenset({AttemptEnd.LAUNCH_FAILED, AttemptEnd.NO_CAPACITY})
+"""Attempt ends that are a failed launch, as ``retry.launch_failures`` counts them."""
+
+
+def since_last_run(attempts: Sequence[AttemptRecord]) -> Sequence[AttemptRecord]:
+    """The attempts after the last one that ran (all of them if none did)."""
+    for i in range(len(attempts) - 1, -1, -1):
+        if attempts[i].running_at is not None:
+            return attempts[i + 1 :]
+    return attempts
+
+
+def failed_launches(attempts: Sequence[AttemptRecord], pool: Pool | None = None) -> int:
+    """How many attempts since the job last ran (in ``pool`` only, given one) ended as a
+    failed launch.
+
+    Counted since the last run, not over the job's life: a launch that went
+    through shows the market can serve the job, and a week-long job recovering
+    from many preemptions in a tight market must not run out of launches.
+    """
+    return sum(
+        1
+        for a in since_last_run(attempts)
+        if a.end_reason in LAUNCH_FAILURES and (pool is None or a.pool == pool)
+    )
+
+
+def exhausted_pools(attempts: Sequence[AttemptRecord], per_pool: int) -> dict[Pool, int]:
+    """Pools with ``per_pool`` or more failed launches since the job last ran, with their
+    count: the job uses them no more (``retry.launch_failures_per_pool``), in either
+    market, until one of its attempts runs again."""
+    counts: dict[Pool, int] = {}
+    for a in since_last_run(attempts):
+        if a.end_reason in LAUNCH_FAILURES:
+            counts[a.pool] = counts.get(a.pool, 0) + 1
+    return {pool: n for pool, n in counts.items() if n >= per_pool}
+
+
+def error_exits(attempts: Sequence[AttemptRecord]) -> int:
+    """How many attempts ended because the job's command exited non-zero (``user-failed``):
+    while the job is active, the restarts ``retry.max_restarts_on_errors`` counts."""
+    return sum(1 for a in attempts if a.end_reason is AttemptEnd.USER_FAILED)
+
+
+def restartable(codes: Sequence[int], restart_on: Sequence[int]) -> bool:
+    """Whether a failed attempt whose nodes exited with ``codes`` may be restarted by
+    ``retry.restart_on_exit_codes``: any code restarts when none is listed, else
+    a listed code on any node does (a gang's other ranks exit with codes of their own
+    when one rank's NCCL times out)."""
+    return not restart_on or any(code in restart_on for code in codes)
+
+
 def with_report(instance: Instance | None, report: InstanceReport | None) -> Instance | None:
     """The provider's view of an instance, corrected by what its agent said.
 

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -56,7 +56,14 @@ from spotd.core.values import (
     PlacementContext,
     attempt_reports,
 )
-from spotd.engine.attempts import open_attempt, with_report
+from spotd.engine.attempts import (
+    error_exits,
+    exhausted_pools,
+    failed_launches,
+    open_attempt,
+    restartable,
+    with_report,
+)
 from spotd.engine.context import placement_context
 from spotd.engine.gang import (
     GangState,
@@ -67,7 +74,8 @@ from spotd.engine.gang import (
 )
 from spotd.engine.placements import attempt_tags, reap_placements, release
 from spotd.engine.shipping import shipping_environment
-from spotd.market.cache import MarketCache, unoffered_gpus
+from spotd.engine.teams import TeamBook, TeamLimits, pass_order
+from spotd.market.cache import MarketCache, OfferingIndex, unoffered_gpus
 from spotd.market.stats import HistoryStats, expected_preemptions
 
 log = logging.getLogger(__name__)
@@ -110,6 +118,8 @@ class EngineSettings:
     """Real seconds between two checks of whether a running job should move."""
     stats_window_hours: float = 7 * 24.0
     """How much price history the pool statistics look at."""
+    teams: Mapping[str, TeamLimits] = field(default_factory=dict)
+    """Per team name, the limits that hold its pending jobs back (``[teams]``)."""
 
 
 def checkpoint_uri(job: JobRecord, settings: EngineSettings) -> str:
@@ -178,11 +188,17 @@ class Engine:
         self._replanned_at: dict[str, float] = {}
         self._warned: set[int] = set()
         """Attempts whose rebalance warning the market has been told of."""
+        self.keeps_history = True
+        """Whether this engine writes the price history (only the leader of several)."""
         self._kept: dict[str, tuple[int, list[AttemptRecord]]] = {}
         """The attempts of the jobs of the last pass, by job id, with the job's version."""
         self._bills: dict[str, tuple[int, list[LedgerEntry]]] = {}
         """The stored ledger lines of jobs, by job id, with the job's version they were read at."""
         self._pass: _Pass | None = None
+        self._teams: TeamBook | None = None
+        """The teams' usage as the current pass counts it."""
+        self._held: dict[str, str] = {}
+        """The hold last recorded in each pending job's events, by job id."""
         self._placing = threading.Lock()
         """Held while a policy places a job: the reconcile loop and the API may both ask."""
         self.on_end: Callable[[JobRecord], None] | None = None
@@ -200,10 +216,11 @@ class Engine:
 
     # -- public -----------------------------------------------------------
 
-    def submit(self, spec: JobSpec) -> JobRecord:
+    def submit(self, spec: JobSpec, *, idempotency_key: str | None = None) -> JobRecord:
         """Store a new job; the next pass places it. SubmitRefused, and nothing stored,
         for a job this daemon could never run: a checkpoint location it has no way to
-        open, or GPU models that no provider offers."""
+        open, or GPU models that no provider offers. ``idempotency_key`` is stored
+        with the job (the store returns the first job for a key it already has)."""
         if spec.checkpoint.uri:
             try:
                 checkpoints.check_location(spec.checkpoint.uri)
@@ -212,24 +229,29 @@ class Engine:
         problem = unoffered_gpus(spec.resources.gpus, self.market.offered_gpus())
         if problem is not None:
             raise SubmitRefused(f"resources.gpus: {problem}")
-        return self.store.create_job(spec, now=self.clock.now())
+        return self.store.create_job(spec, now=self.clock.now(), idempotency_key=idempotency_key)
 
     def tick(self) -> None:
         """One reconcile pass over every job this daemon holds the lease of."""
-        now = self.clock.now()
-        # The lease is set in real seconds; the store compares clock times.
-        lease = self.settings.lease_seconds / self.clock.seconds_to_real(1.0)
-        owned = set(self.store.claim_jobs(self.settings.owner, now=now, lease_seconds=lease))
-        jobs = [j for j in self.store.list_jobs(ACTIVE) if j.id in owned]
+        # Leases are about daemons being alive: real seconds on the database's clock,
+        # whatever this daemon's clock (or a simulated market's) says.
+        lease = self.settings.lease_seconds
+        owned = set(self.store.claim_jobs(self.settings.owner, lease_seconds=lease))
+        # Highest priority first, then oldest: when capacity is short, the jobs that
+        # matter most ask first (spotd.engine.teams).
+        jobs = pass_order(j for j in self.store.list_jobs(ACTIVE) if j.id in owned)
+        self._teams = TeamBook(self.store, self.clock.now(), self.settings.teams)
         # One query for all attempts, one for all agent reports, one describe
         # per provider: a pass over 10,000 jobs must not make 40,000 calls.
         self._pass = self._prefetch(jobs)
         self._bills = {i: b for i, b in self._bills.items() if i in owned}
+        self._held = {i: r for i, r in self._held.items() if i in owned}
         try:
             for job in jobs:
                 self.step(job)
         finally:
             self._pass = None
+            self._teams = None  # the next pass counts afresh
 
     def step(self, job: JobRecord) -> None:
         """Move one job one step; errors are logged, never raised to the loop."""
@@ -248,8 +270,15 @@ class Engine:
         Safe to call from another thread (the API's ``spotd plan JOB``): one
         placement at a time asks the policy, which may keep per-job state.
         """
+        offerings = self.market.offerings()
+        spent = exhausted_pools(self._attempts(job.id), job.spec.retry.launch_failures_per_pool)
+        if spent:
+            # Past retry.launch_failures_per_pool the job never asks that pool again,
+            # in either market: the offering is not shown to the policy at all. (A
+            # new index per placement, for such jobs only: the market's is shared.)
+            offerings = OfferingIndex(o for o in offerings if o.pool not in spent)
         with self._placing:
-            return (policy or self.policy).place(self.context(job), self.market.offerings())
+            return (policy or self.policy).place(self.context(job), offerings)
 
     def context(self, job: JobRecord) -> PlacementContext:
         """Everything the policy may know of the job now (:mod:`spotd.engine.context`)."""
@@ -276,29 +305,38 @@ class Engine:
         self._settle(job, attempt)
         return job
 
-    def reap(self) -> int:
+    def reap(self, owners: Sequence[str] | None = None) -> int:
         """Stop running instances no open attempt owns, and delete placement objects
-        no live instance or open attempt holds; return how many instances were stopped."""
+        no live instance or open attempt holds; return how many instances were stopped.
+
+        ``owners``: whose objects to look at (by their ``spotd-owner`` tag); this
+        daemon's by default. The leader of several daemons reaps every owner's:
+        a dead daemon's orphans are nobody else's to stop.
+        """
         stopped = 0
-        for provider in self.providers.values():
-            try:
-                mine = provider.list_instances({TAG_OWNER: self.settings.owner})
-            except ProviderError as exc:
-                log.warning("reaper could not list %s: %s", provider.name, exc)
-                continue
-            except Exception:
-                log.exception("reaper: listing %s raised", provider.name)  # an adapter's bug
-                continue
-            live = [i for i in mine if not i.ended]
-            orphans = [i.id for i in live if self._orphaned(i.tags)]
-            if orphans:
-                stopped += self._stop_orphans(provider, orphans)
-            try:
-                # Orphans stopped just now still hold their placement: it goes next pass.
-                reap_placements(provider, {TAG_OWNER: self.settings.owner}, live,
-                                self._orphaned, key_tags=(TAG_JOB, TAG_ATTEMPT))  # fmt: skip
-            except Exception:
-                log.exception("reaper: placements of %s raised", provider.name)  # an adapter's bug
+        for owner in owners or [self.settings.owner]:
+            for provider in self.providers.values():
+                stopped += self._reap_one(provider, owner)
+        return stopped
+
+    def _reap_one(self, provider: Provider, owner: str) -> int:
+        try:
+            mine = provider.list_instances({TAG_OWNER: owner})
+        except ProviderError as exc:
+            log.warning("reaper could not list %s: %s", provider.name, exc)
+            return 0
+        except Exception:
+            log.exception("reaper: listing %s raised", provider.name)  # an adapter's bug
+            return 0
+        live = [i for i in mine if not i.ended]
+        orphans = [i.id for i in live if self._orphaned(i.tags)]
+        stopped = self._stop_orphans(provider, orphans) if orphans else 0
+        try:
+            # Orphans stopped just now still hold their placement: it goes next pass.
+            reap_placements(provider, {TAG_OWNER: owner}, live, self._orphaned,
+                            key_tags=(TAG_JOB, TAG_ATTEMPT))  # fmt: skip
+        except Exception:
+            log.exception("reaper: placements of %s raised", provider.name)  # an adapter's bug
         return stopped
 
     @staticmethod
@@ -314,6 +352,8 @@ class Engine:
         return len(orphans)
 
     def _keep_history(self, provider: str, offerings: tuple[Offering, ...]) -> None:
+        if not self.keeps_history:
+            return  # another daemon on the database leads and keeps it
         # Polls can be far more frequent than the history needs to be.
         now = time.monotonic()
         last = self._history_at.get(provider)
@@ -334,9 +374,12 @@ class Engine:
             return
         if job.status is JobStatus.PENDING and self._deadline_impossible(job, now):
             return
+        if job.status is JobStatus.PENDING and self._held_by_team(job, now):
+            return
         decision = self.plan(job)
         if decision.choice is None:
-            self._waited_too_long(job, now)
+            if not self._every_pool_failed(job, attempts):
+                self._waited_too_long(job, now)
             return
         choice = decision.choice
         uri = checkpoint_uri(job, self.settings)
@@ -364,7 +407,12 @@ class Engine:
         detail = f"{choice.offering.pool} {choice.market} {choice.price_per_hour:.2f} USD/h"
         if latest is not None:
             detail += f", resume from step {latest.step}"
+        started = job.status is JobStatus.PENDING
         job = self._move(job, JobStatus.PROVISIONING, "placed", detail=detail, open_=new)
+        if started:
+            self._held.pop(job.id, None)
+            if self._teams is not None:
+                self._teams.started(job)  # the next pending job of its team sees it
         opened = open_attempt(self._attempts(job.id))
         if opened is not None:
             self._launch(job, opened)
@@ -417,6 +465,20 @@ class Engine:
                              close=close, failure=FailureCause.INVALID_SPEC)  # fmt: skip
             self._settle(job, attempt)
             return
+        retry = job.spec.retry
+        attempts = self._attempts(job.id)  # this attempt is still open: not counted
+        failed_before = failed_launches(attempts)
+        if failed_before >= retry.launch_failures:
+            detail += (f" ({failed_before + 1} failed launches, "
+                       f"retry.launch_failures is {retry.launch_failures})")  # fmt: skip
+            job = self._move(job, JobStatus.FAILED, str(reason), detail=detail, close=close,
+                             failure=FailureCause.LAUNCH_FAILED)  # fmt: skip
+            self._settle(job, attempt)
+            return
+        detail += f" ({retry.launch_failures - failed_before - 1} more failed launch(es) allowed"
+        if failed_launches(attempts, attempt.pool) + 1 >= retry.launch_failures_per_pool:
+            detail += f"; {attempt.pool} is not used for this job again"
+        detail += ")"
         self._move(job, JobStatus.RECOVERING, str(reason), detail=detail, close=close)
         # The adapter may have made the gang's placement before the launch failed.
         self._release(attempt)
@@ -655,15 +717,7 @@ class Engine:
         noticed = [i for i in instances if i is not None and i.state is InstanceState.NOTICE]
         done = [i for i in ended if i.state is InstanceState.EXITED and i.exit_code == 0]
         if failed and not preempted and not noticed:
-            codes = ", ".join(f"{i.id}: {i.exit_code}" for i in failed)
-            self._finish(
-                job,
-                attempt=attempt,
-                status=JobStatus.FAILED,
-                end=AttemptEnd.USER_FAILED,
-                detail=f"command exited with {codes}",
-                failure=FailureCause.USER_COMMAND_FAILED,
-            )
+            self._command_failed(job, attempt, failed)
         elif preempted or (noticed and failed):
             preempted = preempted or noticed
             self._finish(
@@ -691,6 +745,36 @@ class Engine:
                 end=AttemptEnd.LOST,
                 detail=f"{attempt.pool}: node(s) gone without notice",
             )
+
+    def _command_failed(
+        self, job: JobRecord, attempt: AttemptRecord, failed: Sequence[Instance]
+    ) -> None:
+        """The job's command exited non-zero: restart it from its last checkpoint within
+        ``retry.max_restarts_on_errors`` (for the codes ``retry.restart_on_exit_codes``
+        covers), else fail the job.
+
+        A restart closes the attempt ``user-failed`` and recovers: the next pass
+        places the job as after a preemption, resuming from the latest checkpoint.
+        """
+        codes = ", ".join(f"{i.id}: {i.exit_code}" for i in failed)
+        detail = f"command exited with {codes}"
+        retry = job.spec.retry
+        exits = [i.exit_code for i in failed if i.exit_code is not None]
+        restarted = error_exits(self._attempts(job.id))  # this attempt is still open
+        if retry.max_restarts_on_errors > 0:
+            if not restartable(exits, retry.restart_on_exit_codes):
+                listed = ", ".join(map(str, retry.restart_on_exit_codes))
+                detail += f" (not restarted: retry.restart_on_exit_codes is {listed})"
+            elif restarted >= retry.max_restarts_on_errors:
+                detail += f" (restarted {restarted} time(s), retry.max_restarts_on_errors)"
+            else:
+                detail += (f"; restart {restarted + 1} of {retry.max_restarts_on_errors}, "
+                           "from the last checkpoint")  # fmt: skip
+                self._finish(job, attempt=attempt, status=JobStatus.RECOVERING,
+                             end=AttemptEnd.USER_FAILED, detail=detail)  # fmt: skip
+                return
+        self._finish(job, attempt=attempt, status=JobStatus.FAILED, end=AttemptEnd.USER_FAILED,
+                     detail=detail, failure=FailureCause.USER_COMMAND_FAILED)  # fmt: skip
 
     def _finish(
         self,
@@ -771,6 +855,55 @@ class Engine:
             failure=FailureCause.NO_CAPACITY,
         )
         self._settle(moved, None)
+
+    def _held_by_team(self, job: JobRecord, now: datetime) -> bool:
+        """Whether a team limit keeps the pending job back this pass.
+
+        A new reason is written as a ``held`` event (pending to pending), once:
+        the job's events say why it waits, and a steady hold writes nothing.
+        """
+        if job.spec.team is None or job.spec.team not in self.settings.teams:
+            return False
+        if self._teams is None:  # stepped outside a pass
+            self._teams = TeamBook(self.store, now, self.settings.teams)
+        reason = self._teams.hold_reason(job)
+        if reason is None:
+            self._held.pop(job.id, None)
+            return False
+        if job.id not in self._held:
+            # Another daemon, or this one before a restart, may have said it already.
+            last = self.store.events(job.id)[-1]
+            if last.cause == "held":
+                self._held[job.id] = last.detail
+        if self._held.get(job.id) != reason:
+            self._move(job, JobStatus.PENDING, "held", detail=reason)
+            self._held[job.id] = reason
+        return True
+
+    def _every_pool_failed(self, job: JobRecord, attempts: Sequence[AttemptRecord]) -> bool:
+        """Fail the job (``launch-failed``) when nothing is left to place it on but pools
+        it may no longer use (``retry.launch_failures_per_pool``): it would wait forever.
+
+        Asked only when no offering passed: the policy is asked once more with those
+        pools shown, and the job fails only if it would pick one of them.
+        """
+        per_pool = job.spec.retry.launch_failures_per_pool
+        spent = exhausted_pools(attempts, per_pool)
+        if not spent:
+            return False
+        with self._placing:
+            choice = self.policy.place(self.context(job), self.market.offerings()).choice
+        if choice is None or choice.offering.pool not in spent:
+            return False
+        pools = ", ".join(sorted(str(p) for p in spent))
+        moved = self._move(
+            job, JobStatus.FAILED, "launch failed everywhere",
+            detail=f"every pool it can use failed {per_pool} launch(es) "
+            f"(retry.launch_failures_per_pool): {pools}",
+            failure=FailureCause.LAUNCH_FAILED,
+        )  # fmt: skip
+        self._settle(moved, None)
+        return True
 
     # -- helpers --------------------------------------------------------------
 

@@ -8,11 +8,12 @@ roll back together with it.
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     Row,
+    cast,
     create_engine,
     event,
     func,
@@ -32,11 +34,14 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    tuple_,
     update,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
 
+from spotd.core.contracts import JobPage
 from spotd.core.errors import JobNotFound, LostTransition, StoreError
 from spotd.core.spec import JobSpec, spec_from_json, spec_to_json
 from spotd.core.states import ACTIVE, FailureCause, JobStatus, Transition
@@ -55,7 +60,7 @@ from spotd.core.values import (
     PricePoint,
 )
 from spotd.store import history, ledger_sql
-from spotd.store.tables import ATTEMPTS, EVENTS, JOBS
+from spotd.store.tables import ATTEMPTS, EVENTS, JOBS, LEDGER
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 """The alembic script folder, found next to this module so it works from a wheel."""
@@ -193,6 +198,7 @@ class SqlStore:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._writer = engine.execution_options(**{_WRITE: True})
+        self._postgres = engine.dialect.name == "postgresql"
 
     @property
     def engine(self) -> Engine:
@@ -211,32 +217,61 @@ class SqlStore:
 
     # jobs
 
-    def create_job(self, spec: JobSpec, *, now: datetime) -> JobRecord:
-        """Insert a new PENDING job (and its first event)."""
+    def create_job(
+        self, spec: JobSpec, *, now: datetime, idempotency_key: str | None = None
+    ) -> JobRecord:
+        """Insert a new PENDING job (and its first event).
+
+        With an ``idempotency_key`` another job already holds, nothing is inserted
+        and that job is returned: the unique column decides between two racing
+        submits of one key, the loser reading the winner's job.
+        """
         job_id = new_job_id()
-        with self._write() as conn:
-            conn.execute(
-                insert(JOBS).values(
-                    id=job_id,
-                    name=spec.name,
-                    spec_json=spec_to_json(spec),
-                    status=JobStatus.PENDING.value,
-                    failure=None,
-                    submitted_at=now,
-                    updated_at=now,
-                    version=0,
-                )
+        try:
+            with self._write() as conn:
+                if idempotency_key is not None:
+                    held = _job_with_key(conn, idempotency_key)
+                    if held is not None:
+                        return held
+                return self._insert_job(conn, job_id, spec, now, idempotency_key)
+        except StoreError:
+            held = self.job_by_idempotency_key(idempotency_key) if idempotency_key else None
+            if held is None:
+                raise
+            return held
+
+    def job_by_idempotency_key(self, key: str) -> JobRecord | None:
+        """The job submitted with this idempotency key, None when there is none."""
+        with self._read() as conn:
+            return _job_with_key(conn, key)
+
+    @staticmethod
+    def _insert_job(
+        conn: Connection, job_id: str, spec: JobSpec, now: datetime, key: str | None
+    ) -> JobRecord:
+        conn.execute(
+            insert(JOBS).values(
+                id=job_id,
+                name=spec.name,
+                spec_json=spec_to_json(spec),
+                status=JobStatus.PENDING.value,
+                failure=None,
+                submitted_at=now,
+                updated_at=now,
+                version=0,
+                idempotency_key=key,
             )
-            _insert_event(
-                conn,
-                job_id,
-                at=now,
-                from_status=None,
-                to_status=JobStatus.PENDING,
-                cause="submitted",
-                detail="",
-            )
-            return _load_job(conn, job_id)
+        )
+        _insert_event(
+            conn,
+            job_id,
+            at=now,
+            from_status=None,
+            to_status=JobStatus.PENDING,
+            cause="submitted",
+            detail="",
+        )
+        return _load_job(conn, job_id)
 
     def get_job(self, job_id: str) -> JobRecord:
         """The job with this id, or :class:`~spotd.core.errors.JobNotFound`."""
@@ -256,6 +291,39 @@ class SqlStore:
             query = query.where(JOBS.c.status.in_([s.value for s in statuses]))
         with self._read() as conn:
             return [_job_record(row) for row in conn.execute(query)]
+
+    def jobs_page(
+        self,
+        *,
+        statuses: Collection[JobStatus] | None = None,
+        team: str | None = None,
+        limit: int,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """Up to ``limit`` jobs, newest first (by submit time, then id), optionally only
+        those in ``statuses`` and of ``team``, starting after ``cursor`` (a page's ``next``).
+
+        A keyset read on ``(submitted_at, id)`` (indexed, with and without the
+        status): no OFFSET, so a deep page costs what the first does, and the
+        order key never changes, so a job is on one page only. ``team`` is read
+        from the stored spec's JSON: filtered along the index walk, not indexed.
+        """
+        if limit < 1:
+            raise StoreError(f"a page holds at least one job, not {limit}")
+        order = (JOBS.c.submitted_at.desc(), JOBS.c.id.desc())
+        query = select(JOBS).order_by(*order).limit(limit + 1)
+        if statuses is not None:
+            query = query.where(JOBS.c.status.in_([s.value for s in statuses]))
+        if team is not None:
+            query = query.where(_spec_team(self._engine.dialect.name) == team)
+        if cursor is not None:
+            at, job_id = _read_cursor(cursor)
+            query = query.where(tuple_(JOBS.c.submitted_at, JOBS.c.id) < tuple_(at, job_id))
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        jobs = [_job_record(row) for row in rows[:limit]]
+        more = len(rows) > limit
+        return JobPage(jobs=jobs, next=_make_cursor(jobs[-1]) if more else None)
 
     def compare_and_set(self, change: Transition, *, now: datetime) -> JobRecord:
         """Apply ``change`` if the job is still in ``change.expected``.
@@ -284,19 +352,34 @@ class SqlStore:
                 _open_attempt(conn, change.job_id, change.open_attempt, now)
             return _load_job(conn, change.job_id)
 
-    def claim_jobs(self, owner: str, *, now: datetime, lease_seconds: float) -> list[str]:
+    def job_owners(self) -> list[str]:
+        """Every daemon owner name that holds or held a job's lease, sorted."""
+        query = select(JOBS.c.owner).where(JOBS.c.owner.is_not(None)).distinct()
+        with self._read() as conn:
+            return sorted(str(o) for o in conn.execute(query).scalars())
+
+    def claim_jobs(
+        self, owner: str, *, now: datetime | None = None, lease_seconds: float
+    ) -> list[str]:
         """Take or renew the lease of active jobs free or already ours; return their ids.
 
         One guarded UPDATE: a job is taken only if it is not terminal and has
         no owner, an expired lease, or ``owner`` already. On PostgreSQL the
-        rows are locked in id order, so two claimers never deadlock.
+        rows are locked in id order, so two claimers never deadlock. ``now``
+        None measures the lease on the database's clock (PostgreSQL's
+        ``now()``, this machine's on SQLite), which every daemon shares
+        however far their own clocks drift.
         """
-        claimable = (JOBS.c.status.in_(_ACTIVE), _lease_free_or_ours(owner, now))
+        lease = timedelta(seconds=lease_seconds)
+        current: Any = now
+        if current is None:
+            current = func.now() if self._postgres else datetime.now(UTC)
+        claimable = (JOBS.c.status.in_(_ACTIVE), _lease_free_or_ours(owner, current))
         locked_ids = select(JOBS.c.id).where(*claimable).order_by(JOBS.c.id).with_for_update()
         claim = (
             update(JOBS)
             .where(JOBS.c.id.in_(locked_ids), *claimable)
-            .values(owner=owner, lease_until=now + timedelta(seconds=lease_seconds))
+            .values(owner=owner, lease_until=current + lease)
             .returning(JOBS.c.id)
         )
         with self._write() as conn:
@@ -414,6 +497,20 @@ class SqlStore:
         with self._read() as conn:
             return ledger_sql.select_entries(conn, since=since, until=until, job_id=job_id)
 
+    def ledger_for(self, job_ids: Collection[str]) -> dict[str, list[LedgerEntry]]:
+        """The ledger lines of many jobs at once (one query per chunk), by job id."""
+        found: dict[str, list[LedgerEntry]] = {job_id: [] for job_id in job_ids}
+        with self._read() as conn:
+            for chunk in _chunks(list(found)):
+                query = (
+                    select(LEDGER)
+                    .where(LEDGER.c.job_id.in_(chunk))
+                    .order_by(LEDGER.c.start, LEDGER.c.job_id, LEDGER.c.attempt, LEDGER.c.id)
+                )
+                for row in conn.execute(query):
+                    found[row.job_id].append(ledger_sql._entry(row))  # the one row mapping
+        return found
+
     def claim_notification(self, key: str, *, at: datetime) -> bool:
         """Record that notification ``key`` goes out; True only for the first claimer."""
         with self._write() as conn:
@@ -437,7 +534,40 @@ def _creation_order() -> tuple[ColumnElement[Any], ...]:
     return (JOBS.c.submitted_at, first_event, JOBS.c.id)
 
 
-def _lease_free_or_ours(owner: str, now: datetime) -> ColumnElement[bool]:
+def _make_cursor(last: JobRecord) -> str:
+    """The opaque cursor after ``last``: its order key, base64 of JSON."""
+    key = json.dumps([last.submitted_at.isoformat(), last.id]).encode()
+    return base64.urlsafe_b64encode(key).decode().rstrip("=")
+
+
+def _read_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, job_id = json.loads(raw)
+        when = datetime.fromisoformat(at)
+    except (ValueError, TypeError) as exc:
+        raise StoreError(f"not a job listing cursor: {cursor!r}") from exc
+    if when.tzinfo is None or not isinstance(job_id, str):
+        raise StoreError(f"not a job listing cursor: {cursor!r}")
+    return when, job_id
+
+
+def _spec_team(dialect: str) -> ColumnElement[Any]:
+    """The ``team`` of the job's stored spec, in SQL (the spec is JSON text)."""
+    extracted: ColumnElement[Any]
+    if dialect == "postgresql":
+        extracted = cast(JOBS.c.spec_json, JSONB)["team"].astext
+    else:
+        extracted = func.json_extract(JOBS.c.spec_json, "$.team")
+    return extracted
+
+
+def _job_with_key(conn: Connection, key: str) -> JobRecord | None:
+    row = conn.execute(select(JOBS).where(JOBS.c.idempotency_key == key)).one_or_none()
+    return None if row is None else _job_record(row)
+
+
+def _lease_free_or_ours(owner: str, now: Any) -> ColumnElement[bool]:
     return or_(
         JOBS.c.owner.is_(None),
         JOBS.c.owner == owner,

@@ -57,6 +57,14 @@ class JobTable(SQLModel, table=True):
     """One submitted job and its current status; ``version`` counts changes."""
 
     __tablename__ = "jobs"
+    __table_args__ = (
+        # The listings page on (submitted_at, id), with or without a status filter.
+        Index("ix_jobs_submitted_at_id", "submitted_at", "id"),
+        Index("ix_jobs_status_submitted_at_id", "status", "submitted_at", "id"),
+        # A unique index, not a constraint: SQLite adds an index in place, where a
+        # constraint would copy the table (and trip the foreign keys on it).
+        Index("ix_jobs_idempotency_key", "idempotency_key", unique=True),
+    )
 
     id: str = Field(primary_key=True)
     name: str = Field(index=True)
@@ -68,6 +76,8 @@ class JobTable(SQLModel, table=True):
     owner: str | None = None
     lease_until: datetime | None = Field(default=None, sa_type=UtcDateTime)
     version: int = 0
+    idempotency_key: str | None = None
+    """The submitter's ``Idempotency-Key``: a retried submit finds its job by it."""
 
 
 class EventRow(SQLModel, table=True):

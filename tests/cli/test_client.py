@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import threading
+import time
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from spotd.cli.client import Client
+from spotd.cli.client import Client, daemon_alive
 from spotd.core.errors import ApiError
+from spotd.core.spec import JobSpec
 from spotd.daemon.config import DaemonSettings, Settings
+from spotd.daemon.views import JobView
 
 REPLIES: dict[str, tuple[int, bytes]] = {
     "/v1/jobs/j-cut": (200, b'{"id": "j-cut", "na'),
@@ -76,3 +85,128 @@ def test_a_daemon_on_a_port_of_its_choosing_that_is_not_running_is_named(tmp_pat
     settings = Settings(data_dir=tmp_path, daemon=DaemonSettings(port=0))
     with pytest.raises(ApiError, match="no spotd daemon is running with data_dir"):
         Client.from_settings(settings)
+
+
+def test_the_client_outwaits_the_stores_lock_wait() -> None:
+    from spotd.cli.client import TIMEOUT_SECONDS
+    from spotd.store.sql import SQLITE_BUSY_TIMEOUT_MS
+
+    # A daemon whose store waits its whole lock wait still answers (409) in time.
+    assert TIMEOUT_SECONDS >= SQLITE_BUSY_TIMEOUT_MS / 1000 + 10
+
+
+class _SlowSubmit(BaseHTTPRequestHandler):
+    """Takes longer than the client waits for every submit, and keeps their keys."""
+
+    keys: ClassVar[list[str | None]] = []
+    answer_on: ClassVar[int] = 99  # the try (0-based) that gets an answer in time
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # the health probe
+        self._reply(200, b'{"status": "ok"}')
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        tries = len(self.keys)
+        self.keys.append(self.headers.get("Idempotency-Key"))
+        if tries < self.answer_on:
+            time.sleep(1.0)
+            return
+        job = SUBMITTED.model_copy(update={"id": "j-0000000001"})
+        self._reply(200, job.model_dump_json().encode())
+
+    def _reply(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+SUBMITTED = JobView(
+    id="j-x", name="t", status="pending", failure=None, submitted_at=datetime.now(UTC),
+    updated_at=datetime.now(UTC), preemptions=0, providers=[], cost_usd=0.0, attempts=[],
+    spec={},
+)  # fmt: skip
+
+
+@pytest.fixture
+def slow() -> Iterator[tuple[Client, type[_SlowSubmit]]]:
+    handler = type("Handler", (_SlowSubmit,), {"keys": [], "answer_on": 99})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    host, port = server.server_address[:2]
+    c = Client(f"http://{host!s}:{port}", "token", timeout=0.3)
+    yield c, handler
+    c.close()
+    server.shutdown()
+    server.server_close()
+
+
+def _spec() -> JobSpec:
+    return JobSpec.model_validate(
+        {"name": "t", "command": ["true"], "resources": {"gpus": ["A100"], "gpus_per_node": 1}}
+    )
+
+
+def test_a_timed_out_submit_is_retried_once_with_the_same_key(
+    slow: tuple[Client, type[_SlowSubmit]],
+) -> None:
+    client, handler = slow
+    handler.answer_on = 1
+    job = client.submit(_spec())
+    assert job.id == "j-0000000001"
+    assert len(handler.keys) == 2 and handler.keys[0] == handler.keys[1]
+    assert str(uuid.UUID(str(handler.keys[0]))) == handler.keys[0], "a UUID per submit"
+    client.submit(_spec())
+    assert handler.keys[2] != handler.keys[0], "the next submit has a key of its own"
+
+
+def test_a_submit_that_times_out_twice_says_what_happened_and_how_to_retry_safely(
+    slow: tuple[Client, type[_SlowSubmit]],
+) -> None:
+    client, handler = slow
+    with pytest.raises(ApiError) as failed:
+        client.submit(_spec(), idempotency_key="key-1")
+    message = str(failed.value)
+    assert handler.keys == ["key-1", "key-1"]
+    assert message.startswith(
+        f"the spotd daemon at {client._http.base_url} did not answer the submit within 0.3 s"
+    )
+    assert "the job may have been stored: `spotd status` shows it" in message
+    assert "`--idempotency-key key-1` is safe" in message
+    assert "start it" not in message
+
+
+def test_a_timeout_is_no_reason_to_start_a_daemon(slow: tuple[Client, type[_SlowSubmit]]) -> None:
+    client, _ = slow
+    with pytest.raises(ApiError) as failed:
+        client._call("POST", "/v1/jobs/j-1/cancel", json={})
+    assert "did not answer POST /v1/jobs/j-1/cancel within 0.3 s" in str(failed.value)
+    assert "spotd daemon`" not in str(failed.value)
+
+
+def test_an_unreachable_daemon_is_told_by_its_address_file(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free, and nobody listens once closed
+    address = tmp_path / "daemon.json"
+    url = f"http://127.0.0.1:{port}"
+
+    gone = Client(url, "t", timeout=2, address_file=address)
+    with pytest.raises(ApiError, match=r"cannot reach a spotd daemon at .*start it with `spotd"):
+        gone.job("j-1")
+
+    address.write_text(json.dumps({"host": "127.0.0.1", "port": port, "pid": os.getpid()}))
+    stuck = Client(url, "t", timeout=2, address_file=address)
+    with pytest.raises(ApiError) as failed:
+        stuck.job("j-1")
+    assert f"is running (its pid is in {address})" in str(failed.value)
+    assert "start it" not in str(failed.value)
+    assert daemon_alive(address) is True
+    address.write_text(json.dumps({"host": "127.0.0.1", "port": port, "pid": 2**22 + 1}))
+    assert daemon_alive(address) is False
+    assert daemon_alive(tmp_path / "missing.json") is None

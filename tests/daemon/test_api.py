@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -12,6 +12,7 @@ import pytest
 from engine_support import FakeProvider, spec
 
 from spotd.daemon.api import create_app
+from spotd.daemon.limits import DEFAULT_MAX_BODY_BYTES
 from spotd.engine.reconcile import Engine, EngineSettings
 from spotd.store import open_store
 from spotd_policies.cheapest import CheapestPolicy
@@ -79,3 +80,172 @@ def test_the_plan_of_a_submitted_job_is_the_plan_view(engine: Engine) -> None:
     assert other.status_code == 200 and other.json()["choice"]["market"] == "on-demand"
     assert get(engine, "/v1/jobs/j-nope/plan").status_code == 404
     assert get(engine, f"/v1/jobs/{job.id}/plan", policy="nope").status_code == 409
+
+
+def send(
+    engine: Engine,
+    method: str,
+    path: str,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    **kw: object,
+) -> httpx.Response:
+    """One request through the app in process (``kw`` as httpx takes them)."""
+
+    async def go() -> httpx.Response:
+        app = create_app(engine, TOKEN, max_body_bytes=max_body_bytes)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://spotd") as client:
+            headers = {"Authorization": f"Bearer {TOKEN}", **kw.pop("headers", {})}  # type: ignore[dict-item]
+            return await client.request(method, path, headers=headers, **kw)  # type: ignore[arg-type]
+
+    return asyncio.run(go())
+
+
+# -- body limit -------------------------------------------------------------------
+
+
+def test_a_body_over_the_limit_with_a_content_length_is_413_and_nothing_is_stored(
+    engine: Engine,
+) -> None:
+    big = b'{"spec": {"name": "' + b"x" * 5000 + b'"}}'
+    reply = send(engine, "POST", "/v1/jobs", content=big, max_body_bytes=4096,
+                 headers={"Content-Type": "application/json"})  # fmt: skip
+    assert reply.status_code == 413
+    assert reply.json()["detail"].startswith(
+        f"request body of {len(big):,} bytes is over this daemon's limit of 4,096 bytes "
+        "([daemon] max_body_bytes)"
+    )
+    assert engine.store.list_jobs() == []
+    # Under the limit the same route works.
+    small = spec().model_dump(mode="json")
+    ok = send(engine, "POST", "/v1/jobs", json={"spec": small}, max_body_bytes=4096)
+    assert ok.status_code == 201
+
+
+def test_a_streamed_body_over_the_limit_is_413_and_read_only_up_to_the_limit(
+    engine: Engine,
+) -> None:
+    chunk = b" " * 65536
+    sent: list[int] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b'{"spec": {"name": "'
+        for n in range(800):  # 50 MiB, were it all read
+            sent.append(n)
+            yield chunk
+
+    reply = send(engine, "POST", "/v1/jobs", content=body(), max_body_bytes=1 << 20,
+                 headers={"Content-Type": "application/json"})  # fmt: skip
+    assert reply.status_code == 413
+    assert "over this daemon's limit of 1,048,576 bytes" in reply.json()["detail"]
+    # Chunked: no Content-Length to refuse by, so the limit stops the reading:
+    # 16 chunks make the first MiB, the 17th passes it.
+    assert len(sent) <= 17
+    assert engine.store.list_jobs() == []
+
+
+def test_a_real_server_answers_413_to_a_50_mb_chunked_body(engine: Engine) -> None:
+    import socket
+    import threading
+
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    config = uvicorn.Config(create_app(engine, TOKEN), log_level="warning", lifespan="off")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            threading.Event().wait(0.02)
+        port = sock.getsockname()[1]
+
+        def body() -> Iterator[bytes]:
+            yield b'{"spec": {"name": "'
+            for _ in range(800):
+                yield b" " * 65536
+
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            reply = client.post("/v1/jobs", content=body(),
+                                headers={"Authorization": f"Bearer {TOKEN}"})  # fmt: skip
+            assert reply.status_code == 413
+            assert "[daemon] max_body_bytes" in reply.json()["detail"]
+            assert client.get("/v1/health").status_code == 200  # and it still serves
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert engine.store.list_jobs() == []
+
+
+# -- listings ----------------------------------------------------------------------
+
+
+def test_job_listing_pages_newest_first_with_filters(engine: Engine) -> None:
+    jobs = [engine.store.create_job(spec(), now=engine.clock.now()) for _ in range(7)]
+    gone = jobs[2]
+    engine.cancel(gone)
+    want = [j.id for j in sorted(jobs, key=lambda j: (j.submitted_at, j.id), reverse=True)]
+
+    seen: list[str] = []
+    cursor: str | None = None
+    for _ in range(5):
+        params: dict[str, object] = {"limit": 3, **({"cursor": cursor} if cursor else {})}
+        page = send(engine, "GET", "/v1/jobs", params=params)
+        assert page.status_code == 200, page.text
+        seen += [j["id"] for j in page.json()["jobs"]]
+        cursor = page.json()["next"]
+        if cursor is None:
+            break
+    assert seen == want
+
+    active = send(engine, "GET", "/v1/jobs", params={"status": "active"}).json()
+    assert [j["id"] for j in active["jobs"]] == [i for i in want if i != gone.id]
+    assert active["next"] is None
+    ended = send(engine, "GET", "/v1/jobs", params={"status": ["cancelled", "failed"]}).json()
+    assert [j["id"] for j in ended["jobs"]] == [gone.id]
+    assert ended["jobs"][0]["status"] == "cancelled"
+
+
+def test_job_listing_refuses_bad_parameters(engine: Engine) -> None:
+    bad_status = send(engine, "GET", "/v1/jobs", params={"status": "sleeping"})
+    assert bad_status.status_code == 422
+    assert "'sleeping' is not one of active, ended, pending" in bad_status.json()["detail"]
+    assert send(engine, "GET", "/v1/jobs", params={"limit": 1001}).status_code == 422
+    assert send(engine, "GET", "/v1/jobs", params={"limit": 0}).status_code == 422
+    cursor = send(engine, "GET", "/v1/jobs", params={"cursor": "nope"})
+    assert cursor.status_code == 422 and "not a job listing cursor" in cursor.json()["detail"]
+
+
+# -- idempotent submit -------------------------------------------------------------
+
+
+def test_a_retried_submit_with_its_key_returns_the_first_job(engine: Engine) -> None:
+    body = {"spec": spec().model_dump(mode="json")}
+    key = {"Idempotency-Key": "3f1c-retry"}
+    first = send(engine, "POST", "/v1/jobs", json=body, headers=key)
+    again = send(engine, "POST", "/v1/jobs", json=body, headers=key)
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
+    assert [j.id for j in engine.store.list_jobs()] == [first.json()["id"]]
+
+    other = send(engine, "POST", "/v1/jobs", json=body, headers={"Idempotency-Key": "another"})
+    assert other.status_code == 201 and other.json()["id"] != first.json()["id"]
+    changed = {"spec": spec("print('other')").model_dump(mode="json")}
+    clash = send(engine, "POST", "/v1/jobs", json=changed, headers=key)
+    assert clash.status_code == 409
+    assert f"was used for job {first.json()['id']}" in clash.json()["detail"]
+    assert len(engine.store.list_jobs()) == 2
+
+
+def test_a_keyed_submit_is_refused_as_an_unkeyed_one_is(engine: Engine) -> None:
+    body = {"spec": spec(gpus=["Z900"]).model_dump(mode="json")}
+    engine.market.refresh_all()
+    keyed = send(engine, "POST", "/v1/jobs", json=body, headers={"Idempotency-Key": "k"})
+    plain = send(engine, "POST", "/v1/jobs", json=body)
+    assert keyed.status_code == plain.status_code == 422
+    assert keyed.json()["detail"] == plain.json()["detail"]
+    assert keyed.json()["detail"].startswith("resources.gpus: ")
+    assert engine.store.list_jobs() == []

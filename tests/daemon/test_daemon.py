@@ -154,3 +154,41 @@ def test_cli_without_daemon_says_how_to_start_it(setup: Setup) -> None:
     result = setup.cli("status", check=False)
     assert result.returncode == 1
     assert "spotd daemon" in result.stderr
+
+
+def test_a_second_daemon_on_the_same_data_dir_is_refused(setup: Setup) -> None:
+    daemon = Daemon(setup)
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "spotd", "daemon", "--config", str(setup.config)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+        said = " ".join(second.stderr.split())  # rich folds long lines
+        assert second.returncode == 1
+        assert f"another spotd daemon is running on data_dir {setup.root}" in said
+        assert f"(pid {daemon.proc.pid}, lock {setup.root / 'daemon.lock'})" in said
+    finally:
+        assert daemon.stop() == 0
+
+
+def test_jobs_do_not_inherit_the_daemons_secrets(setup: Setup) -> None:
+    """The daemon's cloud keys and SMTP password never reach a job (sim, like a cloud)."""
+    secrets = {
+        "AWS_SECRET_ACCESS_KEY": "aws-dummy-8d1f", "SPOTD_EMAIL__PASSWORD": "smtp-dummy-77",
+        "AZURE_CLIENT_SECRET": "az-dummy-41", "SPOTD_SECRET_HF_TOKEN": "hf-dummy-0c",
+    }  # fmt: skip
+    job = setup.root / "env.toml"
+    job.write_text('name = "env"\ncommand = ["/usr/bin/env"]\n'
+                   '[resources]\ngpus = ["A100"]\ngpus_per_node = 1\n')  # fmt: skip
+    store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
+    daemon = Daemon(setup, env={**os.environ, **secrets})
+    try:
+        job_id = json.loads(setup.cli("submit", str(job), "--json").stdout)["id"]
+        wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=120)
+        output = setup.cli("logs", job_id).stdout
+    finally:
+        assert daemon.stop() == 0
+        store.close()
+    assert "PATH=" in output, "the job's environment was printed"
+    for value in secrets.values():
+        assert value not in output

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -452,9 +452,10 @@ def test_lease_lets_a_second_daemon_take_over(tmp_path: Path, store_url: str) ->
         second.tick()  # the lease is first's: second must not touch the job
         assert first.store.get_job(job.id).owner == "first"
         assert len(first.store.attempts(job.id)) == 1
-        # first stops ticking (dies); once its lease (60 real s) runs out second claims.
-        lease = first.settings.lease_seconds / first.clock.seconds_to_real(1.0)
-        later = first.clock.now() + timedelta(seconds=lease + 1)
+        # first stops ticking (dies); once its lease (60 real seconds on the database's
+        # clock, whatever the simulated clock says) runs out, second claims.
+        lease = first.settings.lease_seconds
+        later = datetime.now(UTC) + timedelta(seconds=lease + 1)
         assert second.store.claim_jobs("second", now=later, lease_seconds=lease) == [job.id]
         job = run_until(second, job.id, _terminal)
         assert job.status is JobStatus.SUCCEEDED and job.owner == "second"

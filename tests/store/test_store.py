@@ -159,6 +159,124 @@ def test_list_jobs_oldest_first_and_by_status(store: SqlStore) -> None:
     assert store.list_jobs([]) == []
 
 
+def _pages(
+    store: SqlStore,
+    limit: int,
+    statuses: set[JobStatus] | None = None,
+    team: str | None = None,
+) -> list[list[str]]:
+    pages: list[list[str]] = []
+    cursor: str | None = None
+    while True:
+        page = store.jobs_page(statuses=statuses, team=team, limit=limit, cursor=cursor)
+        pages.append([j.id for j in page.jobs])
+        if page.next is None:
+            return pages
+        cursor = page.next
+
+
+def test_jobs_page_has_every_job_exactly_once_newest_first(store: SqlStore) -> None:
+    # 23 jobs, four to each instant (a simulated clock submits many at once): the
+    # order is (submitted_at, id) descending, ties split by id, across page ends.
+    jobs = [store.create_job(make_spec(f"n{i}"), now=at(i // 4)) for i in range(23)]
+    for j in jobs[::3]:
+        move(store, j.id, S.PENDING, S.CANCELLED, at(30))
+    newest_first = [j.id for j in sorted(jobs, key=lambda j: (j.submitted_at, j.id), reverse=True)]
+
+    pages = _pages(store, 5)
+    assert [len(p) for p in pages] == [5, 5, 5, 5, 3]
+    assert [i for p in pages for i in p] == newest_first
+
+    cancelled = [i for p in _pages(store, 4, {S.CANCELLED}) for i in p]
+    assert cancelled == [i for i in newest_first if i in {j.id for j in jobs[::3]}]
+    assert len(cancelled) == 8
+    pending = [i for p in _pages(store, 100, {S.PENDING, S.RUNNING}) for i in p]
+    assert sorted(pending) == sorted(set(newest_first) - set(cancelled))
+    assert _pages(store, 3, {S.FAILED}) == [[]]
+
+
+def test_jobs_page_filters_by_the_specs_team(store: SqlStore) -> None:
+    def of(team: str | None, minute: int) -> JobRecord:
+        base = make_spec()
+        return store.create_job(base.model_copy(update={"team": team}), now=at(minute))
+
+    ml = [of("ml", i) for i in range(0, 9, 2)]
+    others = [of("vision", 1), of(None, 3), of("ml-ops", 5)]
+    got = [i for p in _pages(store, 2, None) for i in p]
+    assert len(got) == len(ml) + len(others)
+    assert [i for p in _pages(store, 2, None, team="ml") for i in p] == [
+        j.id for j in reversed(ml)
+    ]
+    move(store, ml[0].id, S.PENDING, S.CANCELLED, at(20))
+    pending_ml = store.jobs_page(statuses={S.PENDING}, team="ml", limit=10).jobs
+    assert [j.id for j in pending_ml] == [j.id for j in reversed(ml[1:])]
+    assert store.jobs_page(team="nobody", limit=5).jobs == []
+
+
+def test_jobs_page_is_stable_while_jobs_arrive(store: SqlStore) -> None:
+    old = [store.create_job(make_spec(), now=at(i)) for i in range(6)]
+    first = store.jobs_page(limit=4)
+    store.create_job(make_spec("late"), now=at(50))  # newer than the cursor: not on later pages
+    rest = store.jobs_page(limit=4, cursor=first.next)
+    assert first.next is not None and rest.next is None
+    seen = [j.id for j in [*first.jobs, *rest.jobs]]
+    assert seen == [j.id for j in reversed(old)]
+
+
+def test_jobs_page_refuses_a_cursor_it_did_not_make_and_an_empty_page(store: SqlStore) -> None:
+    store.create_job(make_spec(), now=at(0))
+    for bad in ("nope", "WyJ4Il0", "WyIyMDI1LTAzLTAxVDEyOjAwOjAwIiwgImoiXQ"):  # junk, ["x"], naive
+        with pytest.raises(StoreError, match="not a job listing cursor"):
+            store.jobs_page(limit=2, cursor=bad)
+    with pytest.raises(StoreError, match="at least one job"):
+        store.jobs_page(limit=0)
+
+
+def test_an_idempotency_key_stores_one_job(store: SqlStore) -> None:
+    first = store.create_job(make_spec("a"), now=at(0), idempotency_key="k-1")
+    again = store.create_job(make_spec("a"), now=at(1), idempotency_key="k-1")
+    assert again == first
+    other = store.create_job(make_spec("a"), now=at(2), idempotency_key="k-2")
+    keyless = [store.create_job(make_spec("a"), now=at(3)) for _ in range(2)]
+    assert len({first.id, other.id, *(j.id for j in keyless)}) == 4
+    assert [j.id for j in store.list_jobs()] == [first.id, other.id, *(j.id for j in keyless)]
+    found = store.job_by_idempotency_key("k-2")
+    assert found is not None and found.id == other.id
+    assert store.job_by_idempotency_key("k-3") is None
+
+
+def test_ledger_for_reads_many_jobs_lines_at_once(store: SqlStore) -> None:
+    from spotd.core.values import LedgerEntry
+
+    a, b, c = (store.create_job(make_spec(), now=at(0)) for _ in range(3))
+
+    def line(job_id: str, attempt: int, usd: float) -> LedgerEntry:
+        return LedgerEntry(
+            job_id=job_id, attempt=attempt, provider="sim", region="r", zone="r-a",
+            instance_type="t", gpu="H100", gpus=1, nodes=1, fabric="ethernet", market="spot",
+            kind="compute", start=at(attempt), end=at(attempt + 1), billed_seconds=60.0,
+            usd=usd, on_demand_usd=2 * usd, job_status="running",
+        )  # fmt: skip
+
+    store.replace_ledger(a.id, [line(a.id, 1, 1.0), line(a.id, 2, 2.0)])
+    store.replace_ledger(b.id, [line(b.id, 1, 5.0)])
+    got = store.ledger_for([a.id, b.id, c.id, "j-none"])
+    assert {k: [e.usd for e in v] for k, v in got.items()} == {
+        a.id: [1.0, 2.0], b.id: [5.0], c.id: [], "j-none": [],
+    }  # fmt: skip
+    assert got[a.id] == store.ledger(job_id=a.id)
+
+
+def test_racing_submits_of_one_key_store_one_job(store: SqlStore) -> None:
+    results = race([
+        partial(store.create_job, make_spec("r"), now=at(0), idempotency_key="same")
+        for _ in range(4)
+    ])  # fmt: skip
+    ids = {r.id for r in results if isinstance(r, JobRecord)}
+    assert len(ids) == 1, results
+    assert [j.id for j in store.list_jobs()] == list(ids)
+
+
 # -- compare-and-set -----------------------------------------------------------
 
 
@@ -593,7 +711,7 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 
 # -- schema ----------------------------------------------------------------------
 
-LATEST = "0006"
+LATEST = "0007"
 
 
 def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:

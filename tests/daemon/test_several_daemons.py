@@ -1,0 +1,133 @@
+"""Three daemons on one PostgreSQL database and one simulated market; the leader is killed.
+
+Each daemon has its own data_dir and owner; they share the database and the
+simulated market's folder (``providers.sim.state_dir``), as three hosts share
+a database and a cloud. Jobs are split by leases; the leader (an advisory
+lock) writes the price history and reaps every owner's orphans. SIGKILL of the
+leader: its jobs' leases run out and the others take them over, another
+daemon leads within a second, every job finishes once, and no attempt is
+launched twice.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from daemon_support import STEPS, TRAINER, Daemon, Setup, wait_for
+
+from spotd.core.states import JobStatus
+from spotd.daemon.config import load_settings
+from spotd.daemon.wiring import build_providers
+from spotd.store import open_store
+
+pytestmark = pytest.mark.postgres
+
+CONFIG = """
+data_dir = "{root}"
+database_url = "{db}"
+
+[daemon]
+port = 0
+tick_seconds = 0.1
+owner = "{owner}"
+lease_seconds = 2
+reap_every_ticks = 3
+
+[providers.sim]
+state_dir = "{sim}"
+seed = 5
+speed = 600
+mean_up_hours = 500
+mean_down_hours = 1.0
+boot_seconds = 30
+epoch = 2026-02-02T00:00:00Z
+"""
+
+JOB = """
+name = "tiny-{n}"
+command = ["{python}", "{trainer}", "--steps", "{steps}", "--ckpt-every", "5",
+           "--step-seconds", "0.1"]
+[resources]
+gpus = ["A100"]
+gpus_per_node = 1
+"""
+
+LEADS = re.compile(r"^\S+ \S+ INFO .*this daemon now leads", re.MULTILINE)
+
+
+def _setup(tmp_path: Path, pg_url: str, n: int) -> Setup:
+    root = tmp_path / f"daemon-{n}"
+    root.mkdir()
+    config = root / "spotd.toml"
+    config.write_text(CONFIG.format(root=root, db=pg_url, owner=f"host-{n}",
+                                    sim=tmp_path / "market"))  # fmt: skip
+    return Setup(root, config, root / "job.toml")
+
+
+def _leads(setup: Setup) -> bool:
+    return bool(LEADS.search((setup.root / "daemon.log").read_text()))
+
+
+def test_the_leader_dies_and_the_others_finish_every_job_once(
+    tmp_path: Path, pg_url: str
+) -> None:
+    setups = [_setup(tmp_path, pg_url, n) for n in range(3)]
+    daemons = [Daemon(s) for s in setups]
+    store = open_store(pg_url)
+    try:
+        ids = []
+        for n in range(6):
+            job = setups[0].root / f"job-{n}.toml"
+            job.write_text(JOB.format(n=n, python=sys.executable, trainer=TRAINER, steps=STEPS * 3))
+            ids.append(json.loads(setups[n % 3].cli("submit", str(job), "--json").stdout)["id"])
+        limit = time.monotonic() + 30
+        while sum(map(_leads, setups)) != 1:
+            assert time.monotonic() < limit, "no single leader"
+            time.sleep(0.1)
+        leader = next(i for i, s in enumerate(setups) if _leads(s))
+        # The leader dies while one of its jobs runs.
+        limit = time.monotonic() + 120
+        while not any(j.owner == f"host-{leader}" and j.status is JobStatus.RUNNING
+                      for j in map(store.get_job, ids)):  # fmt: skip
+            assert time.monotonic() < limit, "the leader never ran a job"
+            time.sleep(0.1)
+        daemons[leader].kill()
+        killed = time.monotonic()
+        others = [s for i, s in enumerate(setups) if i != leader]
+        while not any(map(_leads, others)):
+            assert time.monotonic() - killed < 10, "nobody took over the leadership"
+            time.sleep(0.05)
+        took_over = time.monotonic() - killed
+        for job_id in ids:
+            wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=180)
+        owners = {store.get_job(i).owner for i in ids}
+        jobs = [store.get_job(i) for i in ids]
+        attempts = {i: store.attempts(i) for i in ids}
+        events = {i: store.events(i) for i in ids}
+    finally:
+        for i, daemon in enumerate(daemons):
+            if daemon.proc.poll() is None:
+                assert daemon.stop() == 0, (setups[i].root / "daemon.log").read_text()[-3000:]
+        store.close()
+    assert took_over < 2.0, f"the leadership passed on in {took_over:.2f} s"
+    assert all(j.status is JobStatus.SUCCEEDED for j in jobs), [j.status for j in jobs]
+    for job_id in ids:
+        ended = [e for e in events[job_id] if e.to_status is JobStatus.SUCCEEDED]
+        assert len(ended) == 1, f"{job_id} finished {len(ended)} times"
+    assert f"host-{leader}" not in owners, "the dead daemon's jobs were taken over"
+    # No attempt launched twice: one simulated VM per attempt, however many daemons.
+    settings = load_settings(setups[(leader + 1) % 3].config)
+    _, providers = build_providers(settings)
+    vms = Counter(
+        (vm.tags["spotd-job"], vm.tags["spotd-attempt"])
+        for provider in providers.values() for vm in provider.list_instances({})
+        if vm.tags.get("spotd-job") in ids
+    )  # fmt: skip
+    assert vms and set(vms.values()) == {1}
+    assert sum(len(a) for a in attempts.values()) == len(vms)
