@@ -22,6 +22,7 @@ from spotd.daemon.config import Settings
 from spotd.daemon.wiring import build_providers
 from spotd.engine.context import placement_context
 from spotd.engine.reconcile import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, max_run_seconds
+from spotd.engine.shipping import shipping_environment
 from spotd.market.cache import MarketCache
 from spotd.registry import load_policy
 
@@ -94,6 +95,8 @@ def launch_request_for(
     env = fabric_environment(offering.interconnect, spec.fabric_env, nodes=choice.nodes,
                              instance_type=offering.pool.instance_type)  # fmt: skip
     env.update(spec.env)
+    checkpoints = spec.checkpoint.uri or str(settings.checkpoints_dir / CHECK_JOB_ID)
+    env.update(shipping_environment(spec, offering, checkpoints))
     env.update(SPOTD_JOB_ID=CHECK_JOB_ID, SPOTD_ATTEMPT="1", SPOTD_NUM_NODES=str(choice.nodes))
     request = LaunchRequest(
         offering=offering,
@@ -103,7 +106,7 @@ def launch_request_for(
         tags={TAG_JOB: CHECK_JOB_ID, TAG_ATTEMPT: "1", TAG_OWNER: settings.daemon.owner},
         command=spec.command,
         env=env,
-        workdir=spec.workdir,
+        workdir=None if spec.code is not None else spec.workdir,
         max_run_seconds=max_run_seconds(spec),
     )
     return request, None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from spotd.core.clock import WallClock
+from spotd.core.clock import DatabaseClock, WallClock
 from spotd.core.contracts import Clock, Provider, ProviderContext
 from spotd.core.errors import ConfigError
 from spotd.core.kinds import AnyKind
@@ -15,6 +15,7 @@ from spotd.engine.reconcile import Engine, EngineSettings
 from spotd.engine.teams import TeamLimits
 from spotd.registry import kind_names, load_policy
 from spotd.store import open_store
+from spotd.store.coordination import Coordinator
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -127,6 +128,9 @@ def build_engine(settings: Settings) -> Engine:
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(settings.db_url)
     clock, providers = build_providers(settings)
+    if isinstance(clock, WallClock) and store.engine.dialect.name == "postgresql":
+        # Several daemons may share this database: keep time by the server's clock.
+        clock = DatabaseClock(Coordinator(store.engine).database_time)
     engine_settings = EngineSettings(
         owner=settings.daemon.owner,
         lease_seconds=settings.daemon.lease_seconds,

@@ -1,0 +1,73 @@
+"""The database-corrected clock: daemons whose own clocks differ keep one time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from spotd.core.clock import DatabaseClock
+
+REFERENCE = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+class Ticker:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_now_is_the_references_whatever_the_local_clock_says() -> None:
+    skew = timedelta(hours=11)  # the drift the issue measured between two daemons
+    clock = DatabaseClock(lambda: REFERENCE, local=lambda: REFERENCE + skew, monotonic=Ticker())
+    assert clock.now() == REFERENCE
+    assert clock.offset == -skew
+
+
+def test_the_reference_is_read_again_after_the_refresh_only() -> None:
+    reads: list[int] = []
+    tick = Ticker()
+
+    def reference() -> datetime:
+        reads.append(1)
+        return REFERENCE
+
+    clock = DatabaseClock(reference, refresh_seconds=60, local=lambda: REFERENCE, monotonic=tick)
+    clock.now()
+    tick.t = 59.0
+    clock.now()
+    assert len(reads) == 1
+    tick.t = 60.0
+    clock.now()
+    assert len(reads) == 2
+
+
+def test_a_failed_read_keeps_the_last_offset() -> None:
+    tick = Ticker()
+    answers: list[datetime | Exception] = [REFERENCE, ConnectionError("db down")]
+
+    def reference() -> datetime:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    local = REFERENCE - timedelta(minutes=5)
+    clock = DatabaseClock(reference, refresh_seconds=1, local=lambda: local, monotonic=tick)
+    assert clock.now() == REFERENCE
+    tick.t = 2.0
+    assert clock.now() == REFERENCE, "kept the offset through the failure"
+
+
+@pytest.mark.postgres
+def test_two_daemons_two_hours_apart_agree_on_the_servers_time(pg_url: str) -> None:
+    from spotd.store.coordination import Coordinator
+    from spotd.store.sql import make_engine
+
+    server = Coordinator(make_engine(pg_url)).database_time
+    ahead = DatabaseClock(server, local=lambda: datetime.now(UTC) + timedelta(hours=2))
+    behind = DatabaseClock(server, local=lambda: datetime.now(UTC) - timedelta(hours=2))
+    assert abs(ahead.now() - behind.now()) < timedelta(seconds=1)
+    assert abs(ahead.now() - server()) < timedelta(seconds=1)
