@@ -175,6 +175,7 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
         job = _follow(client, job.id, options, console)
         logs = client.logs(job.id)
         on_demand = _on_demand_cost(daemon, job, options)
+        _wait_billed(daemon, job.id)
         billed = _billing(daemon, job.id)
     finally:
         daemon.stop()
@@ -241,6 +242,23 @@ class _Billing:
     """The instances' lines, rounded to the cent per provider as each provider's bill is."""
     bill_usd: float
     egress_usd: float
+
+
+def _wait_billed(daemon: Daemon, job_id: str, timeout: float = 30.0) -> None:
+    """Wait until the ledger bills every attempt that had nodes.
+
+    The engine bills a job just after the transition that ended it, in the same
+    pass; the API may show the job ended in between, and a ledger read then
+    would miss its last attempt.
+    """
+    store = daemon.engine.store
+    limit = time.monotonic() + timeout
+    while time.monotonic() < limit:
+        launched = {a.seq for a in store.attempts(job_id) if a.instance_ids}
+        if launched <= {e.attempt for e in store.ledger(job_id=job_id)}:
+            return
+        time.sleep(0.1)
+    raise SpotdError(f"the ledger of demo job {job_id} did not bill every attempt in {timeout:g} s")
 
 
 def _billing(daemon: Daemon, job_id: str) -> _Billing:
