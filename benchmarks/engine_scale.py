@@ -1,7 +1,10 @@
 """Benchmark: the reconcile loop with 10,000 active jobs over a 20,000-offering market.
 
 Run: python benchmarks/engine_scale.py [--jobs 10000] [--offerings 20000] [--ticks 20]
-Prints the tick time (p50, p99) once every job runs, and the resident memory.
+[--profile 25]
+Prints the tick time (p50, p99) once every job runs, and the resident memory (now and
+at its peak, which the placing passes set). ``--profile N`` then profiles as many
+steady passes again and prints the N functions they spent the most time in.
 
 The instances are those of an in-memory provider: 10,000 real processes (what
 the simulated market would start) do not fit on a 2-core machine, and what
@@ -15,6 +18,9 @@ store, as the agent routes do, so two-node jobs reach ``running`` too.
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
+import pstats
 import random
 import statistics
 import sys
@@ -113,9 +119,10 @@ def market(n: int, rng: random.Random) -> dict[str, list[Offering]]:
     return by_provider
 
 
-def rss_mib() -> float:
+def rss_mib(field: str = "VmRSS") -> float:
+    """Resident memory now (``VmRSS``) or at its peak (``VmHWM``), in MiB."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -125,6 +132,8 @@ def main() -> None:
     args.add_argument("--jobs", type=int, default=10_000)
     args.add_argument("--offerings", type=int, default=20_000)
     args.add_argument("--ticks", type=int, default=20)
+    args.add_argument("--profile", type=int, default=0, metavar="N",
+                      help="profile --ticks more steady passes; print the top N functions")
     opts = args.parse_args()
     # The database and checkpoint folders (tens of MB) go when the run ends.
     with tempfile.TemporaryDirectory(prefix="spotd-scale-") as tmp:
@@ -176,8 +185,26 @@ def run(opts: argparse.Namespace, folder: Path) -> None:
         f"steady pass over {opts.jobs:,} running jobs, {opts.offerings:,} offerings: "
         f"p50 {statistics.median(times):.3f} s, p99 {p99:.3f} s ({opts.ticks} passes)"
     )
-    print(f"resident memory: {rss_mib():.0f} MiB (python {sys.version.split()[0]})")
+    print(f"resident memory: {rss_mib():.0f} MiB, peak {rss_mib('VmHWM'):.0f} MiB "
+          f"(python {sys.version.split()[0]})")
+    if opts.profile:
+        profile(engine, opts.ticks, opts.profile)
     store.close()
+
+
+def profile(engine: Engine, ticks: int, top: int) -> None:
+    """Where the time of ``ticks`` more steady passes goes (after the timed ones: the
+    profiler's own cost would be in the figures)."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(ticks):
+        engine.tick()
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("cumulative").print_stats(top)
+    print(f"profile of {ticks} more steady passes (cumulative):")
+    print(out.getvalue())
 
 
 if __name__ == "__main__":

@@ -7,14 +7,36 @@ simulated clock. Instances are real local processes that outlive the daemon.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from spotd.core.lazy import lazy_exports
+
 from .catalog import PROVIDERS, SIM_AWS, SIM_AZURE, SIM_GCP, CatalogEntry
-from .clock import SimClock
-from .factory import build_sim_providers
 from .kind import KIND
-from .market import MarketConfig, SimMarket
-from .provider import SimProvider
 from .settings import SimSettings
-from .trace import Trace, TraceError, load_trace
+
+if TYPE_CHECKING:
+    from .clock import SimClock
+    from .factory import build_sim_providers
+    from .market import MarketConfig, SimMarket
+    from .provider import SimProvider
+    from .trace import Trace, TraceError, load_trace
+
+# The daemon's config loads every kind's settings through this package; the
+# provider, its VMs and the agent load only when a daemon builds the market,
+# so a quick command (spotd status) does not pay for them.
+_LAZY = {
+    "SimClock": ".clock",
+    "build_sim_providers": ".factory",
+    "MarketConfig": ".market",
+    "SimMarket": ".market",
+    "SimProvider": ".provider",
+    "Trace": ".trace",
+    "TraceError": ".trace",
+    "load_trace": ".trace",
+}
+
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "KIND",

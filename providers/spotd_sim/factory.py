@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ def build_sim_providers(
     boot_seconds: float,
     traces: Mapping[str, Path] | None = None,
     sim_epoch: datetime | None = None,
+    wall: Callable[[], float] = time.time,
 ) -> list[SimProvider]:
     """``sim-aws``, ``sim-gcp`` and ``sim-azure`` sharing one market, clock and state dir.
 
@@ -34,10 +36,11 @@ def build_sim_providers(
     one with ``/`` a glob on ``provider/zone/instance_type``; the first
     matching pattern wins, and other pools follow the seeded model. A bad
     trace file raises :class:`~spotd_sim.trace.TraceError` here.
-    ``sim_epoch`` only counts when ``state_dir`` has no clock yet.
+    ``sim_epoch`` only counts when ``state_dir`` has no clock yet. ``wall``
+    is the source of real time the clock runs on (see :class:`SimClock`).
     """
     state_dir.mkdir(parents=True, exist_ok=True)
-    clock = SimClock(state_dir, speed, sim_epoch=sim_epoch)
+    clock = SimClock(state_dir, speed, sim_epoch=sim_epoch, wall=wall)
     config = MarketConfig(
         seed=seed,
         mean_up_hours=mean_up_hours,

@@ -338,6 +338,7 @@ class SimProvider:
             notice_seconds=entry.notice_seconds,
             launched_at=launched_at,
             market_config=self._market.config.for_pool(entry.pool),
+            clock_offset=self._clock.wall_offset(),
         )
         spec.save(path)
         return spec

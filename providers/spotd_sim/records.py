@@ -44,6 +44,9 @@ class InstanceSpec:
     market_config: MarketConfig
     address: str = ""
     """The node's own loopback address (:mod:`spotd_sim.addresses`)."""
+    clock_offset: float = 0.0
+    """Seconds the launching daemon's time reference was ahead of this host's
+    clock at launch (:meth:`SimClock.wall_offset`): the VM keeps time by it."""
 
     def to_json(self) -> dict[str, object]:
         """A JSON object that :meth:`from_json` reads back."""
@@ -65,6 +68,7 @@ class InstanceSpec:
             "launched_at": self.launched_at.isoformat(),
             "market_config": self.market_config.to_json(),
             "address": self.address,
+            "clock_offset": self.clock_offset,
         }
 
     @classmethod
@@ -89,6 +93,7 @@ class InstanceSpec:
             launched_at=datetime.fromisoformat(str(data["launched_at"])),
             market_config=MarketConfig.from_json(_mapping(data["market_config"])),
             address=str(data.get("address") or ""),
+            clock_offset=float(str(data.get("clock_offset") or 0.0)),
         )
 
     def save(self, path: Path) -> None:

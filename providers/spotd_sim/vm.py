@@ -247,7 +247,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # Like a VM's init: whatever the job leaves behind ends with the node.
     become_subreaper()
-    return _Vm(spec, paths, SimClock.open(paths.root)).run()
+    # The launching daemon's time reference, not this host's clock, if they differ.
+    offset = spec.clock_offset
+    clock = SimClock.open(paths.root, wall=lambda: time.time() + offset)
+    return _Vm(spec, paths, clock).run()
 
 
 if __name__ == "__main__":

@@ -348,6 +348,10 @@ class ProviderContext:
     boot_script: Callable[[LaunchRequest], str] | None = None
     """Renders the boot script of a launch request's nodes on this kind's carrier;
     None for a kind without a carrier."""
+    wall: Callable[[], float] | None = None
+    """The daemon's reference for POSIX time, when it keeps one other than this
+    host's clock (the database server's, when several daemons share it). A kind
+    that brings its own clock runs it on this, so every daemon agrees."""
 
     def require_boot_script(self, kind: str) -> Callable[[LaunchRequest], str]:
         """The boot-script renderer, or a ConfigError when the daemon has none."""

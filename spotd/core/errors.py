@@ -22,6 +22,7 @@ SpotdError
 │   ├── MailUnavailable          the server could not be reached: retry later
 │   └── MailRefused              the server said no to this message
 │       └── MailAuthError        the login was refused
+├── WebhookUndelivered           a webhook's POST failed (retried, then dropped)
 └── ProviderError                anything a cloud (or the simulator) said no to
     ├── InvalidRequestError      the request cannot be carried as made: do not retry
     ├── CapacityError            no capacity in that pool now: try elsewhere
@@ -124,6 +125,10 @@ class MailRefused(MailError):
 
 class MailAuthError(MailRefused):
     """The SMTP server refused the login."""
+
+
+class WebhookUndelivered(SpotdError):
+    """A webhook's POST failed: no connection, a timeout, or an answer other than 2xx."""
 
 
 class ProviderError(SpotdError):

@@ -240,7 +240,7 @@ class MarketMode(StrEnum):
 
 
 class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Resources(_Spec):

@@ -37,6 +37,7 @@ from spotd.core.errors import ConfigError, UnknownProviderKind
 from spotd.core.kinds import AnyKind
 from spotd.daemon.secrets import SecretsSettings
 from spotd.mail import EmailSettings
+from spotd.mail.webhook_settings import WebhookName, WebhookSettings
 from spotd.registry import kind_names, provider_kinds
 
 
@@ -208,6 +209,8 @@ class Settings(BaseSettings):
     secrets: SecretsSettings = Field(default_factory=SecretsSettings)
     teams: dict[TeamName, TeamSettings] = Field(default_factory=dict)
     """Per team name, the limits on its jobs (``[teams.<name>]``)."""
+    webhooks: dict[WebhookName, WebhookSettings] = Field(default_factory=dict)
+    """Per webhook name, where job transitions are POSTed (``[webhooks.<name>]``)."""
 
     _toml_path: ClassVar[Path | None] = None
 

@@ -30,6 +30,7 @@ from spotd.daemon.tokens import ensure_token
 from spotd.daemon.wiring import build_engine, build_mailer_for
 from spotd.engine.reconcile import Engine
 from spotd.mail import schedule_mail
+from spotd.mail.webhook_worker import build_dispatcher, schedule_webhooks
 from spotd.registry import find_kind_of
 from spotd.store.coordination import Coordinator
 from spotd.store.sql import make_engine
@@ -56,6 +57,13 @@ class Daemon:
             self.engine.on_end = self.mailer.job_ended
         self.scheduler = BackgroundScheduler(timezone="UTC")
         self.coordinator = Coordinator(make_engine(settings.db_url))
+        # Free jobs are shared out between the daemons alive on the database.
+        self.engine.peers = self.coordinator.live_daemons
+        # Webhooks are sent by the leader only: one daemon POSTs each transition.
+        self.webhooks = build_dispatcher(
+            settings.webhooks, self.engine.store, self.engine.clock,
+            leading=lambda: self.coordinator.leading,
+        )  # fmt: skip
         self._stopping = threading.Event()
         self._in_pass = threading.Lock()
         self._ticks = 0
@@ -92,6 +100,9 @@ class Daemon:
         self._schedule()
         if self.mailer is not None:
             schedule_mail(self.scheduler, self.mailer)
+        if self.webhooks is not None:
+            every = self.settings.daemon.tick_seconds
+            schedule_webhooks(self.scheduler, self.webhooks, seconds=every)
         self.scheduler.start()
         log.info("spotd daemon listening on %s:%d", self.settings.daemon.host, self.port)
 
@@ -103,6 +114,8 @@ class Daemon:
         drain = self.settings.daemon.drain_seconds
         if self._server_thread is not None:
             self._server_thread.join(timeout=drain)
+        if self.webhooks is not None:
+            self.webhooks.stop()
         self.scheduler.shutdown(wait=False)
         # Bounded wait for the pass in flight: each step is short and safe to
         # cut (the next start repeats it), so a stuck provider call must not

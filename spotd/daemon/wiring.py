@@ -25,12 +25,15 @@ if TYPE_CHECKING:
     from spotd.mail import Mailer
 
 
-def build_providers(settings: Settings) -> tuple[Clock, dict[str, Provider]]:
+def build_providers(
+    settings: Settings, *, wall: Callable[[], float] | None = None
+) -> tuple[Clock, dict[str, Provider]]:
     """The providers of every enabled kind, and the clock they share.
 
     A kind may bring its own clock (the simulated market's, which may run
     faster than real time); it can share a daemon with other kinds only at
-    real speed, and only one kind may bring one.
+    real speed, and only one kind may bring one. ``wall`` is the reference
+    for real time such a clock runs on (default: this host's clock).
     """
     enabled = settings.providers.enabled_kinds()
     if not enabled:
@@ -44,6 +47,7 @@ def build_providers(settings: Settings) -> tuple[Clock, dict[str, Provider]]:
         context = ProviderContext(
             state_dir=settings.state_dir(kind.name),
             boot_script=script(kind.name) if kind.boot is not None else None,
+            wall=wall,
         )
         try:
             built = kind.build(table, context)
@@ -127,10 +131,16 @@ def build_engine(settings: Settings) -> Engine:
     """An engine wired as the settings say."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     store = open_store(settings.db_url)
-    clock, providers = build_providers(settings)
-    if isinstance(clock, WallClock) and store.engine.dialect.name == "postgresql":
-        # Several daemons may share this database: keep time by the server's clock.
-        clock = DatabaseClock(Coordinator(store.engine).database_time)
+    shared: DatabaseClock | None = None
+    if store.engine.dialect.name == "postgresql":
+        # Several daemons may share this database: keep time by the server's
+        # clock, and run a kind's own clock (the simulated market's) on it too.
+        shared = DatabaseClock(Coordinator(store.engine).database_time)
+    clock, providers = build_providers(
+        settings, wall=None if shared is None else lambda: shared.now().timestamp()
+    )
+    if isinstance(clock, WallClock) and shared is not None:
+        clock = shared
     engine_settings = EngineSettings(
         owner=settings.daemon.owner,
         lease_seconds=settings.daemon.lease_seconds,

@@ -20,7 +20,7 @@ from pathlib import Path
 from spotd import checkpoints
 from spotd.billing.ledger import record_ledger, spend_so_far, usage_from_instances
 from spotd.core.cadence import checkpoint_interval, saves_on_notice
-from spotd.core.contracts import Clock, Metered, Policy, Provider, Store
+from spotd.core.contracts import Clock, Metered, Policy, Provider
 from spotd.core.errors import (
     CapacityError,
     CheckpointError,
@@ -75,6 +75,15 @@ from spotd.engine.gang import (
 from spotd.engine.placements import attempt_tags, reap_placements, release
 from spotd.engine.shipping import shipping_environment
 from spotd.engine.teams import TeamBook, TeamLimits, pass_order
+from spotd.engine.watch import (
+    DueTimes,
+    EngineStore,
+    Kept,
+    QuietJobs,
+    ReportMirror,
+    budget_check_at,
+    changed_instances,
+)
 from spotd.market.cache import MarketCache, OfferingIndex, unoffered_gpus
 from spotd.market.stats import HistoryStats, expected_preemptions
 
@@ -84,17 +93,17 @@ TAG_JOB = "spotd-job"
 TAG_ATTEMPT = "spotd-attempt"
 TAG_OWNER = "spotd-owner"
 
-WATCHED = frozenset({JobStatus.PROVISIONING, JobStatus.RUNNING, JobStatus.CHECKPOINTING})
-
-
 @dataclass(slots=True)
 class _Pass:
-    """What one reconcile pass read in bulk before stepping the jobs."""
+    """What one reconcile pass read in bulk before stepping the jobs, and what it did."""
 
     attempts: dict[str, list[AttemptRecord]]
-    reports: dict[str, list[InstanceReport]]
     described: dict[str, dict[str, Instance] | None]
     """Provider -> its instances by id; None when the bulk describe failed."""
+    wrote: set[str] = field(default_factory=set)
+    """Jobs the pass wrote to (a transition, a launch or start recorded): read back at its end."""
+    calm: dict[str, int] = field(default_factory=dict)
+    """Jobs a step moved to running with nothing there for the next pass, by the version."""
 
 
 MISSING_BEFORE_LOST = 3
@@ -171,7 +180,7 @@ class Engine:
 
     def __init__(
         self,
-        store: Store,
+        store: EngineStore,
         providers: Mapping[str, Provider],
         policy: Policy,
         clock: Clock,
@@ -185,13 +194,23 @@ class Engine:
         self.market = MarketCache(self.providers, on_fresh=self._keep_history)
         self._history_at: dict[str, float] = {}
         self._missing: dict[str, int] = {}
-        self._replanned_at: dict[str, float] = {}
+        self._replans = DueTimes[float]()
+        """When each running job is next asked whether it should move (monotonic seconds)."""
         self._warned: set[int] = set()
         """Attempts whose rebalance warning the market has been told of."""
         self.keeps_history = True
         """Whether this engine writes the price history (only the leader of several)."""
-        self._kept: dict[str, tuple[int, list[AttemptRecord]]] = {}
-        """The attempts of the jobs of the last pass, by job id, with the job's version."""
+        self.peers: Callable[[], int] = lambda: 1
+        """How many daemons share the database now: a pass claims that share of the free jobs."""
+        self._kept = Kept()
+        """The held jobs' attempts, by the job's version, and the records of jobs stepped."""
+        self._reports_kept = ReportMirror()
+        self._quiet = QuietJobs()
+        self._seen: dict[str, dict[str, Instance]] = {}
+        """The last describe of each provider, by instance id: a pass wakes the jobs of
+        the instances that changed."""
+        self._last_held: dict[str, int] = {}
+        """The jobs held at the last pass, with their versions then."""
         self._bills: dict[str, tuple[int, list[LedgerEntry]]] = {}
         """The stored ledger lines of jobs, by job id, with the job's version they were read at."""
         self._pass: _Pass | None = None
@@ -232,26 +251,42 @@ class Engine:
         return self.store.create_job(spec, now=self.clock.now(), idempotency_key=idempotency_key)
 
     def tick(self) -> None:
-        """One reconcile pass over every job this daemon holds the lease of."""
+        """One reconcile pass over the jobs this daemon holds the lease of: every job but
+        the running ones nothing changed for (:mod:`spotd.engine.watch`)."""
         # Leases are about daemons being alive: real seconds on the database's clock,
         # whatever this daemon's clock (or a simulated market's) says.
         lease = self.settings.lease_seconds
-        owned = set(self.store.claim_jobs(self.settings.owner, lease_seconds=lease))
+        held = self.store.claim_job_versions(
+            self.settings.owner, lease_seconds=lease, share_of=self.peers()
+        )
+        # The same jobs at the same versions (one comparison in C): nothing to read.
+        same = held == self._last_held
+        same_jobs = same or held.keys() == self._last_held.keys()
+        self._last_held = held
+        if not same_jobs:
+            self._forget_unheld(held)
+        # Bulk reads only: the attempts of jobs whose version moved, the reports written
+        # since the last pass, one describe per provider. A pass over 50,000 jobs must
+        # make neither 50,000 calls nor read 50,000 rows it read before.
+        moved = [] if same else self._read_attempts(held)
+        described = self._describe_all()
+        self._quiet.wake(self._reports_kept.refresh(self.store, held, same_jobs=same_jobs))
+        due = self._replans.due(time.monotonic() - self.settings.replan_seconds)
+        due |= self._quiet.budget.due(self.clock.now())
+        stepped = self._quiet.to_step(held, moved, due, same_jobs=same_jobs)
         # Highest priority first, then oldest: when capacity is short, the jobs that
         # matter most ask first (spotd.engine.teams).
-        jobs = pass_order(j for j in self.store.list_jobs(ACTIVE) if j.id in owned)
+        jobs = pass_order(self._records(held, stepped))
         self._teams = TeamBook(self.store, self.clock.now(), self.settings.teams)
-        # One query for all attempts, one for all agent reports, one describe
-        # per provider: a pass over 10,000 jobs must not make 40,000 calls.
-        self._pass = self._prefetch(jobs)
-        self._bills = {i: b for i, b in self._bills.items() if i in owned}
-        self._held = {i: r for i, r in self._held.items() if i in owned}
+        self._pass = _Pass({j.id: self._kept.attempts[j.id] for j in jobs}, described)
         try:
             for job in jobs:
                 self.step(job)
         finally:
-            self._pass = None
+            wrote, self._pass = self._pass.wrote, None
             self._teams = None  # the next pass counts afresh
+            self._kept.records = {j.id: j for j in jobs if j.id not in self._quiet.versions}
+            self._read_back(wrote)
 
     def step(self, job: JobRecord) -> None:
         """Move one job one step; errors are logged, never raised to the loop."""
@@ -263,6 +298,10 @@ class Engine:
             log.warning("job %s: %s: %s", job.id, type(exc).__name__, exc)
         except Exception:
             log.exception("job %s: unexpected error; the daemon goes on", job.id)
+        else:
+            self._settle_quiet(job)
+            return
+        self._quiet.wake([job.id])  # what failed is tried again next pass
 
     def plan(self, job: JobRecord, policy: Policy | None = None) -> Decision:
         """What the policy (the engine's, or ``policy``) would choose for the job now.
@@ -377,6 +416,10 @@ class Engine:
         if job.status is JobStatus.PENDING and self._held_by_team(job, now):
             return
         decision = self.plan(job)
+        if decision.choice is not None:
+            # The policy just chose where the job runs: its first re-plan is due
+            # scheduling.replan_seconds from now, not on its first running pass.
+            self._replans.schedule(job.id, time.monotonic())
         if decision.choice is None:
             if not self._every_pool_failed(job, attempts):
                 self._waited_too_long(job, now)
@@ -443,7 +486,12 @@ class Engine:
         except ProviderError as exc:
             self._launch_failed(job, attempt, exc)
             return
-        self.market.launch_succeeded(attempt.pool)
+        if self.market.signals.signal(attempt.pool) is not None:
+            # A success only moves a signal the pool has: without one it would store
+            # "no signal" again, and the market would rebuild its whole offering index
+            # for nothing (once per launch, which made a pass placing 10,000 jobs
+            # take many minutes).
+            self.market.launch_succeeded(attempt.pool)
         self.store.set_attempt_instances(attempt.id, [i.id for i in instances])
         self._forget(job.id)
 
@@ -539,14 +587,16 @@ class Engine:
             detail = str(attempt.pool)
             if gang.preflight is not None:
                 detail += f"; {preflight_summary(gang.preflight)}"
-            self._move(job, JobStatus.RUNNING, "all nodes running", detail=detail)
+            moved = self._move(job, JobStatus.RUNNING, "all nodes running", detail=detail)
+            if self._pass is not None and self._nothing_to_run_on(attempt, instances):
+                self._pass.calm[job.id] = moved.version
         elif job.status is JobStatus.RUNNING and any(
             i is not None and i.state is InstanceState.NOTICE for i in instances
         ):
             self._move(job, JobStatus.CHECKPOINTING, "preemption notice", detail=str(attempt.pool))
         elif job.status is JobStatus.RUNNING:
             if self._newly_warned(attempt):
-                self._replanned_at.pop(job.id, None)  # weigh the warning now
+                self._replans.cancel(job.id)  # weigh the warning now
             self._maybe_move(job, attempt)
 
     def _gang_failed(
@@ -652,10 +702,10 @@ class Engine:
         deadline job may also be stopped to wait for spot when the plan says so.
         """
         now = time.monotonic()
-        last = self._replanned_at.get(job.id)
+        last = self._replans.get(job.id)
         if last is not None and now - last < self.settings.replan_seconds:
             return
-        self._replanned_at[job.id] = now
+        self._replans.schedule(job.id, now)
         choice = self.plan(job).choice
         if choice is None and not deadline_controlled(job.spec):
             return  # nothing better to go to: a running job keeps running
@@ -934,46 +984,119 @@ class Engine:
         log.info("job %s: %s -> %s (%s) %s", job.id, job.status, new, cause, detail)
         return moved
 
-    def _prefetch(self, jobs: Sequence[JobRecord]) -> _Pass:
-        ids = [j.id for j in jobs]
-        attempts = self._attempts_of(jobs)
-        reports = self.store.reports_for(ids)
-        wanted: dict[str, list[str]] = {}
-        for job in jobs:
-            if job.status in WATCHED:
-                open_ = open_attempt(attempts[job.id])
-                if open_ is not None:
-                    wanted.setdefault(open_.pool.provider, []).extend(open_.instance_ids)
-        described: dict[str, dict[str, Instance] | None] = {}
-        for name, instance_ids in wanted.items():
-            provider = self.providers.get(name)
-            if provider is None:
-                continue
-            try:
-                described[name] = {i.id: i for i in provider.describe(instance_ids)}
-            except ProviderError as exc:
-                log.warning("describe of %d %s instances failed: %s", len(instance_ids), name, exc)
-                described[name] = None
-            except Exception:
-                # An error the adapter failed to map is a bug in it; it must not stall
-                # the jobs of every other provider. Its own jobs wait as on a failure.
-                log.exception("describe of %d %s instances raised", len(instance_ids), name)
-                described[name] = None
-        return _Pass(attempts, reports, described)
-
-    def _attempts_of(self, jobs: Sequence[JobRecord]) -> dict[str, list[AttemptRecord]]:
-        """The jobs' attempts: those kept from the last pass where the job's version
-        is unchanged, the rest read in one query.
+    def _read_attempts(self, held: Mapping[str, int]) -> list[str]:
+        """Keep the held jobs' attempts: read again, in one query, only those of jobs
+        whose version moved (returned).
 
         Every change of a job's status or attempts bumps its version, whichever daemon
-        or command makes it, so an unchanged version means unchanged attempts.
-        In a steady pass over 10,000 running jobs this skips most of the reading.
+        or command makes it, so an unchanged version means unchanged attempts. The
+        pass's own writes are read back at its end (:meth:`_read_back`).
         """
-        kept = self._kept
-        stale = [j.id for j in jobs if j.id not in kept or kept[j.id][0] != j.version]
-        read = self.store.attempts_for(stale) if stale else {}
-        self._kept = {j.id: (j.version, read[j.id]) if j.id in read else kept[j.id] for j in jobs}
-        return {job_id: records for job_id, (_, records) in self._kept.items()}
+        stale = self._kept.stale(held)
+        for job_id, records in (self.store.attempts_for(stale) if stale else {}).items():
+            self._kept.set_attempts(job_id, held[job_id], records)
+        return stale
+
+    def _describe_all(self) -> dict[str, dict[str, Instance] | None]:
+        """One describe per provider of the nodes of every held job's open attempt (a
+        provisioning, running or checkpointing job's); the jobs of nodes that changed
+        since the last describe, or are missing, wake."""
+        described: dict[str, dict[str, Instance] | None] = {}
+        for name, owners in self._kept.nodes.items():
+            if name not in self.providers or not owners:
+                continue
+            described[name] = seen = self._describe_one(self.providers[name], list(owners))
+            before = self._seen.get(name, {})
+            changed = owners if seen is None else changed_instances(before, seen, owners)
+            self._quiet.wake({owners[iid] for iid in changed})
+            if seen is not None:
+                self._seen[name] = seen
+        return described
+
+    @staticmethod
+    def _describe_one(provider: Provider, instance_ids: list[str]) -> dict[str, Instance] | None:
+        try:
+            return {i.id: i for i in provider.describe(instance_ids)}
+        except ProviderError as exc:
+            log.warning("describe of %d %s instances failed: %s",
+                        len(instance_ids), provider.name, exc)  # fmt: skip
+        except Exception:
+            # An error the adapter failed to map is a bug in it; it must not stall
+            # the jobs of every other provider. Its own jobs wait as on a failure.
+            log.exception("describe of %d %s instances raised", len(instance_ids), provider.name)
+        return None
+
+    def _records(self, held: Mapping[str, int], wanted: set[str]) -> list[JobRecord]:
+        """The records of the ``wanted`` held jobs: kept from the last pass at an
+        unchanged version, the rest read in one query."""
+        kept = self._kept.records
+        fresh = {j: kept[j] for j in wanted if j in kept and kept[j].version == held[j]}
+        missing = [j for j in wanted if j not in fresh]
+        fresh.update(self.store.jobs_by_id(missing) if missing else {})
+        return [job for job in fresh.values() if job.status in ACTIVE]
+
+    def _forget_unheld(self, held: Mapping[str, int]) -> None:
+        """Drop what is kept of jobs this daemon no longer holds (ended, or taken over)."""
+        self._kept.keep_only(held)
+        self._reports_kept.keep_only(held)
+        self._replans.keep_only(held)
+        for kept in (self._bills, self._held):
+            for job_id in kept.keys() - held.keys():
+                del kept[job_id]
+
+    def _read_back(self, wrote: set[str]) -> None:
+        """Read the attempts of the jobs the pass wrote to, at their new versions: the
+        next pass then reads nothing of a job whose only change was this pass's own.
+        Versions first: attempts read after them are at least as new."""
+        if not wrote:
+            return
+        versions = self.store.job_versions(wrote)
+        for job_id, records in self.store.attempts_for(list(versions)).items():
+            self._kept.set_attempts(job_id, versions[job_id], records)
+            if self._quiet.versions.get(job_id, versions[job_id]) != versions[job_id]:
+                self._quiet.wake([job_id])  # changed elsewhere since it moved to running
+
+    def _settle_quiet(self, job: JobRecord) -> None:
+        """After a step that raised nothing: the job is quiet if it runs and the step
+        wrote nothing (or it just moved to running with nothing there to act on)."""
+        if self._pass is None:
+            return  # stepped outside a pass: the next pass steps it
+        now = self.clock.now()
+        if self._replans.get(job.id) is None:
+            # Its re-plan came due (or it was never planned here): the next pass asks.
+            self._quiet.wake([job.id])
+        elif job.id in self._pass.calm:
+            # Its attempts are read back at the pass's end: its budget is weighed next pass.
+            due = now if job.spec.budget is not None else None
+            self._quiet.settle(job.id, self._pass.calm[job.id], due)
+        elif job.status is JobStatus.RUNNING and job.id not in self._pass.wrote:
+            # At the version its attempts were read at: a record read later may be newer.
+            version = self._kept.versions[job.id]
+            self._quiet.settle(job.id, version, self._budget_due(job, now))
+        else:
+            self._quiet.wake([job.id])
+
+    def _budget_due(self, job: JobRecord, now: datetime) -> datetime | None:
+        """When a quiet running job's spend may reach its budget: it is checked then."""
+        budget = job.spec.budget
+        if budget is None:
+            return None
+        attempts = self._attempts(job.id)
+        under = budget_check_at(lambda t: self._spent(job, attempts, t), budget.max_usd, now)
+        return now if under is None else under
+
+    def _nothing_to_run_on(
+        self, attempt: AttemptRecord, instances: Sequence[Instance | None]
+    ) -> bool:
+        """Whether a job just moved to running has nothing its next (running) pass would
+        act on: no node under notice, no rebalance warning not weighed yet. Anything
+        new (a report, a describe, its version, a re-plan or budget due) wakes it."""
+        if any(i is not None and i.state is InstanceState.NOTICE for i in instances):
+            return False
+        if attempt.id in self._warned:
+            return True
+        reports = attempt_reports(attempt, self._reports(attempt.job_id))
+        return not any(r.notice_kind == "rebalance" for r in reports.values())
 
     def _attempts(self, job_id: str) -> list[AttemptRecord]:
         if self._pass is not None and job_id in self._pass.attempts:
@@ -981,9 +1104,8 @@ class Engine:
         return self.store.attempts(job_id)
 
     def _reports(self, job_id: str) -> list[InstanceReport]:
-        if self._pass is not None and job_id in self._pass.reports:
-            return self._pass.reports[job_id]
-        return self.store.reports(job_id)
+        kept = self._reports_kept.of(job_id) if self._pass is not None else None
+        return self.store.reports(job_id) if kept is None else kept
 
     def _described(self, provider: Provider, ids: Sequence[str]) -> dict[str, Instance]:
         if self._pass is not None and provider.name in self._pass.described:
@@ -1001,6 +1123,7 @@ class Engine:
         """Drop what the pass read of a job: it just changed."""
         if self._pass is not None:
             self._pass.attempts.pop(job_id, None)
+            self._pass.wrote.add(job_id)
 
     def _require_open(self, job: JobRecord) -> AttemptRecord:
         attempt = open_attempt(self._attempts(job.id))

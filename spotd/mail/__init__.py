@@ -22,20 +22,44 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spotd.core.errors import MailAuthError, MailError, MailRefused, MailUnavailable
-from spotd.mail.alerts import BudgetAlert, budget_alerts, budget_email, budget_key, job_end_email
-from spotd.mail.common import PNG_SIGNATURE
-from spotd.mail.compose import BuildReport, ReportComposer, ReportKit, report_email
-from spotd.mail.mailer import JobSource, Mailer, build_mailer, schedule_mail
-from spotd.mail.message import Composed, build_message
-from spotd.mail.outbox import Outbox, Pending
+from spotd.core.lazy import lazy_exports
 from spotd.mail.settings import EmailSettings, Window, cron_trigger, parse_window
-from spotd.mail.smtp import MessageSender, SmtpNotifier
 
 if TYPE_CHECKING:
     from spotd.core.contracts import Notifier
+    from spotd.mail.alerts import (
+        BudgetAlert,
+        budget_alerts,
+        budget_email,
+        budget_key,
+        job_end_email,
+    )
+    from spotd.mail.common import PNG_SIGNATURE
+    from spotd.mail.compose import BuildReport, ReportComposer, ReportKit, report_email
+    from spotd.mail.mailer import JobSource, Mailer, build_mailer, schedule_mail
+    from spotd.mail.message import Composed, build_message
+    from spotd.mail.outbox import Outbox, Pending
+    from spotd.mail.smtp import MessageSender, SmtpNotifier
 
     # Nothing takes a Notifier yet: this makes mypy check that both fit the contract.
     _NOTIFIERS: tuple[type[Notifier], ...] = (SmtpNotifier, Mailer)
+
+# The daemon's config needs only the settings; the rest (templates, charts,
+# the scheduler) loads when a daemon builds its mailer, not for every command.
+_LAZY = {
+    **dict.fromkeys(
+        ("BudgetAlert", "budget_alerts", "budget_email", "budget_key", "job_end_email"),
+        ".alerts",
+    ),
+    "PNG_SIGNATURE": ".common",
+    **dict.fromkeys(("BuildReport", "ReportComposer", "ReportKit", "report_email"), ".compose"),
+    **dict.fromkeys(("JobSource", "Mailer", "build_mailer", "schedule_mail"), ".mailer"),
+    **dict.fromkeys(("Composed", "build_message"), ".message"),
+    **dict.fromkeys(("Outbox", "Pending"), ".outbox"),
+    **dict.fromkeys(("MessageSender", "SmtpNotifier"), ".smtp"),
+}
+
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 __all__ = [
     "PNG_SIGNATURE",

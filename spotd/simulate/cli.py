@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -16,9 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from spotd.core.errors import SpotdError
-from spotd.simulate.metrics import PolicyMetrics
-from spotd.simulate.runner import JobReport, ScenarioReport, report_json, run_scenario
-from spotd.simulate.scenario import scenario_from_traces
+
+if TYPE_CHECKING:
+    from spotd.simulate.metrics import PolicyMetrics
+    from spotd.simulate.runner import JobReport, ScenarioReport
 
 __all__ = ["COLUMNS", "simulate", "table_rows"]
 
@@ -146,6 +147,11 @@ def simulate(
     hindsight_stats: HindsightOpt = False,
 ) -> None:
     """Replay spot availability traces under baselines and policies; report costs."""
+    # Here, not at the top: every spotd command registers this one, and the
+    # simulator (numpy and the policies) would add half a second to each.
+    from spotd.simulate.runner import report_json, run_scenario
+    from spotd.simulate.scenario import scenario_from_traces
+
     err = Console(stderr=True)
     job = {"compute_hours": compute_hours, "deadline_fraction": deadline_fraction,
            "nodes": nodes, "tick_seconds": tick_seconds}  # fmt: skip

@@ -8,6 +8,10 @@
   keyed by the owner, on a connection held for the daemon's life: a second
   daemon with the same ``daemon.owner`` would take over the first's jobs as
   its own.
+- **Who is alive.** The owner locks share one lock class, so
+  :meth:`Coordinator.live_daemons` counts them in ``pg_locks``: each daemon
+  claims its share of the free jobs, not all of them (see
+  :meth:`~spotd.store.sql.SqlStore.claim_jobs`).
 - **One leader.** Another advisory lock, tried on every pass: whoever holds it
   does the singleton work. When the leader dies its connection closes, the
   server frees the lock, and the next daemon to try takes it, within one
@@ -36,12 +40,20 @@ from spotd.core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 LEADER_KEY = "spotd:leader"
+OWNER_CLASS = 0x53504F54
+"""The first key of every owner lock (``pg_try_advisory_lock(int4, int4)``): ``SPOT``."""
 
 
 def advisory_key(name: str) -> int:
     """A signed 64-bit key for ``pg_try_advisory_lock`` derived from ``name``."""
     digest = hashlib.sha256(name.encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def owner_key(owner: str) -> int:
+    """The second, signed 32-bit key of ``owner``'s advisory lock."""
+    digest = hashlib.sha256(f"spotd:owner:{owner}".encode()).digest()
+    return int.from_bytes(digest[:4], "big", signed=True)
 
 
 class FileLock:
@@ -111,7 +123,7 @@ class Coordinator:
                 )
                 self._file_locks.append(db_lock)
             return
-        if not self._try_lock(f"spotd:owner:{owner}"):
+        if not self._try_owner_lock(owner):
             self.release()
             raise ConfigError(
                 f"a spotd daemon with daemon.owner {owner!r} is already running on this "
@@ -133,6 +145,26 @@ class Coordinator:
             log.info("this daemon now leads: it does the singleton work")
         return self.leading
 
+    def live_daemons(self) -> int:
+        """How many daemons hold an owner lock on this database now (1 on SQLite).
+
+        A failed read says 1: a daemon that cannot count its peers claims as
+        if alone, which is slower to share, never a lost job.
+        """
+        if not self._postgres:
+            return 1
+        query = text(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"
+            " AND classid = :cls AND objsubid = 2"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+        try:
+            with self._engine.connect() as conn:
+                return max(1, int(conn.execute(query, {"cls": OWNER_CLASS}).scalar_one()))
+        except Exception as exc:
+            log.warning("could not count the live daemons: %s", exc)
+            return 1
+
     def database_time(self) -> datetime:
         """The database server's clock (this machine's on SQLite), timezone-aware UTC."""
         if not self._postgres:
@@ -153,6 +185,15 @@ class Coordinator:
         conn = self._connection()
         got = conn.execute(
             text("SELECT pg_try_advisory_lock(:key)"), {"key": advisory_key(name)}
+        ).scalar_one()
+        conn.commit()
+        return bool(got)
+
+    def _try_owner_lock(self, owner: str) -> bool:
+        conn = self._connection()
+        got = conn.execute(
+            text("SELECT pg_try_advisory_lock(:cls, :key)"),
+            {"cls": OWNER_CLASS, "key": owner_key(owner)},
         ).scalar_one()
         conn.commit()
         return bool(got)

@@ -6,7 +6,18 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, and_, func, insert, select
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Connection,
+    Row,
+    Text,
+    and_,
+    cast,
+    func,
+    insert,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from spotd.core.values import InstanceReport, Market, Offering, Pool, PricePoint
@@ -91,15 +102,31 @@ def upsert_report(conn: Connection, report: InstanceReport) -> None:
     }
     changed = {f: getattr(report, f) for f in REPORT_FIELDS if getattr(report, f) is not None}
     values.update(changed)
+    postgres = conn.dialect.name == "postgresql"
+    values["revision"] = _next_revision(postgres)
     # Both dialects have INSERT ... ON CONFLICT DO UPDATE, with the same API.
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    dialect_insert = postgresql.insert if postgres else sqlite.insert
     stmt = dialect_insert(REPORTS).values(**values)
-    update: dict[str, Any] = {
-        f: _merged(f, v) for f, v in changed.items()
-    } or {"job_id": stmt.excluded.job_id}
+    update: dict[str, Any] = {f: _merged(f, v) for f, v in changed.items()}
+    update["revision"] = _next_revision(postgres)
     conn.execute(
         stmt.on_conflict_do_update(index_elements=["instance_id", "provider"], set_=update)
     )
+
+
+def _next_revision(postgres: bool) -> ColumnElement[int]:
+    """The revision a report written now gets: later than every one a reader has seen.
+
+    SQLite has one writer at a time, so one more than the highest is later than
+    anything committed before, and commits come in revision order. PostgreSQL
+    writers run side by side and may commit out of order: there it is the
+    writing transaction's id, and :func:`report_changes` reads from the oldest
+    transaction still running when it last read.
+    """
+    if postgres:
+        return cast(cast(func.pg_current_xact_id(), Text), BigInteger)
+    highest = select(func.coalesce(func.max(REPORTS.c.revision), 0)).scalar_subquery()
+    return highest + 1
 
 
 def _merged(field: str, value: object) -> Any:
@@ -121,6 +148,34 @@ def select_reports_of(conn: Connection, job_ids: Sequence[str]) -> list[Instance
     """The agent reports of several jobs."""
     query = select(REPORTS).where(REPORTS.c.job_id.in_(job_ids)).order_by(REPORTS.c.attempt)
     return [_report(r) for r in conn.execute(query)]
+
+
+def report_changes(conn: Connection, since: int) -> tuple[list[InstanceReport], int]:
+    """The reports written at or after revision ``since``, and where to read from next.
+
+    Pass the second value back as ``since`` next time (:func:`report_cursor` the
+    first time): every report written in between comes back then, some of those
+    read now maybe again.
+    """
+    after = report_cursor(conn)  # before the rows: see report_cursor
+    rows = conn.execute(select(REPORTS).where(REPORTS.c.revision >= since))
+    return [_report(r) for r in rows], max(since, after)
+
+
+def report_cursor(conn: Connection) -> int:
+    """The revision from which every report written from now on is read.
+
+    On PostgreSQL, the oldest transaction id still running now: a report
+    committed later, by a transaction that began earlier, is at or past it. On
+    SQLite (one writer at a time, committing in revision order), one past the
+    highest revision; the caller reads the rows in the same transaction, so
+    from the same snapshot.
+    """
+    if conn.dialect.name == "postgresql":
+        oldest = func.pg_snapshot_xmin(func.pg_current_snapshot())
+        return int(conn.execute(select(cast(cast(oldest, Text), BigInteger))).scalar_one())
+    highest = conn.execute(select(func.max(REPORTS.c.revision))).scalar()
+    return int(highest or 0) + 1
 
 
 def _price_point(row: Row[Any]) -> PricePoint:

@@ -26,6 +26,8 @@ from sqlalchemy import (
     Connection,
     Engine,
     Row,
+    Select,
+    and_,
     cast,
     create_engine,
     event,
@@ -35,8 +37,11 @@ from sqlalchemy import (
     select,
     text,
     tuple_,
+    type_coerce,
+    union,
     update,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
@@ -60,7 +65,7 @@ from spotd.core.values import (
     PricePoint,
 )
 from spotd.store import history, ledger_sql
-from spotd.store.tables import ATTEMPTS, EVENTS, JOBS, LEDGER
+from spotd.store.tables import ATTEMPTS, EVENTS, JOBS, LEASES, LEDGER, UtcDateTime
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 """The alembic script folder, found next to this module so it works from a wheel."""
@@ -71,10 +76,17 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 _PG_MIGRATION_LOCK = 0x5350_4F54_4400
 """Advisory lock key that serialises migrations of daemons sharing a database."""
 
+_PG_CLAIM_LOCK = 0x5350_4F54_4401
+"""Advisory lock key that serialises the lease claims of daemons sharing a database."""
+
 _WRITE = "spotd_write"
 """Execution option marking a transaction that will write (see ``_sqlite_begin``)."""
 
 _ACTIVE = tuple(s.value for s in ACTIVE)
+
+HELD_BY_OWNER = datetime(9999, 1, 1, tzinfo=UTC)
+"""``jobs.lease_until`` of a job held by its owner's row in ``owner_leases``: far
+enough ahead that a daemon of a version before that table never takes the job."""
 
 
 def new_job_id() -> str:
@@ -286,7 +298,7 @@ class SqlStore:
 
     def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
         """Jobs, oldest first, optionally only those in ``statuses``."""
-        query = select(JOBS).order_by(*_creation_order())
+        query = _job_rows().order_by(*_creation_order())
         if statuses is not None:
             query = query.where(JOBS.c.status.in_([s.value for s in statuses]))
         with self._read() as conn:
@@ -311,7 +323,7 @@ class SqlStore:
         if limit < 1:
             raise StoreError(f"a page holds at least one job, not {limit}")
         order = (JOBS.c.submitted_at.desc(), JOBS.c.id.desc())
-        query = select(JOBS).order_by(*order).limit(limit + 1)
+        query = _job_rows().order_by(*order).limit(limit + 1)
         if statuses is not None:
             query = query.where(JOBS.c.status.in_([s.value for s in statuses]))
         if team is not None:
@@ -361,29 +373,68 @@ class SqlStore:
     def claim_jobs(
         self, owner: str, *, now: datetime | None = None, lease_seconds: float
     ) -> list[str]:
-        """Take or renew the lease of active jobs free or already ours; return their ids.
+        """Take or renew the lease of active jobs free or already ours; return their ids
+        (sorted): :meth:`claim_job_versions`."""
+        return sorted(self.claim_job_versions(owner, now=now, lease_seconds=lease_seconds))
 
-        One guarded UPDATE: a job is taken only if it is not terminal and has
-        no owner, an expired lease, or ``owner`` already. On PostgreSQL the
-        rows are locked in id order, so two claimers never deadlock. ``now``
-        None measures the lease on the database's clock (PostgreSQL's
-        ``now()``, this machine's on SQLite), which every daemon shares
-        however far their own clocks drift.
+    def claim_job_versions(
+        self,
+        owner: str,
+        *,
+        now: datetime | None = None,
+        lease_seconds: float,
+        share_of: int = 1,
+    ) -> dict[str, int]:
+        """Renew ``owner``'s lease, take the active jobs that are free, and return every
+        active job ``owner`` holds with its version.
+
+        The lease is the owner's row in ``owner_leases``: every job it holds is
+        held until then, so a renewal writes one row, however many jobs. A job
+        is free when it has no owner, or when its owner's lease ran out (by the
+        owner's row, or by the job's own ``lease_until`` for an owner without
+        one: a daemon of an older version). On PostgreSQL claims take turns (an
+        advisory lock): a renewal writes no job row, so a job's row lock alone
+        would not keep another daemon from taking a job whose owner is renewing
+        its lease at that moment. The jobs taken are locked in id order, against
+        the writes of daemons that renew per job. ``now`` None
+        measures the lease on the database's clock (PostgreSQL's ``now()``,
+        this machine's on SQLite), which every daemon shares however far their
+        own clocks drift. ``share_of``: how many daemons share the work; one
+        claim takes at most that share of the free jobs (rounded up, lowest id
+        first), so a burst of submissions is split between the daemons rather
+        than taken whole by the first to pass.
         """
-        lease = timedelta(seconds=lease_seconds)
         current: Any = now
         if current is None:
             current = func.now() if self._postgres else datetime.now(UTC)
-        claimable = (JOBS.c.status.in_(_ACTIVE), _lease_free_or_ours(owner, current))
-        locked_ids = select(JOBS.c.id).where(*claimable).order_by(JOBS.c.id).with_for_update()
-        claim = (
-            update(JOBS)
-            .where(JOBS.c.id.in_(locked_ids), *claimable)
-            .values(owner=owner, lease_until=current + lease)
-            .returning(JOBS.c.id)
+        held = select(JOBS.c.id, JOBS.c.version).where(
+            JOBS.c.owner == owner, JOBS.c.status.in_(_ACTIVE)
         )
         with self._write() as conn:
-            return sorted(str(job_id) for job_id in conn.execute(claim).scalars())
+            if self._postgres:
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_CLAIM_LOCK})
+            _renew_owner(conn, owner, current + timedelta(seconds=lease_seconds))
+            _take_free_jobs(conn, owner, current, share_of=share_of)
+            # fetchall, not a row at a time: tens of thousands of rows on every pass.
+            return {str(i): int(v) for i, v in conn.execute(held).all()}
+
+    def job_versions(self, job_ids: Collection[str]) -> dict[str, int]:
+        """The version of each of these jobs that exists, by id (one query per chunk)."""
+        found: dict[str, int] = {}
+        with self._read() as conn:
+            for chunk in _chunks(list(job_ids)):
+                query = select(JOBS.c.id, JOBS.c.version).where(JOBS.c.id.in_(chunk))
+                found.update((str(i), int(v)) for i, v in conn.execute(query))
+        return found
+
+    def jobs_by_id(self, job_ids: Collection[str]) -> dict[str, JobRecord]:
+        """These jobs, those that exist, by id (one query per chunk)."""
+        found: dict[str, JobRecord] = {}
+        with self._read() as conn:
+            for chunk in _chunks(list(job_ids)):
+                for row in conn.execute(_job_rows().where(JOBS.c.id.in_(chunk))):
+                    found[row.id] = _job_record(row)
+        return found
 
     # attempts and events
 
@@ -471,6 +522,17 @@ class SqlStore:
                 for report in history.select_reports_of(conn, chunk):
                     found[report.job_id].append(report)
         return found
+
+    def report_changes(self, since: int) -> tuple[list[InstanceReport], int]:
+        """The agents' reports written since ``since`` (0: all of them), and the ``since``
+        of the next read (:func:`spotd.store.history.report_changes`)."""
+        with self._read() as conn:
+            return history.report_changes(conn, since)
+
+    def report_cursor(self) -> int:
+        """The ``since`` from which :meth:`report_changes` returns every report written later."""
+        with self._read() as conn:
+            return history.report_cursor(conn)
 
     def close(self) -> None:
         """Release connections."""
@@ -563,21 +625,85 @@ def _spec_team(dialect: str) -> ColumnElement[Any]:
 
 
 def _job_with_key(conn: Connection, key: str) -> JobRecord | None:
-    row = conn.execute(select(JOBS).where(JOBS.c.idempotency_key == key)).one_or_none()
+    row = conn.execute(_job_rows().where(JOBS.c.idempotency_key == key)).one_or_none()
     return None if row is None else _job_record(row)
 
 
-def _lease_free_or_ours(owner: str, now: Any) -> ColumnElement[bool]:
+def _job_rows() -> Select[Any]:
+    """``SELECT`` of job rows whose ``lease_until`` is the lease that holds the job: its
+    owner's row where the owner has one, else the job's own (an older daemon's)."""
+    by_owner = select(LEASES.c.lease_until).where(LEASES.c.owner == JOBS.c.owner)
+    lease = func.coalesce(by_owner.scalar_subquery(), JOBS.c.lease_until)
+    columns = [c for c in JOBS.c if c.name != "lease_until"]
+    return select(*columns, type_coerce(lease, UtcDateTime()).label("lease_until"))
+
+
+def _renew_owner(conn: Connection, owner: str, until: Any) -> None:
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    stmt = dialect_insert(LEASES).values(owner=owner, lease_until=until)
+    conn.execute(stmt.on_conflict_do_update(index_elements=["owner"], set_={"lease_until": until}))
+
+
+def _take_free_jobs(conn: Connection, owner: str, now: Any, *, share_of: int = 1) -> None:
+    """Make ``owner`` the owner of the free active jobs (:meth:`SqlStore.claim_job_versions`),
+    at most ``1 / share_of`` of them (rounded up).
+
+    The candidates are found by index, each kind on its own (an ``OR`` of them
+    would read every active job); the ``UPDATE`` checks each again, after
+    PostgreSQL has locked it.
+    """
+    active = JOBS.c.status.in_(_ACTIVE)
+    # SQLite, which keeps no statistics, would walk the status index (every active
+    # job) where the lease's or the id's finds a few rows: as an expression, the
+    # status is checked on the rows those find.
+    still_active = (JOBS.c.status + "").in_(_ACTIVE)
+    ran_out = select(LEASES.c.owner).where(LEASES.c.lease_until < now, LEASES.c.owner != owner)
+    per_job = JOBS.c.owner.not_in(select(LEASES.c.owner))
+    unowned_lease = (JOBS.c.lease_until.is_(None), JOBS.c.owner.is_not(None))
+    ours = JOBS.c.owner == owner
+    # Ours but leased per job (by this owner's older version): held by our row now.
+    mine = [
+        select(JOBS.c.id).where(ours, JOBS.c.lease_until < HELD_BY_OWNER, still_active),
+        select(JOBS.c.id).where(ours, JOBS.c.lease_until.is_(None), still_active),
+    ]
+    free = [
+        select(JOBS.c.id).where(JOBS.c.owner.is_(None), active),
+        select(JOBS.c.id).where(JOBS.c.owner.in_(ran_out), active),
+        select(JOBS.c.id).where(JOBS.c.lease_until < now, per_job, still_active),
+        select(JOBS.c.id).where(*unowned_lease, per_job, still_active),
+    ]
+    if share_of > 1:
+        # Claims take turns (the advisory lock above on PostgreSQL): this count holds.
+        free_ids = union(*free).subquery()
+        count = conn.execute(select(func.count()).select_from(free_ids)).scalar_one()
+        share = -(-int(count) // share_of)
+        first = select(free_ids.c.id).order_by(free_ids.c.id).limit(share).subquery()
+        free = [select(first.c.id)]
+    candidates = union(*mine, *free)
+    locked = select(JOBS.c.id).where(JOBS.c.id.in_(candidates)).order_by(JOBS.c.id)
+    locked = locked.with_for_update()
+    take = (
+        update(JOBS)
+        .where(JOBS.c.id.in_(locked), still_active, _free_for(owner, now))
+        .values(owner=owner, lease_until=HELD_BY_OWNER)
+    )
+    conn.execute(take)
+
+
+def _free_for(owner: str, now: Any) -> ColumnElement[bool]:
+    """Whether ``owner`` may take the job: see :meth:`SqlStore.claim_job_versions`."""
+    by_owner = select(LEASES.c.lease_until).where(LEASES.c.owner == JOBS.c.owner)
+    lease = func.coalesce(by_owner.scalar_subquery(), JOBS.c.lease_until)
     return or_(
         JOBS.c.owner.is_(None),
-        JOBS.c.owner == owner,
-        JOBS.c.lease_until.is_(None),
-        JOBS.c.lease_until < now,
-    )
+        and_(JOBS.c.owner == owner,
+             or_(JOBS.c.lease_until.is_(None), JOBS.c.lease_until < HELD_BY_OWNER)),
+        and_(JOBS.c.owner != owner, or_(lease.is_(None), lease < now)),
+    )  # fmt: skip
 
 
 def _load_job(conn: Connection, job_id: str) -> JobRecord:
-    row = conn.execute(select(JOBS).where(JOBS.c.id == job_id)).one_or_none()
+    row = conn.execute(_job_rows().where(JOBS.c.id == job_id)).one_or_none()
     if row is None:
         raise JobNotFound(f"no job {job_id!r}")
     return _job_record(row)
@@ -715,10 +841,12 @@ def _require_attempt(conn: Connection, attempt_id: int) -> None:
 # -- rows to records ---------------------------------------------------------
 
 
-@lru_cache(maxsize=32768)
+@lru_cache(maxsize=4096)
 def _parsed_spec(text: str) -> JobSpec:
-    # A job's spec never changes, and the daemon reads every active job each
-    # pass: validating the same JSON again and again would dominate the pass.
+    # A job's spec never changes: validating the same JSON again would cost more
+    # than reading it. Small, since a parsed spec weighs about 8 KB and the engine
+    # keeps the records it steps between passes itself (32,768 here were 275 MB of
+    # a daemon holding 50,000 jobs, and thrashed anyway, listed in the same order).
     return spec_from_json(text)
 
 

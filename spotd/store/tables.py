@@ -11,7 +11,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import DateTime, Dialect, ForeignKey, Index, Table, Text, UniqueConstraint
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -64,6 +73,12 @@ class JobTable(SQLModel, table=True):
         # A unique index, not a constraint: SQLite adds an index in place, where a
         # constraint would copy the table (and trip the foreign keys on it).
         Index("ix_jobs_idempotency_key", "idempotency_key", unique=True),
+        # A pass lists its daemon's jobs (from the index alone: it holds what the
+        # listing reads), and a claim finds the free ones, by owner and lease: without
+        # these both read every active job's row.
+        Index("ix_jobs_owner_status_version", "owner", "status", "id", "version"),
+        Index("ix_jobs_owner_lease_until", "owner", "lease_until"),
+        Index("ix_jobs_lease_until", "lease_until"),
     )
 
     id: str = Field(primary_key=True)
@@ -75,6 +90,8 @@ class JobTable(SQLModel, table=True):
     updated_at: datetime = Field(sa_type=UtcDateTime)
     owner: str | None = None
     lease_until: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    """A lease per job, as daemons before revision 0008 renew it. Jobs taken since are
+    held by their owner's row in ``owner_leases`` and carry ``HELD_BY_OWNER`` here."""
     version: int = 0
     idempotency_key: str | None = None
     """The submitter's ``Idempotency-Key``: a retried submit finds its job by it."""
@@ -145,10 +162,20 @@ class PriceRow(SQLModel, table=True):
     at: datetime = Field(sa_type=UtcDateTime)
 
 
+class OwnerLeaseRow(SQLModel, table=True):
+    """A daemon's lease on every job it owns: one row renewed per pass, not one per job."""
+
+    __tablename__ = "owner_leases"
+
+    owner: str = Field(primary_key=True)
+    lease_until: datetime = Field(sa_type=UtcDateTime)
+
+
 class InstanceReportRow(SQLModel, table=True):
     """What the on-VM agent of one instance last told the daemon."""
 
     __tablename__ = "instance_reports"
+    __table_args__ = (Index("ix_instance_reports_revision", "revision"),)
 
     instance_id: str = Field(primary_key=True)
     provider: str = Field(primary_key=True)
@@ -174,6 +201,9 @@ class InstanceReportRow(SQLModel, table=True):
     gpu_util_sum: float | None = None
     gpu_samples: int | None = None
     gpu_low_samples: int | None = None
+    revision: int = Field(default=0, sa_type=BigInteger)
+    """Where the row's last change stands in the store's report feed
+    (:func:`spotd.store.history.report_changes`): readers ask for what changed since."""
 
 
 def _table(name: str) -> Table:
@@ -190,6 +220,8 @@ PRICES = _table("prices")
 """Core view of :class:`PriceRow`."""
 REPORTS = _table("instance_reports")
 """Core view of :class:`InstanceReportRow`."""
+LEASES = _table("owner_leases")
+"""Core view of :class:`OwnerLeaseRow`."""
 
 
 class LedgerRow(SQLModel, table=True):

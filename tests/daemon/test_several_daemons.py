@@ -2,20 +2,25 @@
 
 Each daemon has its own data_dir and owner; they share the database and the
 simulated market's folder (``providers.sim.state_dir``), as three hosts share
-a database and a cloud. Jobs are split by leases; the leader (an advisory
-lock) writes the price history and reaps every owner's orphans. SIGKILL of the
-leader: its jobs' leases run out and the others take them over, another
-daemon leads within a second, every job finishes once, and no attempt is
-launched twice.
+a database and a cloud. Their clocks disagree by more than the lease (faked
+with libfaketime: one on time, one ahead, one behind). Jobs are split by
+leases on the database's clock; the leader (an advisory lock) writes the
+price history and reaps every owner's orphans. SIGKILL of the leader: its
+jobs' leases run out and the others take them over, another daemon leads
+within two seconds, every job finishes once, no attempt is launched twice,
+and every attempt is stamped and billed on the one shared clock.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
 import sys
 import time
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -25,8 +30,25 @@ from spotd.core.states import JobStatus
 from spotd.daemon.config import load_settings
 from spotd.daemon.wiring import build_providers
 from spotd.store import open_store
+from spotd_sim import SimClock
 
 pytestmark = pytest.mark.postgres
+
+def _faketime() -> Path | None:
+    """The preloadable library of the ``libfaketime`` wheel (found, not imported)."""
+    spec = importlib.util.find_spec("libfaketime")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    package = Path(next(iter(spec.submodule_search_locations)))
+    found = package / "vendor/libfaketime/src/libfaketime.so.1"
+    return found if found.is_file() else None
+
+
+FAKETIME = _faketime()
+SKEWS = (0, 5, -5)
+"""Each daemon's clock offset in seconds: more than the 2 s lease apart, and at the
+market's speed of 600 a five-second skew is fifty simulated minutes."""
+SPEED = 600
 
 CONFIG = """
 data_dir = "{root}"
@@ -42,7 +64,7 @@ reap_every_ticks = 3
 [providers.sim]
 state_dir = "{sim}"
 seed = 5
-speed = 600
+speed = {speed}
 mean_up_hours = 500
 mean_down_hours = 1.0
 boot_seconds = 30
@@ -66,19 +88,36 @@ def _setup(tmp_path: Path, pg_url: str, n: int) -> Setup:
     root.mkdir()
     config = root / "spotd.toml"
     config.write_text(CONFIG.format(root=root, db=pg_url, owner=f"host-{n}",
-                                    sim=tmp_path / "market"))  # fmt: skip
+                                    sim=tmp_path / "market", speed=SPEED))  # fmt: skip
     return Setup(root, config, root / "job.toml")
+
+
+def _skewed(seconds: int) -> dict[str, str]:
+    """The environment of a process whose wall clock is ``seconds`` off.
+
+    The monotonic clock stays real: timeouts and sleeps keep their length.
+    """
+    env = dict(os.environ)
+    if seconds:
+        env |= {"LD_PRELOAD": str(FAKETIME), "FAKETIME": f"{seconds:+d}",
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1"}  # fmt: skip
+    return env
 
 
 def _leads(setup: Setup) -> bool:
     return bool(LEADS.search((setup.root / "daemon.log").read_text()))
 
 
+@pytest.mark.skipif(
+    FAKETIME is None, reason="the libfaketime wheel is not installed (pip install -e '.[test]')"
+)
 def test_the_leader_dies_and_the_others_finish_every_job_once(
     tmp_path: Path, pg_url: str
 ) -> None:
     setups = [_setup(tmp_path, pg_url, n) for n in range(3)]
-    daemons = [Daemon(s) for s in setups]
+    daemons = [Daemon(s, env=_skewed(skew)) for s, skew in zip(setups, SKEWS, strict=True)]
+    reference = SimClock.open(tmp_path / "market")  # this process's clock is not skewed
+    began = reference.now()
     store = open_store(pg_url)
     try:
         ids = []
@@ -99,6 +138,9 @@ def test_the_leader_dies_and_the_others_finish_every_job_once(
             time.sleep(0.1)
         daemons[leader].kill()
         killed = time.monotonic()
+        # Read after the kill: the dead daemon changes nothing more.
+        orphaned = [i for i in ids if (j := store.get_job(i)).owner == f"host-{leader}"
+                    and not j.status.terminal]  # fmt: skip
         others = [s for i, s in enumerate(setups) if i != leader]
         while not any(map(_leads, others)):
             assert time.monotonic() - killed < 10, "nobody took over the leadership"
@@ -106,10 +148,12 @@ def test_the_leader_dies_and_the_others_finish_every_job_once(
         took_over = time.monotonic() - killed
         for job_id in ids:
             wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=180)
-        owners = {store.get_job(i).owner for i in ids}
+        owners = {store.get_job(i).owner for i in orphaned}
         jobs = [store.get_job(i) for i in ids]
         attempts = {i: store.attempts(i) for i in ids}
         events = {i: store.events(i) for i in ids}
+        ledger = store.ledger_for(ids)
+        finished = reference.now()
     finally:
         for i, daemon in enumerate(daemons):
             if daemon.proc.poll() is None:
@@ -120,7 +164,7 @@ def test_the_leader_dies_and_the_others_finish_every_job_once(
     for job_id in ids:
         ended = [e for e in events[job_id] if e.to_status is JobStatus.SUCCEEDED]
         assert len(ended) == 1, f"{job_id} finished {len(ended)} times"
-    assert f"host-{leader}" not in owners, "the dead daemon's jobs were taken over"
+    assert orphaned and f"host-{leader}" not in owners, "the dead daemon's jobs were taken over"
     # No attempt launched twice: one simulated VM per attempt, however many daemons.
     settings = load_settings(setups[(leader + 1) % 3].config)
     _, providers = build_providers(settings)
@@ -131,3 +175,17 @@ def test_the_leader_dies_and_the_others_finish_every_job_once(
     )  # fmt: skip
     assert vms and set(vms.values()) == {1}
     assert sum(len(a) for a in attempts.values()) == len(vms)
+    # One clock: every attempt and every billed line lies within the test's span
+    # on the unskewed reference; a daemon on its own clock would stamp them fifty
+    # simulated minutes off, and bill an attempt begun by one and ended by another
+    # across the two.
+    slack = timedelta(seconds=SPEED * 0.5)  # half a real second
+    for job_id in ids:
+        for a in attempts[job_id]:
+            assert a.ended_at is not None
+            assert began - slack <= a.started_at <= a.ended_at <= finished + slack, a
+            if a.running_at is not None:
+                assert a.started_at <= a.running_at <= a.ended_at, a
+        assert ledger[job_id], f"{job_id} was never billed"
+        for line in ledger[job_id]:
+            assert began - slack <= line.start <= line.end <= finished + slack, line

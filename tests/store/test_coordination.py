@@ -61,6 +61,28 @@ def test_one_daemon_per_owner_on_postgresql(pg_url: str, tmp_path: Path) -> None
 
 
 @pytest.mark.postgres
+def test_live_daemons_are_counted_per_database(pg_url: str, tmp_path: Path) -> None:
+    a, b = Coordinator(make_engine(pg_url)), Coordinator(make_engine(pg_url))
+    try:
+        assert a.live_daemons() == 1  # nobody holds an owner lock yet: still "just me"
+        a.claim_daemon(tmp_path / "a", "sched-a")
+        b.claim_daemon(tmp_path / "b", "sched-b")
+        assert a.live_daemons() == b.live_daemons() == 2
+        b.try_lead()  # the leader's lock is of another kind: not a daemon more
+        assert a.live_daemons() == 2
+        b.release()
+        assert a.live_daemons() == 1
+    finally:
+        a.release()
+        b.release()
+
+
+def test_sqlite_has_one_live_daemon(tmp_path: Path) -> None:
+    coordinator = Coordinator(make_engine(f"sqlite:///{tmp_path / 'one.db'}"))
+    assert coordinator.live_daemons() == 1
+
+
+@pytest.mark.postgres
 def test_one_leader_and_a_successor(pg_url: str, tmp_path: Path) -> None:
     a, b = Coordinator(make_engine(pg_url)), Coordinator(make_engine(pg_url))
     try:

@@ -711,7 +711,7 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 
 # -- schema ----------------------------------------------------------------------
 
-LATEST = "0007"
+LATEST = "0008"
 
 
 def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
@@ -810,7 +810,12 @@ def test_gang_reports_merge_and_sum_and_older_rows_survive_the_upgrade(store_url
     try:
         job = store.create_job(make_spec(), now=T0)
         downgrade_schema(store.engine, "0004")
-        store.save_report(InstanceReport("i-old", "aws", job.id, 1, heartbeat_at=at(1)))
+        with store.engine.begin() as conn:  # as a daemon of that version wrote it
+            conn.execute(text(
+                "INSERT INTO instance_reports"
+                " (instance_id, provider, job_id, attempt, heartbeat_at)"
+                " VALUES ('i-old', 'aws', :job, 1, :t)"
+            ), {"job": job.id, "t": at(1).replace(tzinfo=None)})  # fmt: skip
         upgrade_schema(store.engine)
         (old,) = store.reports(job.id)
         assert (old.heartbeat_at, old.address, old.gpu_samples) == (at(1), None, None)

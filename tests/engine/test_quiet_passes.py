@@ -1,0 +1,159 @@
+"""A steady pass steps no running job that nothing changed for, and wakes each one
+whose version, agents' reports, instances, budget or re-planning time calls for it
+(spotd.engine.watch)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Iterator
+from pathlib import Path
+
+import pytest
+from engine_support import FakeProvider, run_until, spec
+
+from spotd.core.states import JobStatus, Transition, transition
+from spotd.core.values import (
+    AttemptEnd,
+    Decision,
+    InstanceReport,
+    InstanceState,
+    JobRecord,
+    Offering,
+    PlacementContext,
+)
+from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.store import open_store
+from spotd_policies.cheapest import CheapestPolicy
+
+
+class CountingPolicy(CheapestPolicy):
+    """The cheapest policy, counting how often it is asked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked = 0
+
+    def place(self, ctx: PlacementContext, offerings: list[Offering]) -> Decision:  # type: ignore[override]
+        self.asked += 1
+        return super().place(ctx, offerings)
+
+
+@pytest.fixture
+def quiet(tmp_path: Path) -> Iterator[tuple[Engine, FakeProvider, list[list[str]]]]:
+    """An engine on the scripted provider; the third item lists each read of job records."""
+    from spotd_sim import SimClock
+
+    provider = FakeProvider()
+    store = open_store(f"sqlite:///{tmp_path / 'q.db'}")
+    eng = Engine(store, {"fake": provider}, CountingPolicy(), SimClock(tmp_path / "c", 3600.0),
+                 EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"))  # fmt: skip
+    loads: list[list[str]] = []
+    read = store.jobs_by_id
+
+    def counting(job_ids: Collection[str]) -> dict[str, JobRecord]:
+        loads.append(sorted(job_ids))
+        return read(job_ids)
+
+    store.jobs_by_id = counting  # type: ignore[method-assign]
+    yield eng, provider, loads
+    store.close()
+
+
+def _running(eng: Engine, n: int = 1) -> list[JobRecord]:
+    jobs = [eng.submit(spec()) for _ in range(n)]
+    for job in jobs:
+        run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    return [eng.store.get_job(j.id) for j in jobs]
+
+
+def test_a_steady_pass_reads_and_steps_no_running_job(
+    quiet: tuple[Engine, FakeProvider, list[list[str]]],
+) -> None:
+    eng, _, loads = quiet
+    _running(eng, 3)
+    eng.tick()
+    policy = eng.policy
+    assert isinstance(policy, CountingPolicy)
+    asked, loads[:] = policy.asked, []
+    for _ in range(3):
+        eng.tick()
+    assert loads == [], "every job is quiet: no record read, none stepped"
+    assert policy.asked == asked, "placing counted as the first plan: no re-plan yet"
+
+
+def test_a_notice_on_the_provider_wakes_the_job(
+    quiet: tuple[Engine, FakeProvider, list[list[str]]],
+) -> None:
+    eng, provider, loads = quiet
+    job, other = _running(eng, 2)
+    eng.tick()
+    (attempt,) = eng.store.attempts(job.id)
+    loads.clear()
+    provider.states[attempt.instance_ids[0]] = InstanceState.NOTICE
+    eng.tick()
+    assert loads == [[job.id]], "only the job whose node changed"
+    assert eng.store.get_job(job.id).status is JobStatus.CHECKPOINTING
+    assert eng.store.get_job(other.id).status is JobStatus.RUNNING
+
+
+def test_a_report_wakes_the_job_and_a_heartbeat_does_not(
+    quiet: tuple[Engine, FakeProvider, list[list[str]]],
+) -> None:
+    eng, _, loads = quiet
+    (job,) = _running(eng)
+    eng.tick()
+    (attempt,) = eng.store.attempts(job.id)
+    iid = attempt.instance_ids[0]
+    loads.clear()
+    beat = InstanceReport(iid, "fake", job.id, attempt.seq, heartbeat_at=eng.clock.now(), step=5)
+    eng.store.save_report(beat)
+    eng.tick()
+    assert loads == [], "progress alone is nothing a step acts on"
+    eng.store.save_report(InstanceReport(iid, "fake", job.id, attempt.seq, exit_code=0))
+    eng.tick()
+    assert loads == [[job.id]]
+    assert eng.store.get_job(job.id).status is JobStatus.SUCCEEDED
+
+
+def test_a_change_made_elsewhere_wakes_the_job(
+    quiet: tuple[Engine, FakeProvider, list[list[str]]],
+) -> None:
+    eng, provider, _ = quiet
+    (job,) = _running(eng)
+    eng.tick()
+    (_attempt,) = eng.store.attempts(job.id)
+    # Another daemon's API cancels it: the version moves, the job is no longer active.
+    change = Transition(job.id, JobStatus.RUNNING, JobStatus.CANCELLED, "cancelled by user")
+    transition(eng.store, change, now=eng.clock.now())
+    eng.tick()
+    eng.tick()
+    assert eng.store.get_job(job.id).status is JobStatus.CANCELLED
+    # A second job, whose instance the provider loses: counted missing, then lost.
+    (again,) = _running(eng)
+    (placed,) = eng.store.attempts(again.id)
+    del provider.states[placed.instance_ids[0]]
+    run_until(eng, again.id, lambda j: j.status is not JobStatus.RUNNING, timeout=5)
+    assert eng.store.attempts(again.id)[0].end_reason is AttemptEnd.LOST
+
+
+def test_a_quiet_job_still_stops_at_its_budget(
+    quiet: tuple[Engine, FakeProvider, list[list[str]]],
+) -> None:
+    """The budget is weighed again when the spend could reach it, not on every pass:
+    the job fails as over budget all the same, at the first pass past it."""
+    eng, _, loads = quiet
+    # 1.0 USD an hour, and the clock runs an hour a second: 3 USD in about 3 s.
+    job = eng.submit(spec(budget={"max_usd": 3.0}))
+    run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
+    started = time.monotonic()
+    loads.clear()
+    passes = 0
+    while eng.store.get_job(job.id).status is JobStatus.RUNNING:
+        assert time.monotonic() - started < 10, "never stopped at its budget"
+        eng.tick()
+        passes += 1
+        time.sleep(0.02)
+    done = eng.store.get_job(job.id)
+    assert done.status is JobStatus.FAILED and done.failure is not None
+    assert str(done.failure) == "over-budget"
+    assert len(loads) < passes / 2, (len(loads), passes)
