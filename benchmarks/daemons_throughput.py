@@ -35,10 +35,9 @@ from pathlib import Path
 from sqlalchemy import create_engine, make_url, text
 
 sys.path.insert(0, str(Path(__file__).parent))
-from engine_scale import GPUS, MemoryProvider, market
+from engine_scale import MemoryProvider, job_spec, market
 
 from spotd.core.clock import WallClock
-from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
 from spotd.engine.reconcile import Engine, EngineSettings
 from spotd.store import open_store
@@ -71,13 +70,7 @@ def submit(url: str, jobs: int, folder: Path, offerings: int) -> None:
     store = open_store(url)
     engine = _engine(store, "submitter", folder, offerings=offerings)
     for i in range(jobs):
-        gpu = rng.choice(list(GPUS))
-        engine.submit(JobSpec.model_validate({
-            "name": f"job-{i}", "command": ["true"],
-            "resources": {"gpus": [gpu], "gpus_per_node": GPUS[gpu], "nodes": rng.choice([1, 2]),
-                          "model_size_b": 3},
-            "checkpoint": {"uri": str(folder / "ck" / str(i))},
-        }))  # fmt: skip
+        engine.submit(job_spec(i, rng, folder))
     store.close()
 
 

@@ -119,6 +119,17 @@ def market(n: int, rng: random.Random) -> dict[str, list[Offering]]:
     return by_provider
 
 
+def job_spec(i: int, rng: random.Random, folder: Path) -> JobSpec:
+    """The benchmarks' job ``i``: one or two nodes of one of four GPU kinds."""
+    gpu = rng.choice(list(GPUS))
+    return JobSpec.model_validate({
+        "name": f"job-{i}", "command": ["true"],
+        "resources": {"gpus": [gpu], "gpus_per_node": GPUS[gpu], "nodes": rng.choice([1, 2]),
+                      "model_size_b": 3},
+        "checkpoint": {"uri": str(folder / "ck" / str(i))},
+    })  # fmt: skip
+
+
 def rss_mib(field: str = "VmRSS") -> float:
     """Resident memory now (``VmRSS``) or at its peak (``VmHWM``), in MiB."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -155,13 +166,7 @@ def run(opts: argparse.Namespace, folder: Path) -> None:
     )  # fmt: skip
     start = time.perf_counter()
     for i in range(opts.jobs):
-        gpu = rng.choice(list(GPUS))
-        engine.submit(JobSpec.model_validate({
-            "name": f"job-{i}", "command": ["true"],
-            "resources": {"gpus": [gpu], "gpus_per_node": GPUS[gpu], "nodes": rng.choice([1, 2]),
-                          "model_size_b": 3},
-            "checkpoint": {"uri": str(folder / "ck" / str(i))},
-        }))  # fmt: skip
+        engine.submit(job_spec(i, rng, folder))
     print(f"submitted {opts.jobs:,} jobs in {time.perf_counter() - start:.1f} s")
 
     start = time.perf_counter()
