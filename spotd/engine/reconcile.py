@@ -1032,6 +1032,9 @@ class Engine:
         kept = self._kept.records
         fresh = {j: kept[j] for j in wanted if j in kept and kept[j].version == held[j]}
         missing = [j for j in wanted if j not in fresh]
+        for job_id in missing:
+            # Let go of the old record (its spec above all) before its successor is read.
+            kept.pop(job_id, None)
         fresh.update(self.store.jobs_by_id(missing) if missing else {})
         return [job for job in fresh.values() if job.status in ACTIVE]
 
