@@ -309,6 +309,29 @@ class LedgerStore(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Published:
+    """One provider's offerings as the leading daemon last polled them."""
+
+    offerings: tuple[Offering, ...]
+    published_at: datetime
+    """When the leader published them, on the database's clock."""
+    age_seconds: float
+    """Seconds since then, on the same clock."""
+
+
+class OfferingBoard(Protocol):
+    """Where the leading daemon publishes its price polls for the others to read."""
+
+    def publish(self, provider: str, offerings: Sequence[Offering]) -> None:
+        """Replace ``provider``'s publication with ``offerings``."""
+        ...
+
+    def read(self, provider: str) -> Published | None:
+        """``provider``'s last publication, None if there is none."""
+        ...
+
+
 class Store(JobStore, HistoryStore, LedgerStore, Protocol):
     """The whole durable state (SQLite or PostgreSQL: :class:`spotd.store.SqlStore`)."""
 

@@ -22,6 +22,7 @@ from types import FrameType
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from spotd.core.clock import DatabaseClock
 from spotd.core.contracts import AgentHost
 from spotd.daemon.api import create_app
 from spotd.daemon.config import Settings
@@ -32,6 +33,7 @@ from spotd.engine.reconcile import Engine
 from spotd.mail import schedule_mail
 from spotd.mail.webhook_worker import build_dispatcher, schedule_webhooks
 from spotd.registry import find_kind_of
+from spotd.store.board import SqlOfferingBoard
 from spotd.store.coordination import Coordinator
 from spotd.store.sql import make_engine
 
@@ -56,7 +58,14 @@ class Daemon:
         if self.mailer is not None:
             self.engine.on_end = self.mailer.job_ended
         self.scheduler = BackgroundScheduler(timezone="UTC")
-        self.coordinator = Coordinator(make_engine(settings.db_url))
+        sql = make_engine(settings.db_url)
+        self.coordinator = Coordinator(sql)
+        if self.coordinator.shared:
+            # One daemon polls the clouds' price APIs (rate-limited) for all of them.
+            board = SqlOfferingBoard(sql, DatabaseClock(self.coordinator.database_time).now)
+            self.engine.market.share(
+                board, lambda: self.coordinator.leading, self._stale_after()
+            )
         # Free jobs are shared out between the daemons alive on the database.
         self.engine.peers = self.coordinator.live_daemons
         # Webhooks are sent by the leader only: one daemon POSTs each transition.
@@ -153,17 +162,33 @@ class Daemon:
             self._reconcile, "interval", seconds=every, id="reconcile",
             max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
         )
-        for name in self.engine.providers:
-            # The provider's kind says how often (the simulator's market moves with
-            # its fast clock); a cloud's API has rate limits and its prices move
-            # over minutes: [scheduling] price_poll_seconds.
-            kind = find_kind_of(name)
-            own = None if kind is None else kind.price_poll_seconds
-            poll = self.settings.scheduling.price_poll_seconds if own is None else max(every, own)
+        for name, poll in self._poll_seconds().items():
             self.scheduler.add_job(
                 self.engine.market.refresh, "interval", args=[name], seconds=poll,
                 id=f"poll-{name}", max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
             )
+
+    def _poll_seconds(self) -> dict[str, float]:
+        """How often each provider's prices are polled.
+
+        The provider's kind says (the simulator's market moves with its fast
+        clock); a cloud's API has rate limits and its prices move over minutes:
+        ``[scheduling] price_poll_seconds``.
+        """
+        every = self.settings.daemon.tick_seconds
+        default = self.settings.scheduling.price_poll_seconds
+        polls: dict[str, float] = {}
+        for name in self.engine.providers:
+            kind = find_kind_of(name)
+            own = None if kind is None else kind.price_poll_seconds
+            polls[name] = default if own is None else max(every, own)
+        return polls
+
+    def _stale_after(self) -> dict[str, float]:
+        """When a follower stops waiting for the leader's poll and polls itself:
+        two polls missed, plus the pass in which a new leader is found."""
+        every = self.settings.daemon.tick_seconds
+        return {name: 2 * poll + every for name, poll in self._poll_seconds().items()}
 
     def _reconcile(self) -> None:
         with self._in_pass:

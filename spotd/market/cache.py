@@ -4,6 +4,10 @@ A failed poll keeps the previous offerings, records the error, and backs
 off (doubling up to ``max_backoff_seconds``) before the provider is asked
 again, so placement goes on with stale data rather than none and a failing
 API is not hammered. Each snapshot says how old it is.
+
+Several daemons on one database share one poll (:meth:`MarketCache.share`):
+the leader polls and publishes, the others read what it published, and poll
+themselves only when that is older than it should be (the leader gone).
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import overload
 
-from spotd.core.contracts import Provider
+from spotd.core.contracts import OfferingBoard, Provider
 from spotd.core.errors import ProviderError
 from spotd.core.values import Market, Offering, Pool
 from spotd.market.signals import LaunchSignals
@@ -71,10 +76,32 @@ class MarketCache:
         self._gpus: frozenset[str] | None = None
         self.signals = LaunchSignals()
         """spotd's own capacity signal per pool, laid over the offerings (see its module)."""
+        self._board: OfferingBoard | None = None
+        self._leading: Callable[[], bool] = lambda: True
+        self._max_age: Mapping[str, float] = {}
+        self._adopted: dict[str, datetime] = {}
+
+    def share(
+        self, board: OfferingBoard, leading: Callable[[], bool], max_age: Mapping[str, float]
+    ) -> None:
+        """Share polls with other daemons through ``board``.
+
+        While ``leading()``, each good poll is published there. Otherwise a
+        refresh takes the leader's publication, and polls the provider only
+        when there is none or it is older than ``max_age[name]`` seconds.
+        """
+        self._board, self._leading, self._max_age = board, leading, dict(max_age)
 
     def refresh(self, name: str) -> Snapshot:
-        """Poll one provider, unless it is backing off; on failure keep its last data."""
+        """Poll one provider, unless it is backing off; on failure keep its last data.
+
+        A daemon that shares polls and does not lead reads the leader's instead.
+        """
         old = self.snapshot(name)
+        if self._board is not None and not self._leading():
+            adopted = self._adopt(name, old)
+            if adopted is not None:
+                return adopted
         now = time.time()
         if old.failures and now < old.retry_at:
             return old
@@ -91,12 +118,41 @@ class MarketCache:
             fresh = Snapshot(offerings, now)
             if self._on_fresh is not None:
                 self._on_fresh(name, offerings)
+            self._publish(name, offerings)
+        return self._keep(name, old, fresh)
+
+    def _keep(self, name: str, old: Snapshot, fresh: Snapshot) -> Snapshot:
         with self._lock:
             if fresh is not old:
                 self._index = None
                 self._gpus = None
             self._snapshots[name] = fresh
         return fresh
+
+    def _publish(self, name: str, offerings: tuple[Offering, ...]) -> None:
+        if self._board is None or not self._leading():
+            return
+        try:
+            self._board.publish(name, offerings)
+        except Exception as exc:
+            # The others poll for themselves once the last publication is too old.
+            log.warning("could not publish the poll of %s: %s", name, exc)
+
+    def _adopt(self, name: str, old: Snapshot) -> Snapshot | None:
+        """The leader's publication for ``name`` if recent enough, else None."""
+        assert self._board is not None
+        try:
+            published = self._board.read(name)
+        except Exception as exc:
+            log.warning("could not read the published poll of %s: %s", name, exc)
+            return None
+        if published is None or published.age_seconds > self._max_age.get(name, 0.0):
+            return None
+        if self._adopted.get(name) == published.published_at and not old.error:
+            return old  # the same publication: keep the index built on it
+        self._adopted[name] = published.published_at
+        fetched_at = time.time() - published.age_seconds
+        return self._keep(name, old, Snapshot(published.offerings, fetched_at))
 
     def _failed(self, name: str, old: Snapshot, exc: Exception, now: float) -> Snapshot:
         failures = old.failures + 1

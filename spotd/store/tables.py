@@ -17,6 +17,7 @@ from sqlalchemy import (
     Dialect,
     ForeignKey,
     Index,
+    LargeBinary,
     Table,
     Text,
     UniqueConstraint,
@@ -206,6 +207,18 @@ class InstanceReportRow(SQLModel, table=True):
     (:func:`spotd.store.history.report_changes`): readers ask for what changed since."""
 
 
+class PublishedOfferingsRow(SQLModel, table=True):
+    """The leader's last good price poll of one provider, for the other daemons to read."""
+
+    __tablename__ = "published_offerings"
+
+    provider: str = Field(primary_key=True)
+    published_at: datetime = Field(sa_type=UtcDateTime)
+    count: int
+    payload: bytes = Field(sa_type=LargeBinary)
+    """The offerings as zlib-compressed JSON (see :mod:`spotd.store.board`)."""
+
+
 def _table(name: str) -> Table:
     return SQLModel.metadata.tables[name]
 
@@ -222,6 +235,8 @@ REPORTS = _table("instance_reports")
 """Core view of :class:`InstanceReportRow`."""
 LEASES = _table("owner_leases")
 """Core view of :class:`OwnerLeaseRow`."""
+PUBLISHED = _table("published_offerings")
+"""Core view of :class:`PublishedOfferingsRow`."""
 
 
 class LedgerRow(SQLModel, table=True):

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from engine_support import FakeProvider, spec
 
+from spotd.daemon import limits
 from spotd.daemon.api import create_app
 from spotd.daemon.limits import DEFAULT_MAX_BODY_BYTES
 from spotd.engine.reconcile import Engine, EngineSettings
@@ -123,7 +124,7 @@ def test_a_body_over_the_limit_with_a_content_length_is_413_and_nothing_is_store
     assert ok.status_code == 201
 
 
-def test_a_streamed_body_over_the_limit_is_413_and_read_only_up_to_the_limit(
+def test_a_streamed_body_over_the_limit_is_413_and_its_rest_dropped_as_it_comes(
     engine: Engine,
 ) -> None:
     chunk = b" " * 65536
@@ -139,10 +140,30 @@ def test_a_streamed_body_over_the_limit_is_413_and_read_only_up_to_the_limit(
                  headers={"Content-Type": "application/json"})  # fmt: skip
     assert reply.status_code == 413
     assert "over this daemon's limit of 1,048,576 bytes" in reply.json()["detail"]
-    # Chunked: no Content-Length to refuse by, so the limit stops the reading:
-    # 16 chunks make the first MiB, the 17th passes it.
-    assert len(sent) <= 17
+    # Chunked: no Content-Length to refuse by. The rest is read to the end and
+    # dropped (so a real client's connection is not reset under its 413), and
+    # nothing of it is kept.
+    assert len(sent) == 800
     assert engine.store.list_jobs() == []
+
+
+def test_a_refused_body_is_drained_only_within_its_bound(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits, "DRAIN_BYTES", 4 << 20)
+    sent: list[int] = []
+
+    async def body() -> AsyncIterator[bytes]:
+        yield b'{"spec": {"name": "'
+        for n in range(800):
+            sent.append(n)
+            yield b" " * 65536
+
+    reply = send(engine, "POST", "/v1/jobs", content=body(), max_body_bytes=1 << 20,
+                 headers={"Content-Type": "application/json"})  # fmt: skip
+    assert reply.status_code == 413
+    # 1 MiB to the limit, then at most 4 MiB more dropped: 80 chunks, not 800.
+    assert len(sent) <= 16 + 64 + 2
 
 
 def test_a_real_server_answers_413_to_a_50_mb_chunked_body(engine: Engine) -> None:

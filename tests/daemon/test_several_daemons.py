@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from daemon_support import STEPS, TRAINER, Daemon, Setup, wait_for
+from sqlalchemy import text
 
 from spotd.core.states import JobStatus
 from spotd.daemon.config import load_settings
@@ -148,12 +149,19 @@ def test_the_leader_dies_and_the_others_finish_every_job_once(
         took_over = time.monotonic() - killed
         for job_id in ids:
             wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=180)
+        # A job's ledger is written just after its terminal move, in the same pass.
+        billed_by = time.monotonic() + 10
+        while not all(store.ledger_for(ids).values()) and time.monotonic() < billed_by:
+            time.sleep(0.1)
         owners = {store.get_job(i).owner for i in orphaned}
         jobs = [store.get_job(i) for i in ids]
         attempts = {i: store.attempts(i) for i in ids}
         events = {i: store.events(i) for i in ids}
         ledger = store.ledger_for(ids)
         finished = reference.now()
+        with store.engine.connect() as conn:
+            rows = conn.execute(text("SELECT provider, count FROM published_offerings"))
+            published = {row.provider: row.count for row in rows}
     finally:
         for i, daemon in enumerate(daemons):
             if daemon.proc.poll() is None:
@@ -174,6 +182,8 @@ def test_the_leader_dies_and_the_others_finish_every_job_once(
         if vm.tags.get("spotd-job") in ids
     )  # fmt: skip
     assert vms and set(vms.values()) == {1}
+    # The leader polls each provider's market for everyone and publishes it.
+    assert set(published) == set(providers) and all(published.values()), published
     assert sum(len(a) for a in attempts.values()) == len(vms)
     # One clock: every attempt and every billed line lies within the test's span
     # on the unskewed reference; a daemon on its own clock would stamp them fifty

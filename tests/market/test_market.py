@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from engine_support import FakeProvider
 
+from spotd.core.contracts import Published
+from spotd.core.values import Offering
 from spotd.market.cache import MarketCache
+from spotd.store.board import SqlOfferingBoard
+from spotd.store.sql import SqlStore
 
 
 class _Broken(FakeProvider):
@@ -54,3 +60,86 @@ def test_the_offered_gpus_are_known_once_every_provider_answered_and_follow_the_
     assert market.offered_gpus() == {"A100"}
     market.refresh("growing")
     assert market.offered_gpus() == {"A100", "H100"}
+
+
+class _Counted(FakeProvider):
+    polls: int = 0
+
+    def offerings(self) -> list:  # type: ignore[type-arg]
+        self.polls += 1
+        return super().offerings()
+
+
+class _BoardClock:
+    def __init__(self) -> None:
+        self.at = datetime(2026, 12, 2, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.at
+
+
+def _pair(store: SqlStore) -> tuple[MarketCache, _Counted, MarketCache, _Counted, _BoardClock]:
+    """A leader's and a follower's market, sharing one board in ``store``."""
+    clock = _BoardClock()
+    board = SqlOfferingBoard(store.engine, clock)
+    leads, follows = _Counted(name="fake"), _Counted(name="fake")
+    leader = MarketCache({"fake": leads})
+    follower = MarketCache({"fake": follows})
+    leader.share(board, lambda: True, {"fake": 60.0})
+    follower.share(board, lambda: False, {"fake": 60.0})
+    return leader, leads, follower, follows, clock
+
+
+def test_a_follower_takes_the_leaders_poll_and_never_asks_the_provider(store: SqlStore) -> None:
+    leader, leads, follower, follows, clock = _pair(store)
+    led = leader.refresh("fake")
+    clock.at += timedelta(seconds=30)
+    taken = follower.refresh("fake")
+    assert taken.offerings == led.offerings and not taken.stale
+    assert abs((taken.age() or 0) - 30) < 1, "the age is the publication's, not the read's"
+    index = follower.offerings()
+    assert follower.refresh("fake") is taken, "the same publication again: the index is kept"
+    assert follower.offerings() is index
+    assert (leads.polls, follows.polls) == (1, 0)
+
+
+def test_a_follower_polls_itself_once_the_leaders_poll_is_too_old(store: SqlStore) -> None:
+    leader, _leads, follower, follows, clock = _pair(store)
+    assert follower.refresh("fake").offerings, "nothing published yet: it polls"
+    assert follows.polls == 1
+    leader.refresh("fake")
+    clock.at += timedelta(seconds=61)  # the leader has gone quiet
+    follower.refresh("fake")
+    assert follows.polls == 2
+    published = SqlOfferingBoard(store.engine, clock).read("fake")
+    assert published is not None and published.age_seconds == 61.0, "a follower never publishes"
+
+
+def test_a_follower_that_becomes_leader_publishes(store: SqlStore) -> None:
+    clock = _BoardClock()
+    board = SqlOfferingBoard(store.engine, clock)
+    leading = [False]
+    market = MarketCache({"fake": _Counted(name="fake")})
+    market.share(board, lambda: leading[0], {"fake": 60.0})
+    market.refresh("fake")
+    assert board.read("fake") is None
+    leading[0] = True
+    market.refresh("fake")
+    assert board.read("fake") is not None
+
+
+class _DownBoard:
+    def publish(self, provider: str, offerings: Sequence[Offering]) -> None:
+        raise OSError("database unreachable")
+
+    def read(self, provider: str) -> Published | None:
+        raise OSError("database unreachable")
+
+
+def test_an_unreachable_board_leaves_every_daemon_polling_for_itself() -> None:
+    for leading in (True, False):
+        provider = _Counted(name="fake")
+        market = MarketCache({"fake": provider})
+        market.share(_DownBoard(), lambda leading=leading: leading, {"fake": 60.0})
+        assert market.refresh("fake").offerings and not market.snapshot("fake").stale
+        assert provider.polls == 1
