@@ -53,3 +53,18 @@ def test_import_layers() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 broken" in result.stdout, result.stdout
+
+
+def test_the_test_command_lists_each_skip_with_its_reason(tmp_path: Path) -> None:
+    (tmp_path / "test_skipping.py").write_text(
+        "import pytest\n\n"
+        "@pytest.mark.skip(reason='needs a unicorn')\n"
+        "def test_unicorn():\n    pass\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SKIPPED [1]" in done.stdout and "needs a unicorn" in done.stdout, done.stdout

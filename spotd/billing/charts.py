@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from spotd.billing.report_model import Report, Rollup
+from spotd.billing.report_model import JobRow, Report, Rollup
 
 WIDTH_IN, HEIGHT_IN, DPI = 6.64, 3.0, 100
 """664 x 300 pixels: the width of the HTML report's content column."""
@@ -72,14 +72,24 @@ def _jobs(ax: Axes, report: Report) -> None:
     if not rows:
         _empty(ax)
         return
-    names = [r.name if len(r.name) <= 18 else r.name[:17] + "…" for r in rows][::-1]
+    # Bars at positions, not at their labels: matplotlib puts equal labels on one bar.
+    where = range(len(rows))
     spend = [r.spend_usd for r in rows][::-1]
     saved = [max(0.0, r.savings_usd) for r in rows][::-1]
-    ax.barh(names, spend, color=PALETTE[0], label="spend")
-    ax.barh(names, saved, left=spend, color=SAVED, label="saved vs on-demand")
+    ax.barh(where, spend, color=PALETTE[0], label="spend")
+    ax.barh(where, saved, left=spend, color=SAVED, label="saved vs on-demand")
+    ax.set_yticks(where, job_labels(rows)[::-1])
     ax.set_xlabel("USD")
     ax.legend(fontsize=8, frameon=False, loc="lower right")
     ax.tick_params(axis="y", labelsize=8)
+
+
+def job_labels(rows: Sequence[JobRow]) -> list[str]:
+    """Each job's bar label: its name, cut to 18 characters, and where two jobs share
+    one, the job's id after it, so that no two bars read alike."""
+    names = [r.name if len(r.name) <= 18 else r.name[:17] + "…" for r in rows]
+    shared = {n for n in names if names.count(n) > 1}
+    return [f"{n} ({r.job_id})" if n in shared else n for n, r in zip(names, rows, strict=True)]
 
 
 def _gpus(ax: Axes, report: Report) -> None:

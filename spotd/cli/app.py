@@ -23,7 +23,7 @@ from rich.table import Table
 from spotd import __version__
 from spotd.core.errors import ConfigError, JobSpecError, SpotdError
 from spotd.core.spec import load_job_file
-from spotd.daemon.config import Settings, load_settings
+from spotd.daemon.config import Settings, find_config_file, load_settings
 from spotd.daemon.views import EventView, JobView, MarketView
 
 if TYPE_CHECKING:
@@ -36,9 +36,27 @@ app = typer.Typer(
     help="spotd: run GPU training on spot capacity across clouds, and survive preemptions.",
     no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 out = Console()
 err = Console(stderr=True)
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        out.print(__version__)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True,
+                     help="Print spotd's version and exit."),
+    ] = False,
+) -> None:
+    """Options before any command."""
 
 T = TypeVar("T")
 ConfigOpt = Annotated[
@@ -116,9 +134,15 @@ def daemon(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    # APScheduler logs every run of every job at INFO: keep that for --verbose.
-    logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose else logging.WARNING)
-    _guard(lambda: Daemon(_settings(config)).run_forever())
+    # APScheduler logs every run of every job at INFO, and a pass or poll that overran
+    # its interval (skipped, as max_instances=1 means it to be) as a WARNING: keep
+    # both for --verbose.
+    logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose else logging.ERROR)
+
+    def run() -> None:
+        Daemon(_settings(config), config_file=find_config_file(config)).run_forever()
+
+    _guard(run)
 
 
 @app.command()
@@ -714,11 +738,18 @@ def report(
     fmt: Annotated[str, typer.Option("--format", help="text, html, json or csv.")] = "text",
     out_file: Annotated[Path | None, typer.Option("--out", help="Write here, not stdout.")] = None,
     email: Annotated[
-        bool, typer.Option("--email", help=f"Email it to {escape('[email]')} to.")
+        bool,
+        typer.Option("--email", help=f"Email it to the addresses of {escape('[email]')} to."),
     ] = False,
+    as_json: JsonOpt = False,
     config: ConfigOpt = None,
 ) -> None:
     """Cost report from the ledger: spend, savings against on-demand, preemptions, time lost."""
+    if as_json:
+        if fmt not in ("text", "json"):
+            err.print(f"[red]error:[/red] --json and --format {escape(fmt)}: choose one")
+            raise typer.Exit(2)
+        fmt = "json"  # as every other command takes it; --format json says the same
     if email:
         _guard(lambda: _email_report(_settings(config), since, start, end, job))
         return

@@ -17,10 +17,12 @@ import socket
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import make_url
 
 from spotd.core.clock import DatabaseClock
 from spotd.core.contracts import AgentHost
@@ -48,11 +50,27 @@ class _ThreadServer(uvicorn.Server):
         yield
 
 
+def start_summary(settings: Settings, config_file: Path | None, providers: list[str]) -> str:
+    """The line a daemon logs at start: what it read and what it will do."""
+    source = str(config_file) if config_file else "no config file (defaults and SPOTD_* variables)"
+    database = make_url(settings.db_url).render_as_string(hide_password=True)
+    mail = settings.email
+    email = f"on via {mail.host}, to {len(mail.to)} address(es)" if mail.host else "off"
+    hooks = ", ".join(sorted(settings.webhooks)) or "none"
+    return (
+        f"config: {source}; database: {database}; providers: {', '.join(providers) or 'none'}; "
+        f"email: {email}; webhooks: {hooks}"
+    )
+
+
 class Daemon:
     """One daemon process: engine, scheduler and API server."""
 
-    def __init__(self, settings: Settings, engine: Engine | None = None) -> None:
+    def __init__(
+        self, settings: Settings, engine: Engine | None = None, *, config_file: Path | None = None
+    ) -> None:
         self.settings = settings
+        self.config_file = config_file
         self.engine = engine or build_engine(settings)
         self.mailer = build_mailer_for(settings, self.engine)
         if self.mailer is not None:
@@ -113,6 +131,7 @@ class Daemon:
             every = self.settings.daemon.tick_seconds
             schedule_webhooks(self.scheduler, self.webhooks, seconds=every)
         self.scheduler.start()
+        log.info(start_summary(self.settings, self.config_file, sorted(self.engine.providers)))
         log.info("spotd daemon listening on %s:%d", self.settings.daemon.host, self.port)
 
     def stop(self) -> None:

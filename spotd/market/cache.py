@@ -236,13 +236,39 @@ class MarketCache:
 
 def unoffered_gpus(gpus: Sequence[str], offered: frozenset[str] | None) -> str | None:
     """Why no provider can run a job that accepts ``gpus``, given the models ``offered``
-    (:meth:`MarketCache.offered_gpus`); None if one is offered, or if nobody can tell yet."""
-    if not offered or offered & set(gpus):
+    (:meth:`MarketCache.offered_gpus`); None if it can run, or if nobody can tell yet.
+
+    A job may list a model no provider offers today beside one they do (it
+    takes either, and the other may come), but not a misspelling of an offered
+    one: ``H100s`` or ``A1OO`` beside ``A100`` would be dropped without a word.
+    """
+    if not offered:
         return None
     known = sorted(offered)
-    close = {m for g in gpus for m in difflib.get_close_matches(g, known, n=1, cutoff=0.5)}
-    hint = f"; did you mean {' or '.join(sorted(close))}?" if close else ""
+    missing = [g for g in gpus if g not in offered]
+    if len(missing) < len(gpus):
+        typos = {g: m for g in missing if (m := _misspelt(g, known)) is not None}
+        if not typos:
+            return None
+        fixes = ", ".join(f"{g} (did you mean {m}?)" for g, m in typos.items())
+        return f"no enabled provider offers {fixes}; correct or remove it"
+    close = sorted({c for g in gpus if (c := _misspelt(g, known) or _closest(g, known))})
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
     return f"no enabled provider offers {', '.join(gpus)} (offered: {', '.join(known)}){hint}"
+
+
+def _misspelt(gpu: str, known: Sequence[str]) -> str | None:
+    """The offered model ``gpu`` is a slip of: a letter for a digit (O, I) or a plural."""
+    plain = _plain(gpu)
+    return next((k for k in known if _plain(k) == plain), None)
+
+
+def _plain(gpu: str) -> str:
+    return gpu.upper().replace("O", "0").replace("I", "1").removesuffix("S")
+
+
+def _closest(gpu: str, known: Sequence[str]) -> str | None:
+    return next(iter(difflib.get_close_matches(gpu, known, n=1, cutoff=0.5)), None)
 
 
 class OfferingIndex(Sequence[Offering]):

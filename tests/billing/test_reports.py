@@ -10,10 +10,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from engine_support import spec
+from matplotlib.figure import Figure
 from PIL import Image
 
+from spotd.billing.charts import _jobs, job_labels
 from spotd.billing.ledger import record_ledger
-from spotd.billing.report_model import usd
+from spotd.billing.report_model import JobRow, usd
 from spotd.billing.reports import (
     CHART_NAMES,
     Report,
@@ -224,3 +226,18 @@ def test_an_empty_report_still_has_charts(filled: SqlStore) -> None:
     empty = build_report(filled, since=UNTIL, until=UNTIL + timedelta(days=1))
     assert all(png.startswith(PNG) for png in render_charts(empty).values())
     assert "No job spent anything" in render_html(empty, cid_sources())
+
+
+def test_same_named_jobs_get_a_bar_each_in_the_jobs_chart(report: Report) -> None:
+    def row(job_id: str, name: str, spend: float) -> JobRow:
+        return JobRow(job_id=job_id, name=name, status="succeeded", spend_usd=spend,
+                      on_demand_usd=spend * 3, savings_usd=spend * 2, gpu_hours=1.0,
+                      preemptions=0, recovery_hours=0.0)  # fmt: skip
+
+    rows = [row("j-1", "finetune", 3.0), row("j-2", "finetune", 2.0), row("j-3", "eval", 1.0)]
+    assert job_labels(rows) == ["finetune (j-1)", "finetune (j-2)", "eval"]
+    ax = Figure().add_subplot()
+    _jobs(ax, report.model_copy(update={"jobs": rows}))
+    assert len(ax.patches) == 6, "a spend and a savings bar for each of the three jobs"
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["eval", "finetune (j-2)", "finetune (j-1)"], "cheapest at the bottom"

@@ -231,3 +231,24 @@ def _plan_of(job: str, config: Path) -> str:
     result = CliRunner().invoke(app, ["plan", job, "-c", str(config), "--json"])
     assert result.exit_code == 0, result.output
     return result.stdout
+
+
+def test_dash_h_is_help_and_version_is_an_option_too() -> None:
+    from spotd import __version__
+
+    assert CliRunner().invoke(app, ["--version"]).stdout.strip() == __version__
+    for args in (["-h"], ["status", "-h"]):
+        result = CliRunner().invoke(app, args, terminal_width=120)
+        assert result.exit_code == 0 and "Usage:" in result.stdout, result.stdout
+
+
+def test_report_takes_json_as_every_other_command_does(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    args = ["report", "--since", "1d", "-c", str(config)]
+    as_json = CliRunner().invoke(app, [*args, "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert {"period", "jobs"} <= set(json.loads(as_json.stdout))
+    both = CliRunner().invoke(app, [*args, "--json", "--format", "csv"])
+    assert both.exit_code == 2 and "choose one" in both.output
+    shown = CliRunner().invoke(app, ["report", "-h"], terminal_width=200).stdout
+    assert "Email it to the addresses of [email] to." in " ".join(shown.split())

@@ -192,3 +192,15 @@ def test_jobs_do_not_inherit_the_daemons_secrets(setup: Setup) -> None:
     assert "PATH=" in output, "the job's environment was printed"
     for value in secrets.values():
         assert value not in output
+
+
+def test_the_daemon_says_at_start_what_it_read(setup: Setup) -> None:
+    daemon = Daemon(setup)
+    try:
+        # The address file is written after the start line; the daemon is up.
+        said = (setup.root / "daemon.log").read_text()
+    finally:
+        assert daemon.stop() == 0
+    assert f"config: {setup.config}; database: sqlite:///" in said, said
+    assert "email: off; webhooks: none" in said
+    assert "maximum number of running instances" not in said

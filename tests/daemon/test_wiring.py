@@ -9,7 +9,7 @@ import pytest
 
 from spotd.core.clock import WallClock
 from spotd.core.errors import ConfigError
-from spotd.daemon.config import ProvidersSettings, Settings
+from spotd.daemon.config import ProvidersSettings, Settings, load_settings
 from spotd.daemon.wiring import records_clock
 from spotd_sim import SimClock, SimSettings
 
@@ -32,3 +32,17 @@ def test_an_unreadable_simulated_clock_is_a_config_error(tmp_path: Path) -> None
     (settings.sim_state_dir / "clock.json").write_text('{"speed": 60}')
     with pytest.raises(ConfigError, match=r"^\[providers\.sim\]: "):
         records_clock(settings)
+
+
+def test_the_start_line_names_the_config_and_hides_the_database_password(tmp_path: Path) -> None:
+    from spotd.daemon.process import start_summary
+
+    settings = load_settings(
+        None, data_dir=tmp_path,
+        database_url="postgresql+psycopg://spotd:s3cret@db.internal:5432/spotd",
+        email={"host": "smtp.example.com", "to": ["ml@example.com"]},
+    )  # fmt: skip
+    line = start_summary(settings, None, ["aws", "sim-gcp"])
+    assert "s3cret" not in line and "spotd:***@db.internal" in line, line
+    assert line.startswith("config: no config file (defaults and SPOTD_* variables);")
+    assert "providers: aws, sim-gcp; email: on via smtp.example.com, to 1 address(es)" in line

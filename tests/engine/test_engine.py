@@ -789,3 +789,23 @@ def test_the_launch_carries_the_jobs_max_run_hours(fake: tuple[Engine, FakeProvi
     run_until(eng, free.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
     by_job = {r.tags[TAG_JOB]: r.max_run_seconds for r in provider.launched}
     assert by_job == {limited.id: 5400, free.id: None}
+
+
+def test_a_misspelt_gpu_is_refused_even_beside_an_offered_one(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, _ = fake
+    eng.market.refresh_all()  # the fake offers A100 only
+    with pytest.raises(SubmitRefused) as err:
+        eng.submit(spec(gpus=("h100s", "A100s")))
+    # A plural or a letter for a digit points at the offered model, not a near one.
+    assert "did you mean A100?" in str(err.value)
+    with pytest.raises(SubmitRefused) as err:
+        eng.submit(spec(gpus=("A1OOs", "A100")))
+    assert str(err.value) == (
+        "resources.gpus: no enabled provider offers A1OOS (did you mean A100?);"
+        " correct or remove it"
+    )
+    assert eng.store.list_jobs() == []
+    # A model no one offers today is still welcome beside one they do: it may come.
+    assert eng.submit(spec(gpus=("B200", "A100"))).status is JobStatus.PENDING

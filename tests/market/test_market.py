@@ -10,7 +10,7 @@ from engine_support import FakeProvider
 
 from spotd.core.contracts import Published
 from spotd.core.values import Offering
-from spotd.market.cache import MarketCache
+from spotd.market.cache import MarketCache, unoffered_gpus
 from spotd.store.board import SqlOfferingBoard
 from spotd.store.sql import SqlStore
 
@@ -143,3 +143,17 @@ def test_an_unreachable_board_leaves_every_daemon_polling_for_itself() -> None:
         market.share(_DownBoard(), lambda leading=leading: leading, {"fake": 60.0})
         assert market.refresh("fake").offerings and not market.snapshot("fake").stale
         assert provider.polls == 1
+
+
+def test_a_slip_of_the_keyboard_points_at_the_model_meant() -> None:
+    offered = frozenset({"A10G", "A100", "H100", "L40S"})
+    # O for 0 is A100, not the nearer spelling A10G; a plural is the model itself.
+    assert unoffered_gpus(["A1OO"], offered) == (
+        "no enabled provider offers A1OO (offered: A100, A10G, H100, L40S); did you mean A100?"
+    )
+    assert unoffered_gpus(["H100S", "A100"], offered) == (
+        "no enabled provider offers H100S (did you mean H100?); correct or remove it"
+    )
+    assert unoffered_gpus(["L40", "H100"], offered) is not None
+    assert unoffered_gpus(["B200", "H100"], offered) is None  # not offered yet, not a slip
+    assert unoffered_gpus(["A1OO"], None) is None  # nobody can tell before the first poll
