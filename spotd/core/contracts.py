@@ -340,6 +340,91 @@ class Store(JobStore, HistoryStore, LedgerStore, Protocol):
         ...
 
 
+class EngineStore(Store, Protocol):
+    """The store as the engine reads it: the contract, and reads that keep a pass
+    proportional to what changed (:class:`spotd.store.SqlStore` has them)."""
+
+    def claim_job_versions(
+        self,
+        owner: str,
+        *,
+        now: datetime | None = None,
+        lease_seconds: float,
+        share_of: int = 1,
+    ) -> dict[str, int]:
+        """Renew ``owner``'s lease, take up to ``1 / share_of`` of the free jobs, return
+        every active job held, with its version."""
+        ...
+
+    def job_versions(self, job_ids: Collection[str]) -> dict[str, int]:
+        """The versions of these jobs, by id."""
+        ...
+
+    def jobs_by_id(self, job_ids: Collection[str]) -> dict[str, JobRecord]:
+        """These jobs, by id."""
+        ...
+
+    def report_changes(self, since: int) -> tuple[list[InstanceReport], int]:
+        """The agents' reports written since ``since``, and the ``since`` of the next read."""
+        ...
+
+    def report_cursor(self) -> int:
+        """The ``since`` from which :meth:`report_changes` returns what is written later."""
+        ...
+
+
+class JobSource(Protocol):
+    """The part of :class:`~spotd.core.contracts.Store` the mailer reads."""
+
+    def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
+        """Jobs, oldest first, optionally only those in ``statuses``."""
+        ...
+
+    def attempts_for(self, job_ids: Collection[str]) -> dict[str, list[AttemptRecord]]:
+        """The attempts of many jobs at once, by job id."""
+        ...
+
+    def events(self, job_id: str) -> list[EventRecord]:
+        """All events of a job in order."""
+        ...
+
+    def ledger(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_id: str | None = None,
+    ) -> list[LedgerEntry]:
+        """Stored ledger lines, of one job or all, oldest first."""
+        ...
+
+
+class TransitionSource(Protocol):
+    """The part of :class:`~spotd.core.contracts.Store` the webhooks read and claim."""
+
+    def get_job(self, job_id: str) -> JobRecord:
+        """The job, or JobNotFound."""
+        ...
+
+    def attempts(self, job_id: str) -> list[AttemptRecord]:
+        """All attempts of a job in order."""
+        ...
+
+    def ledger(
+        self,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        job_id: str | None = None,
+    ) -> list[LedgerEntry]:
+        """Stored ledger lines, of one job or all, oldest first."""
+        ...
+
+    def claim_notification(self, key: str, *, at: datetime) -> bool:
+        """Record that notification ``key`` goes out; True only for the first claimer."""
+        ...
+
+
 class Notifier(Protocol):
     """Sends a message to people (email now; chat later)."""
 

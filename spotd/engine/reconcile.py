@@ -20,7 +20,7 @@ from pathlib import Path
 from spotd import checkpoints
 from spotd.billing.ledger import record_ledger, spend_so_far, usage_from_instances
 from spotd.core.cadence import checkpoint_interval, saves_on_notice
-from spotd.core.contracts import Clock, Metered, Policy, Provider
+from spotd.core.contracts import Clock, EngineStore, Metered, Policy, Provider
 from spotd.core.errors import (
     CapacityError,
     CheckpointError,
@@ -77,7 +77,6 @@ from spotd.engine.shipping import shipping_environment
 from spotd.engine.teams import TeamBook, TeamLimits, pass_order
 from spotd.engine.watch import (
     DueTimes,
-    EngineStore,
     Kept,
     QuietJobs,
     ReportMirror,

@@ -18,49 +18,17 @@ steps none of them.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-from spotd.core.contracts import Store
+from spotd.core.contracts import EngineStore
 from spotd.core.values import AttemptRecord, Instance, InstanceReport, JobRecord
 from spotd.engine.attempts import open_attempt
 
 T = TypeVar("T", float, datetime)
 
-
-class EngineStore(Store, Protocol):
-    """The store as the engine reads it: the contract, and reads that keep a pass
-    proportional to what changed (:class:`spotd.store.SqlStore` has them)."""
-
-    def claim_job_versions(
-        self,
-        owner: str,
-        *,
-        now: datetime | None = None,
-        lease_seconds: float,
-        share_of: int = 1,
-    ) -> dict[str, int]:
-        """Renew ``owner``'s lease, take up to ``1 / share_of`` of the free jobs, return
-        every active job held, with its version."""
-        ...
-
-    def job_versions(self, job_ids: Collection[str]) -> dict[str, int]:
-        """The versions of these jobs, by id."""
-        ...
-
-    def jobs_by_id(self, job_ids: Collection[str]) -> dict[str, JobRecord]:
-        """These jobs, by id."""
-        ...
-
-    def report_changes(self, since: int) -> tuple[list[InstanceReport], int]:
-        """The agents' reports written since ``since``, and the ``since`` of the next read."""
-        ...
-
-    def report_cursor(self) -> int:
-        """The ``since`` from which :meth:`report_changes` returns what is written later."""
-        ...
 
 
 PROGRESS_FIELDS = frozenset(

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     )
     from spotd.mail.common import PNG_SIGNATURE
     from spotd.mail.compose import BuildReport, ReportComposer, ReportKit, report_email
-    from spotd.mail.mailer import JobSource, Mailer, build_mailer, schedule_mail
+    from spotd.mail.mailer import Mailer, build_mailer, schedule_mail
     from spotd.mail.message import Composed, build_message
     from spotd.mail.outbox import Outbox, Pending
     from spotd.mail.smtp import MessageSender, SmtpNotifier
@@ -53,7 +53,7 @@ _LAZY = {
     ),
     "PNG_SIGNATURE": ".common",
     **dict.fromkeys(("BuildReport", "ReportComposer", "ReportKit", "report_email"), ".compose"),
-    **dict.fromkeys(("JobSource", "Mailer", "build_mailer", "schedule_mail"), ".mailer"),
+    **dict.fromkeys(("Mailer", "build_mailer", "schedule_mail"), ".mailer"),
     **dict.fromkeys(("Composed", "build_message"), ".message"),
     **dict.fromkeys(("Outbox", "Pending"), ".outbox"),
     **dict.fromkeys(("MessageSender", "SmtpNotifier"), ".smtp"),
@@ -67,7 +67,6 @@ __all__ = [
     "BuildReport",
     "Composed",
     "EmailSettings",
-    "JobSource",
     "MailAuthError",
     "MailError",
     "MailRefused",

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from spotd.billing.ledger import spend_so_far
-from spotd.core.contracts import Clock
+from spotd.core.contracts import Clock, JobSource
 from spotd.core.errors import MailError
-from spotd.core.states import ACTIVE, JobStatus
-from spotd.core.values import AttemptRecord, EventRecord, JobRecord, LedgerEntry
+from spotd.core.states import ACTIVE
+from spotd.core.values import JobRecord
 from spotd.mail.alerts import BudgetAlert, budget_alerts, budget_email, job_end_email
 from spotd.mail.compose import ReportComposer
 from spotd.mail.message import Composed
@@ -22,31 +22,6 @@ from spotd.mail.smtp import MessageSender, SmtpNotifier
 
 log = logging.getLogger(__name__)
 
-
-class JobSource(Protocol):
-    """The part of :class:`~spotd.core.contracts.Store` the mailer reads."""
-
-    def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
-        """Jobs, oldest first, optionally only those in ``statuses``."""
-        ...
-
-    def attempts_for(self, job_ids: Collection[str]) -> dict[str, list[AttemptRecord]]:
-        """The attempts of many jobs at once, by job id."""
-        ...
-
-    def events(self, job_id: str) -> list[EventRecord]:
-        """All events of a job in order."""
-        ...
-
-    def ledger(
-        self,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        job_id: str | None = None,
-    ) -> list[LedgerEntry]:
-        """Stored ledger lines, of one job or all, oldest first."""
-        ...
 
 
 class Mailer:

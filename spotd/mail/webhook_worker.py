@@ -44,11 +44,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from spotd.billing.ledger import spend_so_far
-from spotd.core.contracts import Clock
-from spotd.core.values import AttemptRecord, EventRecord, JobRecord, LedgerEntry
+from spotd.core.contracts import Clock, TransitionSource
+from spotd.core.values import EventRecord
 from spotd.mail.webhooks import (
     JobTransition,
     WebhookSettings,
@@ -73,31 +73,6 @@ read; transitions are short, so one is never this far behind."""
 Sender = Callable[[WebhookSettings, bytes, dict[str, str]], None]
 """Makes one POST (:func:`spotd.mail.webhooks.post`); raises WebhookUndelivered."""
 
-
-class TransitionSource(Protocol):
-    """The part of :class:`~spotd.core.contracts.Store` the webhooks read and claim."""
-
-    def get_job(self, job_id: str) -> JobRecord:
-        """The job, or JobNotFound."""
-        ...
-
-    def attempts(self, job_id: str) -> list[AttemptRecord]:
-        """All attempts of a job in order."""
-        ...
-
-    def ledger(
-        self,
-        *,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        job_id: str | None = None,
-    ) -> list[LedgerEntry]:
-        """Stored ledger lines, of one job or all, oldest first."""
-        ...
-
-    def claim_notification(self, key: str, *, at: datetime) -> bool:
-        """Record that notification ``key`` goes out; True only for the first claimer."""
-        ...
 
 
 def settled_key(webhook: str, event_id: int) -> str:
