@@ -172,6 +172,7 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
             console.print(
                 f"[bold]demo[/bold]: submitted {job.id}; files in {escape(str(root))}{kept}"
             )
+            console.print(clock_note(options.speed), highlight=False, soft_wrap=True)
         job = _follow(client, job.id, options, console)
         logs = client.logs(job.id)
         on_demand = _on_demand_cost(daemon, job, options)
@@ -193,7 +194,7 @@ def _follow(client: Client, job_id: str, options: DemoOptions, console: Console)
         events = client.events(job_id)
         for e in events[shown:]:
             if not options.quiet:
-                console.print(event_line(e), highlight=False)
+                print_event(console, e)
         shown = len(events)
         job = client.job(job_id)
         if JobStatus(job.status).terminal:
@@ -202,6 +203,18 @@ def _follow(client: Client, job_id: str, options: DemoOptions, console: Console)
             client.cancel(job_id)
             raise SpotdError(f"demo job {job_id} did not finish in {options.timeout_seconds:g} s")
         time.sleep(0.25)
+
+
+def clock_note(speed: float) -> str:
+    """The line that says the times below are the simulated market's, not real ones."""
+    return (f"  times are on the simulated market's clock, {speed:g} simulated seconds "
+            "per real second")  # fmt: skip
+
+
+def print_event(console: Console, e: EventView) -> None:
+    """One transition on one line, never folded: piped to a file or a pager (which rich
+    takes for 80 columns), a line stays whole; a terminal wraps it itself."""
+    console.print(event_line(e), highlight=False, soft_wrap=True)
 
 
 def event_line(e: EventView) -> str:
