@@ -393,7 +393,7 @@ def _gang_lines(job: JobView) -> list[str]:
 
 def _times(clock: str | None) -> str:
     """A table title's note of the clock its times are on, when not the wall's."""
-    return f" (times on the {clock} clock)" if clock else ""
+    return f" (times: {clock})" if clock else ""
 
 
 def _print_attempts(job: JobView) -> None:

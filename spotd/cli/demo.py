@@ -102,6 +102,8 @@ class DemoSummary(BaseModel):
     digest_matches: bool
     simulated_hours: float
     wall_seconds: float
+    seed: int = DemoOptions.seed
+    """The market's seed: the same one gives the same attempts and preemptions."""
 
 
 def demo_settings(root: Path, options: DemoOptions) -> Settings:
@@ -117,6 +119,9 @@ def demo_settings(root: Path, options: DemoOptions) -> Settings:
                 speed=options.speed,
                 mean_up_hours=options.mean_up_hours,
                 mean_down_hours=options.mean_down_hours,
+                # Lifetimes drawn per launch, not pools flipping at moments of simulated
+                # time: one seed, one run (see SimSettings.lifetimes).
+                lifetimes=True,
                 boot_seconds=300,
                 epoch=EPOCH,
             )
@@ -170,7 +175,8 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
         if not options.quiet:
             kept = "" if options.keep else " (removed at the end; --keep DIR keeps them)"
             console.print(
-                f"[bold]demo[/bold]: submitted {job.id}; files in {escape(str(root))}{kept}"
+                f"[bold]demo[/bold]: submitted {job.id}; files in {escape(str(root))}{kept}",
+                soft_wrap=True,
             )
             console.print(clock_note(options.speed), highlight=False, soft_wrap=True)
         job = _follow(client, job.id, options, console)
@@ -183,7 +189,8 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
         if options.keep is None:
             shutil.rmtree(root, ignore_errors=True)
     ref_out, _ = reference.communicate(timeout=60)
-    return _summary(job, logs, ref_out, on_demand, billed, time.monotonic() - started)
+    summary = _summary(job, logs, ref_out, on_demand, billed, time.monotonic() - started)
+    return summary.model_copy(update={"seed": options.seed})
 
 
 def _follow(client: Client, job_id: str, options: DemoOptions, console: Console) -> JobView:
@@ -353,7 +360,7 @@ def print_summary(s: DemoSummary, console: Console) -> None:
     """The human-readable summary."""
     table = Table(title=f"job {s.job_id}: {s.status}", box=None, header_style="bold")
     for column in ("#", "PROVIDER", "ZONE", "TYPE", "MARKET", "END", "COST USD"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrapped when narrow, never cut
     for i, a in enumerate(s.attempts, 1):
         table.add_row(
             str(i), a.provider, a.zone, a.instance_type, a.market,
@@ -370,6 +377,13 @@ def print_summary(s: DemoSummary, console: Console) -> None:
         f"checkpoint moves: {s.egress_usd:.4f} USD\n"
         f"digest: {s.digest}\n"
         f"uninterrupted: {s.uninterrupted_digest} ({ok})\n"
-        f"{s.simulated_hours:.2f} simulated hours in {s.wall_seconds:.1f} s",
+        f"{s.simulated_hours:.2f} simulated hours in {s.wall_seconds:.1f} s\n"
+        f"seed {s.seed}: the market's preemptions follow from the seed alone, the "
+        "training's pace does not: it runs in real time on a clock 600 times faster, so "
+        "a node a tenth of a second slower has done a simulated minute less when its "
+        "lifetime ends. Another run of this seed places the same attempts and counts the "
+        "same preemptions on a machine as busy, with a cost some percent apart; on a "
+        "busier one the job can fall behind and meet more preemptions.",
         highlight=False,
+        soft_wrap=True,
     )

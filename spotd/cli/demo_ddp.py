@@ -291,7 +291,7 @@ def print_ddp_summary(s: DdpSummary, console: Console) -> None:
     """The human-readable summary."""
     table = Table(title=f"job {s.job_id}: {s.status}", box=None, header_style="bold")
     for column in ("#", "PROVIDER", "ZONE", "NODES", "PREFLIGHT", "STEP", "END"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrapped when narrow, never cut
     for i, a in enumerate(s.attempts, 1):
         pf = a.preflight
         figure = "-"
@@ -310,6 +310,7 @@ def print_ddp_summary(s: DdpSummary, console: Console) -> None:
         f"uninterrupted: {s.reference_digest} ({ok})\n"
         f"{s.wall_seconds:.1f} s",
         highlight=False,
+        soft_wrap=True,
     )
 
 

@@ -107,10 +107,10 @@ def test_job_ids_are_whole_and_times_say_their_clock(daemon: Setup) -> None:
     assert listed.exit_code == 0, listed.output
     assert job["id"] in listed.stdout, listed.stdout
     shown = runner.invoke(app, ["status", job["id"], *config]).stdout
-    assert "attempts (times on the simulated, 600x real time clock)" in shown, shown
+    assert "attempts (times: simulated, 600x real time)" in shown, shown
     assert job["id"] in shown
     events = runner.invoke(app, ["events", job["id"], *config]).stdout
-    assert "events (times on the simulated, 600x real time clock)" in events, events
+    assert "events (times: simulated, 600x real time)" in events, events
     assert re.search(r"^ *2026-02-02 \d\d:\d\d:\d\d ", events, re.MULTILINE), events
     as_json = json.loads(runner.invoke(app, ["events", job["id"], "--json", *config]).stdout)
     assert {e["clock"] for e in as_json} == {"simulated, 600x real time"}
