@@ -88,7 +88,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     parser.add_argument("--steps", type=int, default=200, help="total SGD steps (200)")
     parser.add_argument("--ckpt-every", type=int, default=10, help="checkpoint period (10)")
     parser.add_argument(
-        "--step-seconds", type=float, default=0.0, help="sleep per step to emulate GPU time"
+        "--step-seconds", type=float, default=0.0,
+        help="seconds per step, to emulate GPU time (paced: a step this host delays is "
+        "made up by shorter waits after it)",
     )
     parser.add_argument("--dim", type=int, default=32, help="problem size (32)")
     parser.add_argument("--seed", type=int, default=0, help="data seed, >= 0 (0)")
@@ -233,10 +235,14 @@ def run(cfg: Config, stop: StopFlag) -> int:
             save_checkpoint(ckpt_uri, step, weights, cfg)
         last_boundary = step
 
+    # Paced against the start, not slept per step: a GPU's step takes its time whatever
+    # the load of this host, and a run on a simulated clock then keeps step with it.
+    paced_from, first = time.monotonic(), step
     while step < cfg.steps and not stop.requested:
         last_loss = sgd_step(weights, target, step, cfg.seed)
         if cfg.step_seconds > 0:
-            time.sleep(cfg.step_seconds)
+            due = paced_from + (step + 1 - first) * cfg.step_seconds
+            time.sleep(max(0.0, due - time.monotonic()))
         step += 1
         if step % cfg.ckpt_every == 0:
             boundary()

@@ -25,6 +25,7 @@ def build_sim_providers(
     mean_up_hours: float,
     mean_down_hours: float,
     boot_seconds: float,
+    lifetimes: bool = False,
     traces: Mapping[str, Path] | None = None,
     sim_epoch: datetime | None = None,
     wall: Callable[[], float] = time.time,
@@ -36,8 +37,9 @@ def build_sim_providers(
     one with ``/`` a glob on ``provider/zone/instance_type``; the first
     matching pattern wins, and other pools follow the seeded model. A bad
     trace file raises :class:`~spotd_sim.trace.TraceError` here.
-    ``sim_epoch`` only counts when ``state_dir`` has no clock yet. ``wall``
-    is the source of real time the clock runs on (see :class:`SimClock`).
+    ``lifetimes``: see :class:`MarketConfig`. ``sim_epoch`` only counts when
+    ``state_dir`` has no clock yet. ``wall`` is the source of real time the clock
+    runs on (see :class:`SimClock`).
     """
     state_dir.mkdir(parents=True, exist_ok=True)
     clock = SimClock(state_dir, speed, sim_epoch=sim_epoch, wall=wall)
@@ -46,6 +48,7 @@ def build_sim_providers(
         mean_up_hours=mean_up_hours,
         mean_down_hours=mean_down_hours,
         traces=MarketConfig.trace_pairs(traces),
+        lifetimes=lifetimes,
     )
     market = SimMarket(config, epoch=clock.sim_epoch)
     return [

@@ -35,6 +35,7 @@ def build(settings: SimSettings, context: ProviderContext) -> BuiltProviders:
         speed=settings.speed,
         mean_up_hours=settings.mean_up_hours,
         mean_down_hours=settings.mean_down_hours,
+        lifetimes=settings.lifetimes,
         boot_seconds=settings.boot_seconds,
         traces=settings.traces,
         sim_epoch=settings.epoch,

@@ -4,6 +4,12 @@ Each pool follows either a trace file or a seeded up/down renewal process.
 Both are pure functions of the :class:`MarketConfig` and the epoch, so the
 daemon and every simulated VM compute the same answer for the same moment.
 On-demand capacity is never short.
+
+With ``lifetimes`` the stochastic pools never run short; each spot launch
+lives a lifetime of its own instead, drawn from the seed, the pool and how
+many launches that pool had before it. What happens then depends on the
+order of launches, not on the moments at which real processes happen to
+look at the simulated clock (``spotd demo`` runs on it).
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ class MarketConfig:
     ``[exp(-v), exp(v)]`` drawn from the seed; 0 makes every pool follow the
     means exactly. An up pool has ``max_nodes`` spot nodes; a down one none.
     ``price_drift`` is the largest relative move of the spot price per hour.
+    ``lifetimes``: pools without a trace never run short, and each spot launch
+    is taken back after its own :meth:`SimMarket.lifetime` instead.
     """
 
     seed: int
@@ -48,6 +56,7 @@ class MarketConfig:
     max_nodes: int = 64
     price_drift: float = 0.03
     traces: tuple[tuple[str, str], ...] = ()
+    lifetimes: bool = False
 
     def __post_init__(self) -> None:
         if self.mean_up_hours <= 0:
@@ -85,6 +94,7 @@ class MarketConfig:
             "max_nodes": self.max_nodes,
             "price_drift": self.price_drift,
             "traces": [list(pair) for pair in self.traces],
+            "lifetimes": self.lifetimes,
         }
 
     @classmethod
@@ -101,6 +111,7 @@ class MarketConfig:
             max_nodes=int(str(data["max_nodes"])),
             price_drift=float(str(data["price_drift"])),
             traces=tuple((str(p), str(f)) for p, f in traces),
+            lifetimes=data.get("lifetimes") is True,
         )
 
 
@@ -131,6 +142,8 @@ class SimMarket:
         trace = self._trace(pool)
         if trace is not None:
             return trace.value_at_tick(trace.tick(offset))
+        if self.config.lifetimes:
+            return self.config.max_nodes
         return self.config.max_nodes if self._process(pool).is_up(offset) else 0
 
     def capacity_signal(self, pool: Pool, at: datetime) -> float:
@@ -144,7 +157,7 @@ class SimMarket:
         if trace is not None:
             tick = trace.next_change_tick(trace.tick(offset), nodes)
             return None if tick is None else self._at(tick * trace.gap_us)
-        if nodes > self.config.max_nodes:
+        if nodes > self.config.max_nodes or self.config.lifetimes:
             return None
         change = self._process(pool).next_change(offset)
         return None if change is None else self._at(change)
@@ -156,6 +169,14 @@ class SimMarket:
         hour = self._offset_us(at) // 3_600_000_000
         rng = random.Random(f"spotd-sim:{self.config.seed}:{pool}:price:{hour}")  # noqa: S311
         return round(base * (1 + self.config.price_drift * rng.uniform(-1, 1)), 4)
+
+    def lifetime(self, pool: Pool, launch: int) -> timedelta:
+        """How long the ``launch``-th spot launch of ``pool`` (0 the first) runs
+        before the market takes it back, with ``lifetimes``: exponential, with the
+        pool's mean up time, the same for one seed, pool and launch in any process."""
+        rng = random.Random(f"spotd-sim:{self.config.seed}:{pool}:life:{launch}")  # noqa: S311
+        mean_up_us, _ = self._means_us(pool)
+        return max(1, round(rng.expovariate(1.0 / mean_up_us))) * _MICROSECOND
 
     def _offset_us(self, at: datetime) -> int:
         return (at - self.epoch) // _MICROSECOND
@@ -175,14 +196,18 @@ class SimMarket:
             return process
 
     def _new_process(self, pool: Pool) -> RenewalProcess:
-        seed_text = f"spotd-sim:{self.config.seed}:{pool}"
+        up_us, down_us = self._means_us(pool)
+        return RenewalProcess(f"spotd-sim:{self.config.seed}:{pool}", up_us, down_us)
+
+    def _means_us(self, pool: Pool) -> tuple[float, float]:
+        """The pool's mean up and down times: the config's, scaled by its character."""
         # A separate generator for the pool's character, so the variation
         # setting does not shift the pool's up/down draws.
-        rng = random.Random(seed_text + ":character")  # noqa: S311
+        rng = random.Random(f"spotd-sim:{self.config.seed}:{pool}:character")  # noqa: S311
         v = self.config.pool_variation
         scale = math.exp(rng.uniform(-v, v))
         balance = math.exp(rng.uniform(-v, v))
         hour_us = 3_600_000_000
         up_us = self.config.mean_up_hours * hour_us * scale * balance
         down_us = self.config.mean_down_hours * hour_us * scale / balance
-        return RenewalProcess(seed_text, up_us, down_us)
+        return up_us, down_us

@@ -38,6 +38,7 @@ from spotd.core.values import (
     Market,
     NodeUsage,
     Offering,
+    Pool,
 )
 from spotd.ship.pack import WorkdirError
 from spotd.ship.store import fetch
@@ -135,9 +136,11 @@ class SimProvider:
             if not ids:
                 self._check_capacity(request)
                 ids, launched_at = self._reserve(request)
+            taken_back_at = self._taken_back_at(request, entry.pool, launched_at)
             try:
+                times = (launched_at, taken_back_at)
                 specs = [
-                    self._spec_or_write(request, entry, instance_id, rank, launched_at)
+                    self._spec_or_write(request, entry, instance_id, rank, times)
                     for rank, instance_id in enumerate(ids)
                 ]
                 for spec in specs:
@@ -305,8 +308,11 @@ class SimProvider:
         entry: CatalogEntry,
         instance_id: str,
         rank: int,
-        launched_at: datetime,
+        times: tuple[datetime, datetime | None],
     ) -> InstanceSpec:
+        """The node's spec as written before, or a new one; ``times``: its launch and
+        when the market takes it back (None: when its pool runs short)."""
+        launched_at, taken_back_at = times
         path = self._paths.spec(instance_id)
         spec = InstanceSpec.load(path)
         if spec is not None:
@@ -339,6 +345,7 @@ class SimProvider:
             launched_at=launched_at,
             market_config=self._market.config.for_pool(entry.pool),
             clock_offset=self._clock.wall_offset(),
+            taken_back_at=taken_back_at,
         )
         spec.save(path)
         return spec
@@ -377,6 +384,23 @@ class SimProvider:
             "SPOTD_AGENT_RETRY_MAX_SECONDS": "2",
             "SPOTD_AGENT_REPORT_TIMEOUT_SECONDS": "15",
         }
+
+    def _taken_back_at(
+        self, request: LaunchRequest, pool: Pool, launched_at: datetime
+    ) -> datetime | None:
+        """When a spot launch ends by the market's hand on a market with lifetimes: its
+        pool's n-th lifetime after ``launched_at``, n counting the pool's launches before
+        this one (a retry of a launch counts as that launch), so every node of it goes
+        together."""
+        if request.market is not Market.SPOT or not self._market.config.lifetimes:
+            return None
+        if self._market.config.trace_for(pool) is not None:
+            return None  # a trace says when the pool runs short
+        before = {
+            s.client_token for s in self._all_specs()
+            if s.pool == pool and s.market is Market.SPOT and s.client_token != request.client_token
+        }  # fmt: skip
+        return launched_at + self._market.lifetime(pool, len(before))
 
     def _price(self, entry: CatalogEntry, market: Market, at: datetime) -> float:
         if market is Market.ON_DEMAND:

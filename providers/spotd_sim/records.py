@@ -47,6 +47,9 @@ class InstanceSpec:
     clock_offset: float = 0.0
     """Seconds the launching daemon's time reference was ahead of this host's
     clock at launch (:meth:`SimClock.wall_offset`): the VM keeps time by it."""
+    taken_back_at: datetime | None = None
+    """When the market takes this spot node back, on a market with ``lifetimes``
+    (:meth:`SimMarket.lifetime` after its launch); None: when its pool runs short."""
 
     def to_json(self) -> dict[str, object]:
         """A JSON object that :meth:`from_json` reads back."""
@@ -69,6 +72,7 @@ class InstanceSpec:
             "market_config": self.market_config.to_json(),
             "address": self.address,
             "clock_offset": self.clock_offset,
+            "taken_back_at": None if self.taken_back_at is None else self.taken_back_at.isoformat(),
         }
 
     @classmethod
@@ -94,6 +98,7 @@ class InstanceSpec:
             market_config=MarketConfig.from_json(_mapping(data["market_config"])),
             address=str(data.get("address") or ""),
             clock_offset=float(str(data.get("clock_offset") or 0.0)),
+            taken_back_at=_moment(data.get("taken_back_at")),
         )
 
     def save(self, path: Path) -> None:
@@ -202,3 +207,7 @@ def _list(value: object) -> list[object]:
     if not isinstance(value, list):
         raise ValueError(f"expected a JSON list, got {value!r}")
     return value
+
+
+def _moment(value: object) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(str(value))

@@ -21,6 +21,11 @@ class SimSettings(BaseModel):
     """Mean time a spot pool stays available."""
     mean_down_hours: float = Field(default=2.0, gt=0)
     """Mean time a spot pool stays out of capacity."""
+    lifetimes: bool = False
+    """Pools (without a trace) never run short; each spot launch is taken back after a
+    lifetime of its own instead, drawn from the seed, the pool and the pool's count of
+    launches before it (mean: the pool's mean up time). One seed then gives one history
+    of preemptions whatever the timing of real processes (``spotd demo`` runs so)."""
     boot_seconds: float = Field(default=300.0, ge=0)
     """Simulated time from launch request to the job's command starting."""
     traces: dict[str, Path] = Field(default_factory=dict)

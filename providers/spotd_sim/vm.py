@@ -79,6 +79,8 @@ class _Vm:
             return False
         if self.paths.reclaim_request(self.spec.id).exists():
             return True  # the market took this one node back (SimProvider.reclaim)
+        if self.spec.taken_back_at is not None:
+            return self.clock.now() >= self.spec.taken_back_at  # its lifetime is over
         return not self.market.available(self.spec.pool, self.clock.now(), self.spec.nodes)
 
     def _boot(self) -> bool:

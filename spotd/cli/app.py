@@ -19,6 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup, TyperOption
 
 from spotd import __version__
 from spotd.core.errors import ConfigError, JobSpecError, SpotdError
@@ -27,13 +28,43 @@ from spotd.daemon.config import Settings, find_config_file, load_settings
 from spotd.daemon.views import EventView, JobView, MarketView
 
 if TYPE_CHECKING:
+    # typer vendors click: its own Context, Command and Parameter are these.
+    from typer._click.core import Command, Context, Parameter
+
     from spotd.core.spec import JobSpec
     from spotd.core.values import CloudCheck
     from spotd.daemon.planning import CandidateView, PlanView
     from spotd.ship.workdir import Shipped
 
+
+class _Group(TyperGroup):
+    """spotd's command group: every flag's help shows the flag alone.
+
+    typer's rich help gives each option a value type, a flag too (``--json <bool>``),
+    as if it took a value; an empty metavar leaves a flag's type out, here once for
+    the root's options and every command's, ``-h`` included.
+    """
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        return _untyped_flags(super().get_params(ctx))
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _untyped_flags(command.get_params(ctx))
+        return command
+
+
+def _untyped_flags(params: list[Parameter]) -> list[Parameter]:
+    for param in params:
+        if isinstance(param, TyperOption) and param.is_flag and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
 app = typer.Typer(
     help="spotd: run GPU training on spot capacity across clouds, and survive preemptions.",
+    cls=_Group,
     no_args_is_help=True,
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -97,8 +128,12 @@ def _where(job: JobView) -> str:
 
 def _status_table(jobs: list[JobView]) -> Table:
     table = Table(box=None, header_style="bold")
-    for column in ("ID", "NAME", "STATUS", "WHERE", "ATTEMPTS", "PREEMPTED", "COST USD"):
-        table.add_column(column, justify="right" if column in ("ATTEMPTS", "COST USD") else "left")
+    # The id is what every other command takes: never cut. Narrow terminals, and a pipe
+    # (80 columns to rich), fold the other cells instead, losing nothing.
+    table.add_column("ID", no_wrap=True, min_width=max((len(j.id) for j in jobs), default=2))
+    for column in ("NAME", "STATUS", "WHERE", "ATTEMPTS", "PREEMPTED", "COST USD"):
+        right = column in ("ATTEMPTS", "COST USD")
+        table.add_column(column, justify="right" if right else "left", overflow="fold")
     colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
     for j in jobs:
         status = j.status if not j.failure else f"{j.status} ({j.failure})"
@@ -124,7 +159,7 @@ def version() -> None:
 def daemon(
     config: ConfigOpt = None,
     verbose: Annotated[
-        bool, typer.Option(help="Log at DEBUG, the scheduler's runs included.")
+        bool, typer.Option("--verbose", "-v", help="Log at DEBUG, the scheduler's runs included.")
     ] = False,
 ) -> None:
     """Run the daemon: reconcile loop, price polls and the HTTP API, until SIGTERM."""
@@ -356,8 +391,13 @@ def _gang_lines(job: JobView) -> list[str]:
     return lines
 
 
+def _times(clock: str | None) -> str:
+    """A table title's note of the clock its times are on, when not the wall's."""
+    return f" (times: {clock})" if clock else ""
+
+
 def _print_attempts(job: JobView) -> None:
-    table = Table(title="attempts", box=None, header_style="bold")
+    table = Table(title=f"attempts{_times(job.clock)}", box=None, header_style="bold")
     columns = ("#", "PROVIDER", "ZONE", "TYPE", "MARKET", "USD/H", "START", "END", "REASON", "COST")
     for column in columns:
         table.add_column(column)
@@ -382,9 +422,11 @@ def events(job: JobArg, config: ConfigOpt = None, as_json: JsonOpt = False) -> N
     if as_json:
         out.print_json(json.dumps([e.model_dump(mode="json") for e in rows]))
         return
-    table = Table(box=None, header_style="bold")
+    clock = rows[0].clock if rows else None
+    table = Table(title=f"events{_times(clock)}" if clock else None, box=None,
+                  header_style="bold")  # fmt: skip
     for column in ("AT", "FROM", "TO", "CAUSE", "DETAIL"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column == "AT", overflow="fold")
     for e in rows:
         when = f"{e.at:%Y-%m-%d %H:%M:%S}"
         table.add_row(when, e.from_status or "-", e.to_status, escape(e.cause), escape(e.detail))
@@ -401,17 +443,46 @@ def cancel(job: JobArg, config: ConfigOpt = None) -> None:
 
 
 @app.command()
-def logs(job: JobArg, config: ConfigOpt = None) -> None:
+def logs(
+    job: JobArg,
+    config: ConfigOpt = None,
+    follow: Annotated[
+        bool,
+        typer.Option("--follow", "-f",
+                     help="Keep printing new output until the job ends (Ctrl-C stops)."),
+    ] = False,
+) -> None:
     """Print the job's output, attempt by attempt."""
     from spotd.cli.client import Client
 
+    if follow:
+        _follow_logs(job, config)
+        return
     found = _guard(lambda: Client.from_settings(_settings(config)).logs(job))
     if not found:
         err.print(f"{escape(job)}: no instance has been launched for it yet, so no output")
     for header, text in found.items():
+        _write_log(header, text)
+
+
+def _write_log(header: str | None, text: str) -> None:
+    """``text`` of one node's output, under a rule naming it when ``header`` is given."""
+    if header is not None:
         out.rule(escape(header))
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _follow_logs(job: str, config: Path | None) -> None:
+    from spotd.cli.client import Client
+    from spotd.cli.follow import follow_logs
+
+    try:
+        ended = _guard(lambda: follow_logs(Client.from_settings(_settings(config)), job,
+                                           _write_log))  # fmt: skip
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    err.print(f"{ended.id}: {ended.status}", highlight=False)
 
 
 def _market(settings: Settings) -> tuple[MarketView, str]:

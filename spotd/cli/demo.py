@@ -102,6 +102,8 @@ class DemoSummary(BaseModel):
     digest_matches: bool
     simulated_hours: float
     wall_seconds: float
+    seed: int = DemoOptions.seed
+    """The market's seed: the same one gives the same attempts and preemptions."""
 
 
 def demo_settings(root: Path, options: DemoOptions) -> Settings:
@@ -117,6 +119,9 @@ def demo_settings(root: Path, options: DemoOptions) -> Settings:
                 speed=options.speed,
                 mean_up_hours=options.mean_up_hours,
                 mean_down_hours=options.mean_down_hours,
+                # Lifetimes drawn per launch, not pools flipping at moments of simulated
+                # time: one seed, one run (see SimSettings.lifetimes).
+                lifetimes=True,
                 boot_seconds=300,
                 epoch=EPOCH,
             )
@@ -170,8 +175,10 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
         if not options.quiet:
             kept = "" if options.keep else " (removed at the end; --keep DIR keeps them)"
             console.print(
-                f"[bold]demo[/bold]: submitted {job.id}; files in {escape(str(root))}{kept}"
+                f"[bold]demo[/bold]: submitted {job.id}; files in {escape(str(root))}{kept}",
+                soft_wrap=True,
             )
+            console.print(clock_note(options.speed), highlight=False, soft_wrap=True)
         job = _follow(client, job.id, options, console)
         logs = client.logs(job.id)
         on_demand = _on_demand_cost(daemon, job, options)
@@ -182,7 +189,8 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
         if options.keep is None:
             shutil.rmtree(root, ignore_errors=True)
     ref_out, _ = reference.communicate(timeout=60)
-    return _summary(job, logs, ref_out, on_demand, billed, time.monotonic() - started)
+    summary = _summary(job, logs, ref_out, on_demand, billed, time.monotonic() - started)
+    return summary.model_copy(update={"seed": options.seed})
 
 
 def _follow(client: Client, job_id: str, options: DemoOptions, console: Console) -> JobView:
@@ -193,7 +201,7 @@ def _follow(client: Client, job_id: str, options: DemoOptions, console: Console)
         events = client.events(job_id)
         for e in events[shown:]:
             if not options.quiet:
-                console.print(event_line(e), highlight=False)
+                print_event(console, e)
         shown = len(events)
         job = client.job(job_id)
         if JobStatus(job.status).terminal:
@@ -202,6 +210,18 @@ def _follow(client: Client, job_id: str, options: DemoOptions, console: Console)
             client.cancel(job_id)
             raise SpotdError(f"demo job {job_id} did not finish in {options.timeout_seconds:g} s")
         time.sleep(0.25)
+
+
+def clock_note(speed: float) -> str:
+    """The line that says the times below are the simulated market's, not real ones."""
+    return (f"  times are on the simulated market's clock, {speed:g} simulated seconds "
+            "per real second")  # fmt: skip
+
+
+def print_event(console: Console, e: EventView) -> None:
+    """One transition on one line, never folded: piped to a file or a pager (which rich
+    takes for 80 columns), a line stays whole; a terminal wraps it itself."""
+    console.print(event_line(e), highlight=False, soft_wrap=True)
 
 
 def event_line(e: EventView) -> str:
@@ -340,7 +360,7 @@ def print_summary(s: DemoSummary, console: Console) -> None:
     """The human-readable summary."""
     table = Table(title=f"job {s.job_id}: {s.status}", box=None, header_style="bold")
     for column in ("#", "PROVIDER", "ZONE", "TYPE", "MARKET", "END", "COST USD"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrapped when narrow, never cut
     for i, a in enumerate(s.attempts, 1):
         table.add_row(
             str(i), a.provider, a.zone, a.instance_type, a.market,
@@ -357,6 +377,13 @@ def print_summary(s: DemoSummary, console: Console) -> None:
         f"checkpoint moves: {s.egress_usd:.4f} USD\n"
         f"digest: {s.digest}\n"
         f"uninterrupted: {s.uninterrupted_digest} ({ok})\n"
-        f"{s.simulated_hours:.2f} simulated hours in {s.wall_seconds:.1f} s",
+        f"{s.simulated_hours:.2f} simulated hours in {s.wall_seconds:.1f} s\n"
+        f"seed {s.seed}: the market's preemptions follow from the seed alone, the "
+        "training's pace does not: it runs in real time on a clock 600 times faster, so "
+        "a node a tenth of a second slower has done a simulated minute less when its "
+        "lifetime ends. Another run of this seed places the same attempts and counts the "
+        "same preemptions on a machine as busy, with a cost some percent apart; on a "
+        "busier one the job can fall behind and meet more preemptions.",
         highlight=False,
+        soft_wrap=True,
     )

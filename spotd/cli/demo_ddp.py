@@ -34,7 +34,7 @@ from rich.table import Table
 
 from spotd.agent.gang import free_port
 from spotd.cli.client import Client
-from spotd.cli.demo import DIGEST, EPOCH, event_line
+from spotd.cli.demo import DIGEST, EPOCH, clock_note, event_line
 from spotd.core.agent_wire import PreflightFigures
 from spotd.core.errors import SpotdError
 from spotd.core.spec import JobSpec
@@ -183,6 +183,7 @@ def run_ddp_demo(options: DdpDemoOptions, console: Console) -> DdpSummary:
         job_id = client.submit(ddp_spec(root, options)).id
         _say(options, console, f"[bold]demo ddp[/bold]: submitted {job_id}; files in "
              f"{escape(str(root))}")  # fmt: skip
+        _say(options, console, clock_note(options.speed))
         job = _follow(client, daemon, job_id, options, console)
         logs = client.logs(job.id)
     except BaseException:
@@ -290,7 +291,7 @@ def print_ddp_summary(s: DdpSummary, console: Console) -> None:
     """The human-readable summary."""
     table = Table(title=f"job {s.job_id}: {s.status}", box=None, header_style="bold")
     for column in ("#", "PROVIDER", "ZONE", "NODES", "PREFLIGHT", "STEP", "END"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # wrapped when narrow, never cut
     for i, a in enumerate(s.attempts, 1):
         pf = a.preflight
         figure = "-"
@@ -309,11 +310,13 @@ def print_ddp_summary(s: DdpSummary, console: Console) -> None:
         f"uninterrupted: {s.reference_digest} ({ok})\n"
         f"{s.wall_seconds:.1f} s",
         highlight=False,
+        soft_wrap=True,
     )
 
 
 def _say(options: DdpDemoOptions, console: Console, text: str) -> None:
+    # soft_wrap: a line stays whole when piped (rich folds at 80 columns there).
     if not options.quiet:
-        console.print(text, highlight=False)
+        console.print(text, highlight=False, soft_wrap=True)
 
 

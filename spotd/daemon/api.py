@@ -60,6 +60,7 @@ from spotd.daemon.views import (
     JobPageView,
     JobView,
     MarketView,
+    clock_label,
     event_view,
     job_view,
     market_view,
@@ -244,13 +245,15 @@ def create_jobs_router(
     """The job routes (submit, list, show, events, plan, cancel, logs) and the prices,
     each guarded by ``dependencies``."""
     router = APIRouter(dependencies=list(dependencies))
+    clock = clock_label(engine.clock)
 
     def view(ref: str) -> JobView:
         job = engine.store.find_job(ref)
-        return job_view(
+        shown = job_view(
             job, engine.store.attempts(job.id), engine.clock.now(), engine.store.reports(job.id),
             engine.store.ledger(job_id=job.id),
         )  # fmt: skip
+        return shown.model_copy(update={"clock": clock})
 
     @router.post("/v1/jobs", status_code=201)
     def submit(
@@ -305,7 +308,7 @@ def create_jobs_router(
     @router.get("/v1/jobs/{ref}/events")
     def events(ref: str) -> list[EventView]:
         job = engine.store.find_job(ref)
-        return [event_view(e) for e in engine.store.events(job.id)]
+        return [event_view(e, clock) for e in engine.store.events(job.id)]
 
     @router.get("/v1/jobs/{ref}/plan")
     def plan(ref: str, policy: str | None = None) -> PlanView:

@@ -11,6 +11,8 @@ from pydantic import BaseModel
 
 from spotd.billing.ledger import ledger_so_far, spend_by_attempt
 from spotd.core.agent_wire import GpuReading, PreflightFigures
+from spotd.core.clock import DatabaseClock, WallClock
+from spotd.core.contracts import Clock
 from spotd.core.progress import job_done_hours, reported_steps, running_rate
 from spotd.core.states import FailureCause, JobStatus
 from spotd.core.values import (
@@ -92,6 +94,8 @@ class EventView(BaseModel):
     to_status: str
     cause: str
     detail: str
+    clock: str | None = None
+    """What clock ``at`` is on when it is not the wall's: ``simulated, 600x real time``."""
 
 
 class ProgressView(BaseModel):
@@ -144,6 +148,9 @@ class JobView(BaseModel):
     """Its ``retry.max_restarts_on_errors``."""
     last_exit_code: int | None = None
     """The non-zero code of the latest error exit, where the node's agent reported it."""
+    clock: str | None = None
+    """What clock the job's times are on when it is not the wall's (:func:`clock_label`);
+    None on the wall's, and from a daemon older than the field."""
 
 
 class JobPageView(BaseModel):
@@ -305,15 +312,25 @@ def progress_view(
     )
 
 
-def event_view(e: EventRecord) -> EventView:
-    """The view of one event."""
+def event_view(e: EventRecord, clock: str | None = None) -> EventView:
+    """The view of one event; ``clock``: the :func:`clock_label` of its time."""
     return EventView(
         at=e.at,
         from_status=str(e.from_status) if e.from_status else None,
         to_status=str(e.to_status),
         cause=e.cause,
         detail=e.detail,
+        clock=clock,
     )
+
+
+def clock_label(clock: Clock) -> str | None:
+    """``simulated, 600x real time`` for a clock other than the wall's (the simulated
+    market's, whose hours pass in seconds), so that a reader does not take its times
+    for real ones; None for the wall's."""
+    if isinstance(clock, WallClock | DatabaseClock):
+        return None
+    return f"simulated, {1.0 / clock.seconds_to_real(1.0):g}x real time"
 
 
 class OfferingView(BaseModel):

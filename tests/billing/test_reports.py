@@ -241,3 +241,10 @@ def test_same_named_jobs_get_a_bar_each_in_the_jobs_chart(report: Report) -> Non
     assert len(ax.patches) == 6, "a spend and a savings bar for each of the three jobs"
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert labels == ["eval", "finetune (j-2)", "finetune (j-1)"], "cheapest at the bottom"
+
+
+def test_the_text_header_gives_the_period_to_the_minute(filled: SqlStore) -> None:
+    # A window back from "now" (spotd report --since 1d) starts and ends mid-second.
+    odd = timedelta(seconds=12, microseconds=345_678)
+    text = render_text(build_report(filled, since=SINCE + odd, until=UNTIL + odd))
+    assert text.splitlines()[0] == "spotd report 2026-03-02 00:00 to 2026-03-09 00:00 UTC"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -261,3 +262,22 @@ def test_catalog_has_three_providers_with_sane_prices() -> None:
     assert len({e.base_spot_price for e in p3}) > 1
     with pytest.raises(ValueError, match="unknown simulated provider"):
         catalog.entries("sim-oracle")
+
+
+def test_lifetimes_are_drawn_per_launch_the_same_in_every_run() -> None:
+    pools = (AWS_POOL, GCP_POOL)
+    first, second = market(lifetimes=True), market(lifetimes=True)
+    # Two runs ask in another order and at other moments: the schedule is the same.
+    one = {p: [first.lifetime(p, n) for n in range(8)] for p in pools}
+    two = {p: [second.lifetime(p, n) for n in reversed(range(8))][::-1] for p in reversed(pools)}
+    assert one == two
+    assert len(set(one[AWS_POOL])) == 8 and one[AWS_POOL] != one[GCP_POOL]
+    assert [market(seed=8, lifetimes=True).lifetime(AWS_POOL, n) for n in range(8)] != one[AWS_POOL]
+    # The mean is the pool's mean up time (6 h, spread by the pool's character).
+    many = [first.lifetime(AWS_POOL, n).total_seconds() / 3600 for n in range(2000)]
+    assert 6 * math.exp(-1) < sum(many) / len(many) < 6 * math.exp(1)
+    # Pools never run short: the lifetimes alone take launches back.
+    assert all(first.available(AWS_POOL, at_hours(h)) for h in range(0, 200, 3))
+    assert first.next_change(AWS_POOL, at_hours(1)) is None
+    assert MarketConfig.from_json(first.config.to_json()).lifetimes is True
+    assert MarketConfig.from_json({**first.config.to_json(), "lifetimes": None}).lifetimes is False

@@ -16,10 +16,10 @@ import pytest
 
 from spotd.core.errors import CapacityError
 from spotd.core.network import Fabric
-from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Offering
-from spotd_sim import SimClock, SimProvider, build_sim_providers
+from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Offering, Pool
+from spotd_sim import MarketConfig, SimClock, SimMarket, SimProvider, build_sim_providers
 from spotd_sim.procs import signal_group
-from spotd_sim.records import VmStatus
+from spotd_sim.records import InstanceSpec, VmStatus
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 PY = sys.executable
@@ -145,6 +145,7 @@ def sims(tmp_path: Path) -> Iterator[Sims]:
         boot_seconds: float = 1.0,
         traces: dict[str, Path] | None = None,
         name: str = "state",
+        lifetimes: bool = False,
     ) -> dict[str, SimProvider]:
         root = tmp_path / name
         providers = build_sim_providers(
@@ -156,6 +157,7 @@ def sims(tmp_path: Path) -> Iterator[Sims]:
             boot_seconds=boot_seconds,
             traces=traces,
             sim_epoch=EPOCH,
+            lifetimes=lifetimes,
         )
         made.append((root, providers))
         return {p.name: p for p in providers}
@@ -566,3 +568,54 @@ def test_sim_provider_fits_the_provider_protocol(sims: Sims) -> None:
     contracts = pytest.importorskip("spotd.core.contracts")
     for provider in sims().values():
         assert isinstance(provider, contracts.Provider)
+
+
+def test_a_market_with_lifetimes_takes_each_launch_back_on_its_schedule(
+    sims: Sims, tmp_path: Path
+) -> None:
+    """Two runs of one seed: the same launches in a pool end after the same lifetimes,
+    whatever real time passed between them, and a node is preempted when its runs out."""
+    schedules = []
+    for run, pause in (("one", 0.0), ("two", 0.4)):
+        gcp = sims(speed=3600.0, lifetimes=True, name=run)["sim-gcp"]
+        time.sleep(pause)  # the second run launches at other moments of simulated time
+        off = offering(gcp, "us-central1-a", "a2-highgpu-1g")
+        assert off.capacity == 1.0
+        sleeps = "import time; time.sleep(60)"
+        launched = [
+            gcp.launch(request(off, sleeps, token=f"{run}-{n}", market=Market.SPOT, nodes=2))
+            for n in range(3)
+        ]
+        specs = [
+            [InstanceSpec.load(tmp_path / run / f"{i.id}.spec.json") for i in nodes]
+            for nodes in launched
+        ]
+        lifetimes = []
+        for gang in specs:
+            ends = {s.taken_back_at - s.launched_at for s in gang if s and s.taken_back_at}
+            assert len(ends) == 1  # every node of a launch goes together
+            lifetimes.append(ends.pop())
+        schedules.append(lifetimes)
+        gcp.terminate([i.id for nodes in launched for i in nodes])
+    assert schedules[0] == schedules[1]
+    assert schedules[0] == [gcp.market.lifetime(off.pool, n) for n in range(3)]
+    # A retry of a launch (its client token) keeps its place in the schedule.
+    again = gcp.launch(request(off, "pass", token="two-0", market=Market.SPOT, nodes=2))
+    assert {i.id for i in again} == {i.id for i in launched[0]}
+
+
+def test_a_node_is_preempted_when_its_lifetime_ends(sims: Sims, tmp_path: Path) -> None:
+    # The first launch's lifetime in this pool, at a speed that makes it a second of real time.
+    pool = Pool("sim-gcp", "us-central1", "us-central1-a", "a2-highgpu-1g")
+    config = MarketConfig(seed=7, mean_up_hours=6.0, mean_down_hours=2.0, lifetimes=True)
+    lifetime = SimMarket(config, epoch=EPOCH).lifetime(pool, 0).total_seconds()
+    gcp = sims(speed=lifetime, boot_seconds=0, lifetimes=True)["sim-gcp"]
+    off = offering(gcp, pool.zone, pool.instance_type)
+    sleeps = "import time; time.sleep(60)"
+    (node,) = gcp.launch(request(off, sleeps, token="a", market=Market.SPOT))
+    wait_state(gcp, [node.id], InstanceState.RUNNING, timeout=5.0)
+    (ended,) = wait_ended(gcp, [node.id], timeout=10.0)
+    assert ended.state is InstanceState.PREEMPTED
+    status = vm_status(tmp_path / "state", node.id)
+    assert status.notice_at is not None
+    assert (status.notice_at - EPOCH).total_seconds() >= lifetime

@@ -282,3 +282,24 @@ def test_notice_is_honoured_at_the_next_step_boundary(
     else:
         assert f"interrupted at step {notice_during + 1}" in out.splitlines()
         assert "digest:" not in out
+
+
+def test_step_seconds_paces_steps_so_a_delay_is_made_up(tmp_path: Path) -> None:
+    """A stop of the process (a busy host) is made up after it: the run keeps the pace
+    of --step-seconds on the whole, as a GPU would, instead of running late by the stop."""
+    ckpt = str(tmp_path / "ckpt")
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--steps", "40", "--ckpt-every", "5",
+         "--step-seconds", "0.05"],
+        env=_env(ckpt), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    _wait_for(lambda: _latest_step(ckpt) >= 5, proc, "checkpoint 5")
+    fifth = time.monotonic()
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGCONT)
+    out, err = proc.communicate(timeout=30)
+    took = time.monotonic() - fifth
+    assert proc.returncode == 0, err
+    # 35 steps of 0.05 s are 1.75 s, stop included; slept step by step they were 3.25 s.
+    assert 1.5 < took < 2.75, (took, out)
