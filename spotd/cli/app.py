@@ -163,16 +163,13 @@ def daemon(
     ] = False,
 ) -> None:
     """Run the daemon: reconcile loop, price polls and the HTTP API, until SIGTERM."""
-    from spotd.daemon.process import Daemon
+    from spotd.daemon.process import Daemon, quiet_scheduler_log
 
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    # APScheduler logs every run of every job at INFO, and a pass or poll that overran
-    # its interval (skipped, as max_instances=1 means it to be) as a WARNING: keep
-    # both for --verbose.
-    logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose else logging.ERROR)
+    quiet_scheduler_log(verbose)
 
     def run() -> None:
         Daemon(_settings(config), config_file=find_config_file(config)).run_forever()

@@ -36,7 +36,7 @@ from spotd.daemon.config import (
     SchedulingSettings,
     Settings,
 )
-from spotd.daemon.process import Daemon
+from spotd.daemon.process import Daemon, quiet_scheduler_log
 from spotd.daemon.views import EventView, JobView
 from spotd.engine.context import placement_context
 from spotd_policies.on_demand import OnDemandPolicy
@@ -166,6 +166,7 @@ def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     reference = uninterrupted_digest(options)
+    quiet_scheduler_log()
     settings = demo_settings(root, options)
     daemon = Daemon(settings)
     daemon.start()

@@ -45,7 +45,7 @@ from spotd.daemon.config import (
     SchedulingSettings,
     Settings,
 )
-from spotd.daemon.process import Daemon
+from spotd.daemon.process import Daemon, quiet_scheduler_log
 from spotd.daemon.views import AttemptView, JobView
 from spotd_sim import SimProvider, SimSettings
 
@@ -169,8 +169,7 @@ def run_ddp_demo(options: DdpDemoOptions, console: Console) -> DdpSummary:
             "the ddp example needs PyTorch: pip install 'spotd[train]' "
             "(with torch==2.13.0 for a CPU build)"
         ) from exc
-    # A pass that runs long skips the next (coalesced): expected, not worth a line each.
-    logging.getLogger("apscheduler").setLevel(logging.ERROR)
+    quiet_scheduler_log()
     root = options.keep or Path(tempfile.mkdtemp(prefix="spotd-demo-ddp-"))
     root.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()

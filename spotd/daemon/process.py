@@ -50,6 +50,13 @@ class _ThreadServer(uvicorn.Server):
         yield
 
 
+def quiet_scheduler_log(verbose: bool = False) -> None:
+    """APScheduler logs every run of every job at INFO, and a pass or poll that
+    overran its interval (skipped, as ``max_instances=1`` means it to be) as a
+    WARNING: both only with ``verbose``."""
+    logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose else logging.ERROR)
+
+
 def start_summary(settings: Settings, config_file: Path | None, providers: list[str]) -> str:
     """The line a daemon logs at start: what it read and what it will do."""
     source = str(config_file) if config_file else "no config file (defaults and SPOTD_* variables)"
