@@ -286,7 +286,7 @@ def restart_line(job: JobView, exit_code: int | None = None) -> str | None:
     return line
 
 
-_EXIT_CODE = re.compile(r"^command exited with .*?: (-?\d+)")
+_EXIT_CODE = re.compile(r"^command on \S+ exited with (-?\d+)")
 
 
 def _error_exit_codes(events: list[EventView]) -> list[int]:

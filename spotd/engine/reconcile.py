@@ -806,8 +806,7 @@ class Engine:
         A restart closes the attempt ``user-failed`` and recovers: the next pass
         places the job as after a preemption, resuming from the latest checkpoint.
         """
-        codes = ", ".join(f"{i.id}: {i.exit_code}" for i in failed)
-        detail = f"command exited with {codes}"
+        detail = "command " + ", ".join(f"on {i.id} exited with {i.exit_code}" for i in failed)
         retry = job.spec.retry
         exits = [i.exit_code for i in failed if i.exit_code is not None]
         restarted = error_exits(self._attempts(job.id))  # this attempt is still open
