@@ -37,6 +37,7 @@ from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.registry import known_implementations
 
 from spotd.core.errors import CheckpointError
 from spotd.files import write_atomic
@@ -107,10 +108,25 @@ def check_location(uri: str) -> None:
             protocol = link if i < len(links) - 1 else "file"
         try:
             fsspec.get_filesystem_class(protocol)
-        except (ValueError, ImportError) as exc:
+        except ImportError as exc:
+            package = _backend_package(protocol)
+            if package is None:
+                raise CheckpointError(f"{uri}: this daemon cannot open such locations: {exc}") from exc
             raise CheckpointError(
-                f"{uri}: this daemon cannot open such locations: {exc}"
+                f"{uri}: needs {package}, which this daemon lacks; "
+                f"pip install {package} beside the daemon"
             ) from exc
+        except ValueError as exc:
+            raise CheckpointError(f"{uri}: this daemon cannot open such locations: {exc}") from exc
+
+
+def _backend_package(protocol: str) -> str | None:
+    """The package that provides fsspec's ``protocol`` (``gcsfs`` for ``gs``), from
+    fsspec's own registry: the top of the implementation's module path."""
+    known = known_implementations.get(protocol)
+    if known is None:
+        return None
+    return str(known["class"]).split(".", 1)[0] or None
 
 
 def _fs(uri: str) -> tuple[Any, str]:
