@@ -165,9 +165,15 @@ def submit(
 
     shipped: list[Shipped] = []
 
+    named: list[bool] = []
+
     def run() -> JobView:
+        from spotd.ship.workdir import with_default_workdir
+
         spec = load_job_file(job_file)  # a bad spec is the first thing to say
         settings = _settings(config)
+        named.append(spec.workdir is not None)
+        spec = with_default_workdir(spec, job_file.parent, daemon_dir=settings.data_dir)
         shipped.append(ship_job(spec, settings))
         client = Client.from_settings(settings)
         return client.submit(shipped[0].spec, idempotency_key=idempotency_key)
@@ -179,8 +185,9 @@ def submit(
     code = shipped[0].spec.code if shipped else None
     if code is not None:
         how = "uploaded" if shipped[0].uploaded else "already stored"
+        whose = "" if named[0] else " (the job file's folder, as the spec gives no workdir)"
         err.print(f"workdir: {code.files} files, {code.size_bytes / 2**20:.1f} MiB packed, "
-                  f"{how} as {escape(code.uri)}", highlight=False)  # fmt: skip
+                  f"{how} as {escape(code.uri)}{whose}", highlight=False)  # fmt: skip
     out.print(
         f"submitted [bold]{job.id}[/bold] ({escape(job.name)}); "
         f"watch it with `{escape(_again('status', job.id, config))}`"
@@ -188,13 +195,19 @@ def submit(
 
 
 def ship_job(spec: JobSpec, settings: Settings) -> Shipped:
-    """``spec`` with its local ``workdir`` packed and stored where the daemon's nodes read."""
+    """``spec`` with its local ``workdir`` packed and stored where the daemon's nodes read,
+    less the daemon's data_dir and the job's checkpoint folder where they lie inside it."""
+    from spotd.engine.shipping import local_path
     from spotd.ship.store import storage_for
     from spotd.ship.workdir import ship_workdir
 
     storage = storage_for(spec, settings.storage.uri, settings.data_dir)
     limit = round(settings.storage.max_workdir_mb * 2**20)
-    return ship_workdir(spec, storage, max_bytes=limit)
+    state = [settings.data_dir]
+    checkpoints = local_path(spec.checkpoint.uri) if spec.checkpoint.uri else None
+    if checkpoints is not None:
+        state.append(Path(checkpoints))
+    return ship_workdir(spec, storage, max_bytes=limit, leave_out=state)
 
 
 @app.command()
