@@ -108,25 +108,22 @@ def check_location(uri: str) -> None:
             protocol = link if i < len(links) - 1 else "file"
         try:
             fsspec.get_filesystem_class(protocol)
-        except ImportError as exc:
-            package = _backend_package(protocol)
-            if package is None:
-                raise CheckpointError(f"{uri}: this daemon cannot open such locations: {exc}") from exc
-            raise CheckpointError(
-                f"{uri}: needs {package}, which this daemon lacks; "
-                f"pip install {package} beside the daemon"
-            ) from exc
-        except ValueError as exc:
-            raise CheckpointError(f"{uri}: this daemon cannot open such locations: {exc}") from exc
+        except (ValueError, ImportError) as exc:
+            raise _unopenable(uri, protocol, exc) from exc
 
 
-def _backend_package(protocol: str) -> str | None:
-    """The package that provides fsspec's ``protocol`` (``gcsfs`` for ``gs``), from
-    fsspec's own registry: the top of the implementation's module path."""
+def _unopenable(uri: str, protocol: str, exc: Exception) -> CheckpointError:
+    """Why ``uri`` cannot be opened, in one line. A missing backend is named by the
+    package fsspec's own registry gives for ``protocol`` (``gcsfs`` for ``gs``), the
+    top of its implementation's module path, so spotd keeps no list of its own."""
     known = known_implementations.get(protocol)
-    if known is None:
-        return None
-    return str(known["class"]).split(".", 1)[0] or None
+    if isinstance(exc, ImportError) and known is not None:
+        package = str(known["class"]).split(".", 1)[0]
+        return CheckpointError(
+            f"{uri}: needs {package}, which this daemon lacks; "
+            f"pip install {package} beside the daemon"
+        )
+    return CheckpointError(f"{uri}: this daemon cannot open such locations: {exc}")
 
 
 def _fs(uri: str) -> tuple[Any, str]:

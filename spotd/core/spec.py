@@ -229,12 +229,12 @@ def relative_paths(spec: JobSpec) -> list[tuple[str, str]]:
     none (they resolve against its folder); one sent as JSON may, and only the sender
     knows what they were relative to."""
     found = []
-    if spec.workdir is not None and not os.path.isabs(spec.workdir):
+    if spec.workdir is not None and not Path(spec.workdir).is_absolute():
         found.append(("workdir", spec.workdir))
     uri = spec.checkpoint.uri
-    if uri is not None and "::" not in uri and not _SCHEME_RE.match(uri):
-        if not os.path.isabs(uri):
-            found.append(("checkpoint.uri", uri))
+    is_path = uri is not None and "::" not in uri and not _SCHEME_RE.match(uri)
+    if uri is not None and is_path and not Path(uri).is_absolute():
+        found.append(("checkpoint.uri", uri))
     return found
 
 
