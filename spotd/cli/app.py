@@ -164,17 +164,13 @@ def submit(
     from spotd.cli.client import Client
 
     shipped: list[Shipped] = []
-
     named: list[bool] = []
 
     def run() -> JobView:
-        from spotd.ship.workdir import with_default_workdir
-
         spec = load_job_file(job_file)  # a bad spec is the first thing to say
         settings = _settings(config)
         named.append(spec.workdir is not None)
-        spec = with_default_workdir(spec, job_file.parent, daemon_dir=settings.data_dir)
-        shipped.append(ship_job(spec, settings))
+        shipped.append(_ship_submitted(spec, job_file, settings))
         client = Client.from_settings(settings)
         return client.submit(shipped[0].spec, idempotency_key=idempotency_key)
 
@@ -192,6 +188,25 @@ def submit(
         f"submitted [bold]{job.id}[/bold] ({escape(job.name)}); "
         f"watch it with `{escape(_again('status', job.id, config))}`"
     )
+
+
+def _ship_submitted(spec: JobSpec, job_file: Path, settings: Settings) -> Shipped:
+    """:func:`ship_job` for a spec read from ``job_file``, whose folder it ships when the
+    spec names no workdir (docs/job-spec.md)."""
+    from spotd.ship.pack import WorkdirError
+    from spotd.ship.workdir import with_default_workdir
+
+    given = with_default_workdir(spec, job_file.parent, daemon_dir=settings.data_dir)
+    try:
+        return ship_job(given, settings)
+    except WorkdirError as exc:
+        if given is spec:
+            raise
+        # No workdir was written: say where this folder came from, and the way out.
+        raise WorkdirError(
+            f"{exc} (the job file's folder, as the spec gives no workdir: "
+            "set workdir to the folder of the job's code)"
+        ) from exc
 
 
 def ship_job(spec: JobSpec, settings: Settings) -> Shipped:
