@@ -37,6 +37,7 @@ from typing import Any
 
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
+from fsspec.registry import known_implementations
 
 from spotd.core.errors import CheckpointError
 from spotd.files import write_atomic
@@ -108,9 +109,21 @@ def check_location(uri: str) -> None:
         try:
             fsspec.get_filesystem_class(protocol)
         except (ValueError, ImportError) as exc:
-            raise CheckpointError(
-                f"{uri}: this daemon cannot open such locations: {exc}"
-            ) from exc
+            raise _unopenable(uri, protocol, exc) from exc
+
+
+def _unopenable(uri: str, protocol: str, exc: Exception) -> CheckpointError:
+    """Why ``uri`` cannot be opened, in one line. A missing backend is named by the
+    package fsspec's own registry gives for ``protocol`` (``gcsfs`` for ``gs``), the
+    top of its implementation's module path, so spotd keeps no list of its own."""
+    known = known_implementations.get(protocol)
+    if isinstance(exc, ImportError) and known is not None:
+        package = str(known["class"]).split(".", 1)[0]
+        return CheckpointError(
+            f"{uri}: needs {package}, which this daemon lacks; "
+            f"pip install {package} beside the daemon"
+        )
+    return CheckpointError(f"{uri}: this daemon cannot open such locations: {exc}")
 
 
 def _fs(uri: str) -> tuple[Any, str]:

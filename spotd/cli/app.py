@@ -196,11 +196,13 @@ def submit(
     from spotd.cli.client import Client
 
     shipped: list[Shipped] = []
+    named: list[bool] = []
 
     def run() -> JobView:
         spec = load_job_file(job_file)  # a bad spec is the first thing to say
         settings = _settings(config)
-        shipped.append(ship_job(spec, settings))
+        named.append(spec.workdir is not None)
+        shipped.append(_ship_submitted(spec, job_file, settings))
         client = Client.from_settings(settings)
         return client.submit(shipped[0].spec, idempotency_key=idempotency_key)
 
@@ -211,22 +213,48 @@ def submit(
     code = shipped[0].spec.code if shipped else None
     if code is not None:
         how = "uploaded" if shipped[0].uploaded else "already stored"
+        whose = "" if named[0] else " (the job file's folder, as the spec gives no workdir)"
         err.print(f"workdir: {code.files} files, {code.size_bytes / 2**20:.1f} MiB packed, "
-                  f"{how} as {escape(code.uri)}", highlight=False)  # fmt: skip
+                  f"{how} as {escape(code.uri)}{whose}", highlight=False)  # fmt: skip
     out.print(
         f"submitted [bold]{job.id}[/bold] ({escape(job.name)}); "
         f"watch it with `{escape(_again('status', job.id, config))}`"
     )
 
 
+def _ship_submitted(spec: JobSpec, job_file: Path, settings: Settings) -> Shipped:
+    """:func:`ship_job` for a spec read from ``job_file``, whose folder it ships when the
+    spec names no workdir (docs/job-spec.md)."""
+    from spotd.ship.pack import WorkdirError
+    from spotd.ship.workdir import with_default_workdir
+
+    given = with_default_workdir(spec, job_file.parent, daemon_dir=settings.data_dir)
+    try:
+        return ship_job(given, settings)
+    except WorkdirError as exc:
+        if given is spec:
+            raise
+        # No workdir was written: say where this folder came from, and the way out.
+        raise WorkdirError(
+            f"{exc} (the job file's folder, as the spec gives no workdir: "
+            "set workdir to the folder of the job's code)"
+        ) from exc
+
+
 def ship_job(spec: JobSpec, settings: Settings) -> Shipped:
-    """``spec`` with its local ``workdir`` packed and stored where the daemon's nodes read."""
+    """``spec`` with its local ``workdir`` packed and stored where the daemon's nodes read,
+    less the daemon's data_dir and the job's checkpoint folder where they lie inside it."""
+    from spotd.engine.shipping import local_path
     from spotd.ship.store import storage_for
     from spotd.ship.workdir import ship_workdir
 
     storage = storage_for(spec, settings.storage.uri, settings.data_dir)
     limit = round(settings.storage.max_workdir_mb * 2**20)
-    return ship_workdir(spec, storage, max_bytes=limit)
+    state = [settings.data_dir]
+    checkpoints = local_path(spec.checkpoint.uri) if spec.checkpoint.uri else None
+    if checkpoints is not None:
+        state.append(Path(checkpoints))
+    return ship_workdir(spec, storage, max_bytes=limit, leave_out=state)
 
 
 @app.command()
@@ -318,7 +346,7 @@ def restart_line(job: JobView, exit_code: int | None = None) -> str | None:
     return line
 
 
-_EXIT_CODE = re.compile(r"^command exited with .*?: (-?\d+)")
+_EXIT_CODE = re.compile(r"^command on \S+ exited with (-?\d+)")
 
 
 def _error_exit_codes(events: list[EventView]) -> list[int]:

@@ -223,6 +223,21 @@ def _absolute(value: str, info: ValidationInfo) -> str:
     return os.path.normpath(path)
 
 
+def relative_paths(spec: JobSpec) -> list[tuple[str, str]]:
+    """The (field, value) pairs of ``spec`` that are relative paths: ``workdir``, and a
+    ``checkpoint.uri`` that is a path without a scheme. A spec parsed from a file has
+    none (they resolve against its folder); one sent as JSON may, and only the sender
+    knows what they were relative to."""
+    found = []
+    if spec.workdir is not None and not Path(spec.workdir).is_absolute():
+        found.append(("workdir", spec.workdir))
+    uri = spec.checkpoint.uri
+    is_path = uri is not None and "::" not in uri and not _SCHEME_RE.match(uri)
+    if uri is not None and is_path and not Path(uri).is_absolute():
+        found.append(("checkpoint.uri", uri))
+    return found
+
+
 # --------------------------------------------------------------------------
 # The models
 # --------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from spotd.core.errors import (
 )
 from spotd.core.fabric_env import fabric_environment
 from spotd.core.progress import work_per_hour
-from spotd.core.spec import JobSpec, deadline_controlled
+from spotd.core.spec import JobSpec, deadline_controlled, relative_paths
 from spotd.core.states import ACTIVE, FailureCause, JobStatus, Transition, transition
 from spotd.core.values import (
     AttemptClose,
@@ -236,14 +236,22 @@ class Engine:
 
     def submit(self, spec: JobSpec, *, idempotency_key: str | None = None) -> JobRecord:
         """Store a new job; the next pass places it. SubmitRefused, and nothing stored,
-        for a job this daemon could never run: a checkpoint location it has no way to
-        open, or GPU models that no provider offers. ``idempotency_key`` is stored
+        for a job this daemon could never run: a relative path (there is no job file
+        here to resolve it against), a checkpoint location it has no way to open, or GPU
+        models that no provider offers. ``idempotency_key`` is stored
         with the job (the store returns the first job for a key it already has)."""
+        if relative := relative_paths(spec):
+            field, value = relative[0]
+            raise SubmitRefused(
+                f"{field}: {value!r} is a relative path, and the daemon has no job file to "
+                "resolve it against; send an absolute path (spotd submit resolves it "
+                "against the job file's folder)"
+            )
         if spec.checkpoint.uri:
             try:
                 checkpoints.check_location(spec.checkpoint.uri)
             except CheckpointError as exc:
-                raise SubmitRefused(f"checkpoint.uri: {exc}") from exc
+                raise SubmitRefused(f"checkpoint.uri {exc}") from exc
         problem = unoffered_gpus(spec.resources.gpus, self.market.offered_gpus())
         if problem is not None:
             raise SubmitRefused(f"resources.gpus: {problem}")
@@ -805,8 +813,7 @@ class Engine:
         A restart closes the attempt ``user-failed`` and recovers: the next pass
         places the job as after a preemption, resuming from the latest checkpoint.
         """
-        codes = ", ".join(f"{i.id}: {i.exit_code}" for i in failed)
-        detail = f"command exited with {codes}"
+        detail = "command " + ", ".join(f"on {i.id} exited with {i.exit_code}" for i in failed)
         retry = job.spec.retry
         exits = [i.exit_code for i in failed if i.exit_code is not None]
         restarted = error_exits(self._attempts(job.id))  # this attempt is still open

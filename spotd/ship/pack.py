@@ -16,7 +16,7 @@ import io
 import os
 import stat
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,15 +45,20 @@ class Packed:
     """The files' sizes added up (before compression)."""
 
 
-def pack_folder(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Packed:
-    """The archive of ``root``'s files that the ignore files do not leave out.
+def pack_folder(
+    root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES, leave_out: Collection[Path] = ()
+) -> Packed:
+    """The archive of ``root``'s files that the ignore files do not leave out, nor
+    ``leave_out`` (folders inside ``root`` that are state, not code: the daemon's
+    data_dir, the job's own checkpoints).
 
     Raises :class:`WorkdirError` naming the folder when it is not one, and
     naming the largest entries when the files add up to more than ``max_bytes``.
     """
     if not root.is_dir():
         raise WorkdirError(f"workdir {root} is not a folder on this machine")
-    files = sorted(_kept_files(root), key=lambda p: p.as_posix())
+    skipped = frozenset(p.resolve() for p in leave_out)
+    files = sorted(_kept_files(root, skipped), key=lambda p: p.as_posix())
     total = sum(f.stat().st_size for f in files)
     if total > max_bytes:
         raise WorkdirError(_too_large(root, files, total, max_bytes))
@@ -68,14 +73,16 @@ def pack_folder(root: Path, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Packed:
     return Packed(data, hashlib.sha256(data).hexdigest(), len(files), total)
 
 
-def _kept_files(root: Path) -> Iterator[Path]:
-    """Regular files and symlinks under ``root`` that no ignore rule leaves out."""
+def _kept_files(root: Path, skipped: frozenset[Path]) -> Iterator[Path]:
+    """Regular files and symlinks under ``root`` that no ignore rule leaves out, outside
+    the ``skipped`` folders (resolved paths)."""
     specs: dict[Path, pathspec.GitIgnoreSpec] = {}
     for folder, dirs, names in os.walk(root):
         here = Path(folder)
         specs[here] = _spec_of(here)
         rel = here.relative_to(root)
-        dirs[:] = sorted(d for d in dirs if not _ignored(root, specs, rel / d, is_dir=True))
+        dirs[:] = sorted(d for d in dirs if not _ignored(root, specs, rel / d, is_dir=True)
+                         and (here / d).resolve() not in skipped)  # fmt: skip
         # A link to a folder goes in as the link (os.walk does not follow it).
         names += [d for d in dirs if (here / d).is_symlink()]
         dirs[:] = [d for d in dirs if not (here / d).is_symlink()]

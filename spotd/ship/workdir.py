@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,8 +20,31 @@ class Shipped:
     """Whether bytes were written (False: that content was stored already, or nothing shipped)."""
 
 
-def ship_workdir(spec: JobSpec, storage: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Shipped:
-    """``spec`` with its ``workdir`` packed and stored, when that is a folder here.
+def with_default_workdir(spec: JobSpec, job_folder: Path, *, daemon_dir: Path) -> JobSpec:
+    """``spec`` with the job file's folder as its ``workdir`` when it names none, so that
+    a relative script in the command is found on the nodes (docs/job-spec.md).
+
+    Not for a spec that carries ``code`` already, nor when the job file lies in the
+    daemon's own ``daemon_dir`` (its data_dir): that folder is the daemon's state,
+    never a job's code.
+    """
+    if spec.workdir is not None or spec.code is not None:
+        return spec
+    folder = job_folder.absolute()
+    if folder.resolve().is_relative_to(daemon_dir.resolve()):
+        return spec
+    return spec.model_copy(update={"workdir": str(folder)})
+
+
+def ship_workdir(
+    spec: JobSpec,
+    storage: str,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    leave_out: Collection[Path] = (),
+) -> Shipped:
+    """``spec`` with its ``workdir`` packed and stored, when that is a folder here,
+    without the folders of ``leave_out`` that lie inside it.
 
     A spec that already carries ``code`` (submitted before, or made by hand),
     that has no ``workdir``, or whose ``workdir`` exists only on the nodes' image
@@ -29,6 +53,6 @@ def ship_workdir(spec: JobSpec, storage: str, *, max_bytes: int = DEFAULT_MAX_BY
     """
     if spec.code is not None or spec.workdir is None or not Path(spec.workdir).is_dir():
         return Shipped(spec, uploaded=False)
-    packed = pack_folder(Path(spec.workdir), max_bytes=max_bytes)
+    packed = pack_folder(Path(spec.workdir), max_bytes=max_bytes, leave_out=leave_out)
     ref, uploaded = upload(packed, storage)
     return Shipped(spec.model_copy(update={"code": ref}), uploaded)

@@ -252,3 +252,26 @@ def test_report_takes_json_as_every_other_command_does(tmp_path: Path) -> None:
     assert both.exit_code == 2 and "choose one" in both.output
     shown = CliRunner().invoke(app, ["report", "-h"], terminal_width=200).stdout
     assert "Email it to the addresses of [email] to." in " ".join(shown.split())
+
+
+def test_a_default_workdir_too_large_to_ship_says_it_was_the_job_files_folder(
+    tmp_path: Path,
+) -> None:
+    """No workdir: the job file's folder is shipped; when that fails, the message says
+    where the folder came from and what to write instead, before any daemon is asked."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dataset.bin").write_bytes(b"\0" * (2 * 2**20))
+    job = home / "job.toml"
+    job.write_text('name = "x"\ncommand = ["python3", "train.py"]\n'
+                   '[resources]\ngpus = ["A100"]\ngpus_per_node = 1\n')  # fmt: skip
+    config = tmp_path / "spotd.toml"
+    config.write_text(f'data_dir = "{tmp_path / "data"}"\n[storage]\nmax_workdir_mb = 1\n')
+    result = CliRunner().invoke(app, ["submit", str(job), "--config", str(config)])
+    assert result.exit_code == 1
+    said = " ".join(result.stderr.split())  # as one line, however the console wrapped it
+    assert f"workdir {home} holds 2.0 MiB, over the 1.0 MiB limit" in said
+    assert said.endswith(
+        "(the job file's folder, as the spec gives no workdir: set workdir to the folder "
+        "of the job's code)"
+    ), said

@@ -123,7 +123,9 @@ def test_the_leader_dies_and_the_others_finish_every_job_once(
     try:
         ids = []
         for n in range(6):
-            job = setups[0].root / f"job-{n}.toml"
+            # In the submitting daemon's data_dir: a job file elsewhere would have its
+            # folder shipped (no workdir), another daemon's database with it.
+            job = setups[n % 3].root / f"job-{n}.toml"
             job.write_text(JOB.format(n=n, python=sys.executable, trainer=TRAINER, steps=STEPS * 3))
             ids.append(json.loads(setups[n % 3].cli("submit", str(job), "--json").stdout)["id"])
         limit = time.monotonic() + 30

@@ -144,3 +144,43 @@ def test_spotd_submit_ships_the_workdir_once(tmp_path: Path) -> None:
         store.close()
     stored = list((setup.root / "code").iterdir())
     assert len(stored) == 1 and stored[0].name.endswith(".tar.gz")
+
+
+def test_a_job_without_workdir_runs_in_a_copy_of_its_job_files_folder(tmp_path: Path) -> None:
+    """No ``workdir``: ``spotd submit`` ships the job file's folder, as ``workdir = "."``
+    would, so a relative script runs (docs/job-spec.md), without the daemon's data_dir
+    or the job's own checkpoint folder when those are inside it."""
+    project = tmp_path / "project"
+    setup = make_setup(_folder(project / ".spotd"), seed=5, up=500.0, boot=30)
+    (project / "train.py").write_text(
+        "import os, pathlib\n"
+        "pathlib.Path(os.environ['OUT']).write_text(pathlib.Path('data.txt').read_text())\n"
+    )
+    (project / "data.txt").write_text("found beside the job file\n")
+    _folder(project / "ckpt" / "step-00000001").joinpath("weights.npy").write_bytes(b"0" * 64)
+    out = tmp_path / "out.txt"
+    command = json.dumps([sys.executable, "train.py"])
+    job_file = project / "job.toml"
+    job_file.write_text(f'name = "no-workdir"\ncommand = {command}\n[env]\nOUT = "{out}"\n'
+                        '[resources]\ngpus = ["A100"]\ngpus_per_node = 1\n'
+                        '[checkpoint]\nuri = "ckpt"\n')  # fmt: skip
+    store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
+    daemon = Daemon(setup)
+    try:
+        submitted = setup.cli("submit", str(job_file))
+        # train.py, data.txt and job.toml: not .spotd/ (the daemon's), not ckpt/ (the job's)
+        assert "workdir: 3 files" in submitted.stderr, submitted.stderr
+        assert "the job file's folder, as the spec gives no workdir" in submitted.stderr
+        job_id = submitted.stdout.split()[1]
+        job = wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=120)
+        assert job.status is JobStatus.SUCCEEDED, [e.detail for e in store.events(job_id)]
+        assert job.spec.workdir == str(project) and job.spec.code is not None
+    finally:
+        assert daemon.stop() == 0
+        store.close()
+    assert out.read_text() == "found beside the job file\n"
+
+
+def _folder(path: Path) -> Path:
+    path.mkdir(parents=True)
+    return path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import uuid
 from collections.abc import Iterator
@@ -188,6 +189,19 @@ def test_locations_the_daemon_cannot_open_are_named(uri: str, says: str) -> None
     with pytest.raises(CheckpointError, match="this daemon cannot open such locations") as err:
         ck.check_location(uri)
     assert str(err.value).startswith(f"{uri}: ") and says in str(err.value)
+
+
+@pytest.mark.parametrize(("uri", "package"), [
+    ("gs://b/run", "gcsfs"), ("s3://b/run", "s3fs"), ("simplecache::az://c/run", "adlfs"),
+])
+def test_a_location_whose_backend_is_missing_names_the_package(uri: str, package: str) -> None:
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here: such locations can be opened")
+    with pytest.raises(CheckpointError) as err:
+        ck.check_location(uri)
+    assert str(err.value) == (
+        f"{uri}: needs {package}, which this daemon lacks; pip install {package} beside the daemon"
+    )
 
 
 def test_unreadable_root_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

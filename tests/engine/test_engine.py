@@ -124,7 +124,10 @@ def test_failing_command_fails_the_job(engine: Engine) -> None:
     assert job.failure is FailureCause.USER_COMMAND_FAILED
     (attempt,) = engine.store.attempts(job.id)
     assert attempt.end_reason is AttemptEnd.USER_FAILED
-    assert "exited with" in engine.store.events(job.id)[-1].detail
+    # Where, then what: the node's id reads as a place, not as the exit code's label.
+    assert engine.store.events(job.id)[-1].detail == (
+        f"command on {attempt.instance_ids[0]} exited with 3"
+    )
 
 
 def test_cancel_stops_the_instance(engine: Engine) -> None:
@@ -319,7 +322,7 @@ def test_a_checkpoint_location_the_daemon_cannot_open_is_refused_at_submit(
 ) -> None:
     _no_gcsfs()
     eng, _ = fake
-    with pytest.raises(SubmitRefused, match=r"^checkpoint\.uri: gs://b/run: this daemon cannot"):
+    with pytest.raises(SubmitRefused, match=r"^checkpoint\.uri gs://b/run: needs gcsfs, which"):
         eng.submit(spec(checkpoint={"uri": "gs://b/run"}))
     assert eng.store.list_jobs() == []
 

@@ -23,7 +23,7 @@ from spotd.core.states import JobStatus
 from spotd.core.values import AttemptEnd
 from spotd.daemon.wiring import build_engine
 from spotd.ship.store import storage_for
-from spotd.ship.workdir import ship_workdir
+from spotd.ship.workdir import ship_workdir, with_default_workdir
 from spotd_sim import SimProvider
 
 TRAIN = """\
@@ -85,3 +85,20 @@ def test_both_attempts_run_the_content_that_was_submitted(tmp_path: Path, scheme
     fs, path = fsspec.core.url_to_fs(storage)
     stored = [p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False)]
     assert stored == [f"{shipped.spec.code.sha256}.tar.gz"], "uploaded once"
+
+
+def test_a_spec_without_workdir_gets_its_job_files_folder_but_never_the_daemons(
+    tmp_path: Path,
+) -> None:
+    bare = JobSpec.model_validate({
+        "name": "bare", "command": ["python3", "train.py"],
+        "resources": {"gpus": ["A100"], "gpus_per_node": 1},
+    })  # fmt: skip
+    daemon_dir = tmp_path / "spotd-data"
+    project = tmp_path / "project"
+    assert with_default_workdir(bare, project, daemon_dir=daemon_dir).workdir == str(project)
+    # The daemon's own folder (the test harnesses keep their job files there) is state.
+    inside = daemon_dir / "jobs"
+    assert with_default_workdir(bare, inside, daemon_dir=daemon_dir) is bare
+    named = bare.model_copy(update={"workdir": "/opt/train"})
+    assert with_default_workdir(named, project, daemon_dir=daemon_dir) is named
