@@ -103,7 +103,7 @@ class _Vm:
     def _start_job(self) -> bool:
         """Start the job in its own session; False when it could not start."""
         spec = self.spec
-        env = node_environment(os.environ, spec.env)
+        env = node_environment(os.environ, spec.env, image_bin=str(Path(sys.executable).parent))
         env.pop(LOCK_FD_ENV, None)
         log_path = self.paths.job_log(spec.id)
         with log_path.open("ab") as log:

@@ -204,3 +204,23 @@ def test_the_daemon_says_at_start_what_it_read(setup: Setup) -> None:
     assert f"config: {setup.config}; database: sqlite:///" in said, said
     assert "email: off; webhooks: none" in said
     assert "maximum number of running instances" not in said
+
+
+def test_a_jobs_python3_is_the_one_with_spotd(setup: Setup) -> None:
+    """A simulated node's PATH starts with its image's Python, as a cloud image's does:
+    a job's ``python3`` imports spotd though the daemon's shell had no venv active."""
+    job = setup.root / "py.toml"
+    which = "import spotd, sys; print('python:', sys.executable)"
+    job.write_text(f'name = "py"\ncommand = ["python3", "-c", "{which}"]\n'
+                   '[resources]\ngpus = ["A100"]\ngpus_per_node = 1\n')  # fmt: skip
+    store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
+    daemon = Daemon(setup, env={**os.environ, "PATH": "/usr/bin:/bin"})
+    try:
+        job_id = json.loads(setup.cli("submit", str(job), "--json").stdout)["id"]
+        ended = wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=120)
+        output = setup.cli("logs", job_id).stdout
+    finally:
+        assert daemon.stop() == 0
+        store.close()
+    assert ended.status is JobStatus.SUCCEEDED, output
+    assert f"python: {Path(sys.executable).parent}" in output, output
