@@ -75,11 +75,17 @@ def _guard(action: Callable[[], T]) -> T:
     try:
         return action()
     except JobSpecError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        _error(str(exc))
         raise typer.Exit(2) from exc
     except SpotdError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        _error(str(exc))
         raise typer.Exit(1) from exc
+
+
+def _error(message: str) -> None:
+    # soft_wrap: a line is not broken at the terminal's width, so a command it names
+    # (pip install 'spotd[...]') can be copied whole and a script reads one line.
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def _again(command: str, job_id: str, config: Path | None) -> str:
@@ -430,7 +436,15 @@ def _market(settings: Settings) -> tuple[MarketView, str]:
 
         _, providers = build_providers(settings)
         cache = MarketCache(providers)
-        cache.refresh_all()
+        # The cache's warning of a failed poll is the daemon's log line; here each
+        # failed provider gets a line of its own under the table.
+        cache_log = logging.getLogger(MarketCache.__module__)
+        level = cache_log.level
+        cache_log.setLevel(logging.ERROR)
+        try:
+            cache.refresh_all()
+        finally:
+            cache_log.setLevel(level)
         return market_view(cache.snapshots(), time.time()), "direct poll (no daemon running)"
 
 
@@ -459,10 +473,18 @@ def prices(
 ) -> None:
     """Show the current market: offerings, both prices, fabric, and how fresh the data is."""
     view, source = _guard(lambda: _market(_settings(config)))
+    failed = [p for p in view.providers if p.error is not None and not p.offerings]
+    # Nothing to show because every poll failed is an error, not an empty market.
+    code = 1 if failed and len(failed) == len(view.providers) else 0
     view = _filter_offerings(view, gpu, provider, region)
     if as_json:
         out.print_json(view.model_dump_json())
-        return
+        raise typer.Exit(code)
+    _print_market(view, source)
+    raise typer.Exit(code)
+
+
+def _print_market(view: MarketView, source: str) -> None:
     table = Table(box=None, header_style="bold", title=f"market ({source})")
     columns = ("PROVIDER", "ZONE", "TYPE", "GPU", "FABRIC", "GBPS/GPU", "SPOT", "ON-DEMAND", "CAP")
     for column in columns:
@@ -475,6 +497,9 @@ def prices(
         )
     out.print(table)
     for p in view.providers:
+        if p.error is not None and not p.offerings:
+            _error(f"{p.provider}: no offerings, its price poll failed ({p.failures}x): {p.error}")
+            continue
         age = "never polled" if p.age_seconds is None else f"{p.age_seconds:.0f} s old"
         line = f"{p.provider}: {p.offerings} offerings, {age}"
         if p.stale:

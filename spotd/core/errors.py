@@ -4,7 +4,8 @@
 SpotdError
 ├── ConfigError                  bad spotd.toml or environment
 │   └── ProviderKindError        a provider kind failed to load (spotd.registry)
-│       └── UnknownProviderKind  no installed kind has that name or builds that provider
+│       ├── UnknownProviderKind  no installed kind has that name or builds that provider
+│       └── ProviderSdkMissing   an enabled kind's SDK is not installed (which extra to add)
 ├── JobSpecError                 bad job.toml: file, field path, line, what was expected
 ├── StoreError
 │   ├── JobNotFound
@@ -58,6 +59,11 @@ class ProviderKindError(ConfigError):
 
 class UnknownProviderKind(ProviderKindError):
     """No installed provider kind has the name asked for, or builds that provider."""
+
+
+class ProviderSdkMissing(ProviderKindError):
+    """An enabled provider kind cannot be built: a module of its SDK is not installed.
+    The message names the kind's table, the missing module and what to install."""
 
 
 class JobSpecError(SpotdError):
