@@ -30,6 +30,7 @@ When spotd resumes a job it passes the URI of the latest complete checkpoint
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ __all__ = [
     "MARKER",
     "CheckpointInfo",
     "check_location",
+    "check_writable",
     "checkpoint_name",
     "is_complete",
     "join",
@@ -111,6 +113,72 @@ def check_location(uri: str) -> None:
             raise CheckpointError(
                 f"{uri}: this daemon cannot open such locations: {exc}"
             ) from exc
+
+
+_PSEUDO_FILESYSTEMS = frozenset({
+    "autofs", "binfmt_misc", "bpf", "cgroup", "cgroup2", "configfs", "debugfs", "devpts",
+    "devtmpfs", "efivarfs", "fusectl", "hugetlbfs", "mqueue", "nsfs", "proc", "pstore",
+    "rpc_pipefs", "securityfs", "selinuxfs", "sysfs", "tracefs",
+})  # fmt: skip
+"""Linux filesystems that are the kernel's view of the system, not storage."""
+
+_MOUNTS = Path("/proc/self/mounts")
+
+
+def check_writable(uri: str) -> None:
+    """Raise CheckpointError when a local ``uri`` is no place to write checkpoints.
+
+    The folder need not exist yet, but the nearest folder of it that does must be
+    one this process may write, on a writable filesystem that is storage (not
+    /proc or /sys); and a missing folder right under ``/`` is refused rather than
+    created there. Other locations (``s3://``, ``gs://``, chains) are not probed.
+    """
+    if "::" in uri or fsspec.core.split_protocol(uri)[0] not in (None, "file", "local"):
+        return  # a remote store is not probed: that would need its credentials here
+    _, path = _fs(uri)
+    try:
+        problem = _local_problem(Path(path))
+    except OSError as exc:  # a folder on the way the daemon may not even look into
+        problem = f"cannot look at it: {exc}"
+    if problem is not None:
+        raise CheckpointError(f"{uri}: {problem}")
+
+
+def _local_problem(target: Path) -> str | None:
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if existing != target and existing == Path(existing.anchor):
+        top = Path(existing.anchor, target.relative_to(existing).parts[0])
+        return (f"{top} does not exist, and spotd creates no folder at the top of the "
+                "filesystem: create it first, or correct the path")  # fmt: skip
+    fstype = _filesystem_type(existing)
+    if fstype in _PSEUDO_FILESYSTEMS:
+        return f"{existing} is on {fstype}, a pseudo filesystem of the kernel, not storage"
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        return f"{existing} is on a read-only filesystem"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by the daemon's user"
+    return None
+
+
+def _filesystem_type(path: Path) -> str | None:
+    """The type of the filesystem ``path`` is on (Linux's mount table); None elsewhere."""
+    try:
+        lines = _MOUNTS.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    real, found, fstype = path.resolve(), Path(), None
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        # The table writes a space in a mount point as \040 (and tab, newline, \ alike).
+        point = Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1]))
+        # The last of the longest: a later mount over the same point hides the earlier.
+        if real.is_relative_to(point) and len(point.parts) >= len(found.parts):
+            found, fstype = point, fields[2]
+    return fstype
 
 
 def _fs(uri: str) -> tuple[Any, str]:

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from spotd import __version__
-from spotd.core.errors import ConfigError, JobSpecError, SpotdError
+from spotd.core.errors import ConfigError, JobSpecError, SpotdError, SubmitRefused
 from spotd.core.spec import load_job_file
 from spotd.daemon.config import Settings, find_config_file, load_settings
 from spotd.daemon.views import EventView, JobView, MarketView
@@ -176,7 +176,10 @@ def submit(
         settings = _settings(config)
         shipped.append(ship_job(spec, settings))
         client = Client.from_settings(settings)
-        return client.submit(shipped[0].spec, idempotency_key=idempotency_key)
+        try:
+            return client.submit(shipped[0].spec, idempotency_key=idempotency_key)
+        except SubmitRefused as exc:
+            raise SubmitRefused(f"{job_file}: {exc}") from exc
 
     job = _guard(run)
     if as_json:

@@ -98,7 +98,8 @@ class LostTransition(StoreError):
 
 class SubmitRefused(SpotdError):
     """The daemon cannot run the job as specified (a GPU no provider offers, a checkpoint
-    location it cannot open); nothing was stored. The message names the field."""
+    location it cannot open or write, a deadline already past); nothing was stored. The
+    message names the field (and, from ``spotd submit``, the file)."""
 
 
 class CheckpointError(SpotdError):

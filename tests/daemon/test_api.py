@@ -55,6 +55,20 @@ def test_a_checkpoint_location_the_daemon_cannot_open_is_a_422_naming_the_field(
     assert ok.status_code == 201 and ok.json()["status"] == "pending"
 
 
+def test_a_submit_that_would_fail_later_is_a_422_naming_the_field(engine: Engine) -> None:
+    ckpt = spec(checkpoint={"uri": "/proc/spotd-ckpt"}).model_dump(mode="json")
+    reply = post(engine, "/v1/jobs", {"spec": ckpt})
+    assert reply.status_code == 422
+    assert reply.json()["detail"].startswith("checkpoint.uri: /proc/spotd-ckpt: /proc is on proc")
+    late = spec(deadline={"finish_by": "2020-01-01T00:00:00Z"}).model_dump(mode="json")
+    reply = post(engine, "/v1/jobs", {"spec": late})
+    assert reply.status_code == 422
+    assert reply.json()["detail"].startswith(
+        "deadline.finish_by: 2020-01-01T00:00:00Z has passed ("
+    )
+    assert engine.store.list_jobs() == []
+
+
 def get(engine: Engine, path: str, **params: str) -> httpx.Response:
     async def send() -> httpx.Response:
         transport = httpx.ASGITransport(app=create_app(engine, TOKEN))
