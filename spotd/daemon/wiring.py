@@ -54,8 +54,11 @@ def build_providers(
         try:
             built = kind.build(table, context)
         except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if missing.partition(".")[0] in ("spotd", kind.build.__module__.partition(".")[0]):
+                raise  # a module of ours gone missing is a bug, not an SDK to install
             # A module the kind's sdk does not list: the same one line, not a traceback.
-            raise sdk_missing(kind, exc.name or str(exc)) from exc
+            raise sdk_missing(kind, missing) from exc
         except ValueError as exc:
             # A clock speed other than the one the state dir was created with, say.
             raise ConfigError(f"[providers.{kind.name}]: {exc}") from exc

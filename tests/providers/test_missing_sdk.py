@@ -136,7 +136,7 @@ from pydantic import BaseModel
 
 from spotd.core.contracts import BuiltProviders
 from spotd.core.errors import ProviderUnavailable
-from spotd.core.kinds import ProviderKind, instance_shape
+from spotd.core.kinds import ProviderKind, Sdk, instance_shape
 from spotd.core.network import Fabric
 from spotd.core.values import Offering, Pool
 
@@ -182,6 +182,17 @@ def _kind(name):
 
 
 UP, DOWN = _kind("upcloud"), _kind("downcloud")
+# Its SDK is a package nobody installed, which the extra "fast" would bring.
+SDK = ProviderKind(name="sdkcloud", settings=Settings, build=_kind("x").build,
+                   sdk=Sdk("fast", ("spotd_absent_sdk",)))
+
+
+def _build_buggy(settings, context):
+    import spotd_testclouds.gone  # a module of the package itself: a bug, not an SDK
+    return BuiltProviders(())
+
+
+BUG = ProviderKind(name="bugcloud", settings=Settings, build=_build_buggy)
 '''
 
 
@@ -195,7 +206,8 @@ def _install_clouds(site: Path) -> None:
         "Metadata-Version: 2.1\nName: spotd-testclouds\nVersion: 0.1\n", encoding="utf-8"
     )
     (dist / "entry_points.txt").write_text(
-        "[spotd.providers]\nupcloud = spotd_testclouds:UP\ndowncloud = spotd_testclouds:DOWN\n",
+        "[spotd.providers]\nupcloud = spotd_testclouds:UP\ndowncloud = spotd_testclouds:DOWN\n"
+        "sdkcloud = spotd_testclouds:SDK\nbugcloud = spotd_testclouds:BUG\n",
         encoding="utf-8",
     )
 
@@ -239,3 +251,25 @@ def test_prices_shows_what_answered_and_a_line_for_what_failed(tmp_path: Path) -
         "error: downcloud: no offerings, its price poll failed (1x): "
         "ProviderUnavailable: endpoint refused the connection"
     ]
+
+
+def test_a_third_party_kind_names_its_own_distribution_and_extra(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    _install_clouds(site)
+    cfg = str(_clouds_config(tmp_path, "sdkcloud"))
+    result = _spotd(_env(tmp_path, "", site), "prices", "-c", cfg)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "error: [providers.sdkcloud] is enabled but its SDK is not installed (no module "
+        "named 'spotd_absent_sdk'): pip install 'spotd-testclouds[fast]'"
+    ]
+
+
+def test_a_module_of_the_kind_itself_missing_is_a_bug_shown_as_one(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    _install_clouds(site)
+    cfg = str(_clouds_config(tmp_path, "bugcloud"))
+    result = _spotd(_env(tmp_path, "", site), "prices", "-c", cfg)
+    assert result.returncode != 0
+    assert "No module named 'spotd_testclouds.gone'" in result.stderr
+    assert "pip install" not in result.stderr
