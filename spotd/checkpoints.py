@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -164,21 +166,34 @@ def _local_problem(target: Path) -> str | None:
 
 def _filesystem_type(path: Path) -> str | None:
     """The type of the filesystem ``path`` is on (Linux's mount table); None elsewhere."""
+    real = str(path.resolve())
+    longest, fstype = -1, None
+    for point, kind in _mount_table(int(time.monotonic())):
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        # The last of the longest: a later mount over the same point hides the earlier.
+        if inside and len(point) >= longest:
+            longest, fstype = len(point), kind
+    return fstype
+
+
+@lru_cache(maxsize=1)
+def _mount_table(second: int) -> tuple[tuple[str, str], ...]:
+    """(mount point, filesystem type) of each mount, read again each ``second`` (of
+    the monotonic clock): a burst of submits reads the table once, not once each."""
     try:
-        lines = _MOUNTS.read_text(encoding="utf-8").splitlines()
+        table = _MOUNTS.read_text(encoding="utf-8")
     except OSError:
-        return None
-    real, found, fstype = path.resolve(), Path(), None
-    for line in lines:
-        fields = line.split()
+        return ()
+    mounts = []
+    for line in table.splitlines():
+        fields = line.split(" ", 3)
         if len(fields) < 3:
             continue
-        # The table writes a space in a mount point as \040 (and tab, newline, \ alike).
-        point = Path(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), fields[1]))
-        # The last of the longest: a later mount over the same point hides the earlier.
-        if real.is_relative_to(point) and len(point.parts) >= len(found.parts):
-            found, fstype = point, fields[2]
-    return fstype
+        point = fields[1]
+        if "\\" in point:  # a space in a mount point is written \040 (tab, newline alike)
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point)
+        mounts.append((point, fields[2]))
+    return tuple(mounts)
 
 
 def _fs(uri: str) -> tuple[Any, str]:
