@@ -30,8 +30,11 @@ When spotd resumes a job it passes the URI of the latest complete checkpoint
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +49,7 @@ __all__ = [
     "MARKER",
     "CheckpointInfo",
     "check_location",
+    "check_writable",
     "checkpoint_name",
     "is_complete",
     "join",
@@ -124,6 +128,85 @@ def _unopenable(uri: str, protocol: str, exc: Exception) -> CheckpointError:
             f"pip install {package} beside the daemon"
         )
     return CheckpointError(f"{uri}: this daemon cannot open such locations: {exc}")
+
+
+_PSEUDO_FILESYSTEMS = frozenset({
+    "autofs", "binfmt_misc", "bpf", "cgroup", "cgroup2", "configfs", "debugfs", "devpts",
+    "devtmpfs", "efivarfs", "fusectl", "hugetlbfs", "mqueue", "nsfs", "proc", "pstore",
+    "rpc_pipefs", "securityfs", "selinuxfs", "sysfs", "tracefs",
+})  # fmt: skip
+"""Linux filesystems that are the kernel's view of the system, not storage."""
+
+_MOUNTS = Path("/proc/self/mounts")
+
+
+def check_writable(uri: str) -> None:
+    """Raise CheckpointError when a local ``uri`` is no place to write checkpoints.
+
+    The folder need not exist yet, but the nearest folder of it that does must be
+    one this process may write, on a writable filesystem that is storage (not
+    /proc or /sys); and a missing folder right under ``/`` is refused rather than
+    created there. Other locations (``s3://``, ``gs://``, chains) are not probed.
+    """
+    if "::" in uri or fsspec.core.split_protocol(uri)[0] not in (None, "file", "local"):
+        return  # a remote store is not probed: that would need its credentials here
+    _, path = _fs(uri)
+    try:
+        problem = _local_problem(Path(path))
+    except OSError as exc:  # a folder on the way the daemon may not even look into
+        problem = f"cannot look at it: {exc}"
+    if problem is not None:
+        raise CheckpointError(f"{uri}: {problem}")
+
+
+def _local_problem(target: Path) -> str | None:
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    if existing != target and existing == Path(existing.anchor):
+        top = Path(existing.anchor, target.relative_to(existing).parts[0])
+        return (f"{top} does not exist, and spotd creates no folder at the top of the "
+                "filesystem: create it first, or correct the path")  # fmt: skip
+    fstype = _filesystem_type(existing)
+    if fstype in _PSEUDO_FILESYSTEMS:
+        return f"{existing} is on {fstype}, a pseudo filesystem of the kernel, not storage"
+    if os.statvfs(existing).f_flag & os.ST_RDONLY:
+        return f"{existing} is on a read-only filesystem"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by the daemon's user"
+    return None
+
+
+def _filesystem_type(path: Path) -> str | None:
+    """The type of the filesystem ``path`` is on (Linux's mount table); None elsewhere."""
+    real = str(path.resolve())
+    longest, fstype = -1, None
+    for point, kind in _mount_table(int(time.monotonic())):
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        # The last of the longest: a later mount over the same point hides the earlier.
+        if inside and len(point) >= longest:
+            longest, fstype = len(point), kind
+    return fstype
+
+
+@lru_cache(maxsize=1)
+def _mount_table(second: int) -> tuple[tuple[str, str], ...]:
+    """(mount point, filesystem type) of each mount, read again each ``second`` (of
+    the monotonic clock): a burst of submits reads the table once, not once each."""
+    try:
+        table = _MOUNTS.read_text(encoding="utf-8")
+    except OSError:
+        return ()
+    mounts = []
+    for line in table.splitlines():
+        fields = line.split(" ", 3)
+        if len(fields) < 3:
+            continue
+        point = fields[1]
+        if "\\" in point:  # a space in a mount point is written \040 (tab, newline alike)
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), point)
+        mounts.append((point, fields[2]))
+    return tuple(mounts)
 
 
 def _fs(uri: str) -> tuple[Any, str]:

@@ -13,9 +13,15 @@ from __future__ import annotations
 
 from functools import cache
 from importlib.metadata import EntryPoint, entry_points
+from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
-from spotd.core.errors import PolicyError, ProviderKindError, UnknownProviderKind
+from spotd.core.errors import (
+    PolicyError,
+    ProviderKindError,
+    ProviderSdkMissing,
+    UnknownProviderKind,
+)
 from spotd.core.kinds import AnyKind, ProviderKind
 
 if TYPE_CHECKING:
@@ -145,3 +151,31 @@ def find_market_kind(provider: str) -> AnyKind | None:
         return None
     mirrored = kind.mirrors.get(provider)
     return kind if mirrored is None else load_kind(mirrored)
+
+
+def require_sdk(kind: AnyKind) -> None:
+    """Raise ProviderSdkMissing when a module of ``kind``'s SDK is not installed."""
+    for module in kind.sdk.modules if kind.sdk is not None else ():
+        try:
+            found = find_spec(module) is not None
+        except ModuleNotFoundError:  # a parent package is missing too
+            found = False
+        if not found:
+            raise sdk_missing(kind, module)
+
+
+def sdk_missing(kind: AnyKind, module: str) -> ProviderSdkMissing:
+    """The error of ``kind`` enabled without ``module``, saying what to install."""
+    return ProviderSdkMissing(
+        f"[providers.{kind.name}] is enabled but its SDK is not installed "
+        f"(no module named {module!r}): {_install_hint(kind, module)}"
+    )
+
+
+def _install_hint(kind: AnyKind, module: str) -> str:
+    """What installs ``kind``'s SDK: the extra of the distribution declaring the kind."""
+    ep = _kind_entry_points().get(kind.name)
+    dist = ep.dist.name if ep is not None and ep.dist is not None else None
+    if kind.sdk is None or dist is None:
+        return f"install the package that provides {module.partition('.')[0]!r}"
+    return f"pip install '{dist}[{kind.sdk.extra}]'"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spotd.core.contracts import BuiltProviders, ProviderContext
-from spotd.core.kinds import BootCarrier, InstanceShape, ProviderKind
+from spotd.core.kinds import BootCarrier, InstanceShape, ProviderKind, Sdk
 from spotd.core.kinds import instance_shape as _t
 from spotd.core.network import Fabric
 
@@ -76,6 +76,8 @@ KIND: ProviderKind[AwsSettings] = ProviderKind(
     name=NAME,
     settings=AwsSettings,
     build=build,
+    # boto3: the "aws" extra of pyproject.toml, for a missing one's one-line message.
+    sdk=Sdk("aws", ("boto3",)),
     # EC2 "per-second billing" for Linux instances, 60 s minimum.
     billing_step_seconds=1,
     billing_minimum_seconds=60,

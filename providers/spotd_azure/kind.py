@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spotd.core.contracts import BuiltProviders, ProviderContext
-from spotd.core.kinds import BootCarrier, InstanceShape, ProviderKind
+from spotd.core.kinds import BootCarrier, InstanceShape, ProviderKind, Sdk
 from spotd.core.kinds import instance_shape as _t
 from spotd.core.network import Fabric
 
@@ -68,6 +68,8 @@ KIND: ProviderKind[AzureSettings] = ProviderKind(
     name=NAME,
     settings=AzureSettings,
     build=build,
+    # azure-mgmt-compute, -network, azure-identity: the "azure" extra of pyproject.toml.
+    sdk=Sdk("azure", ("azure.mgmt.compute", "azure.mgmt.network", "azure.identity")),
     # Azure VMs are billed per minute (partial minutes rounded up).
     billing_step_seconds=60,
     billing_minimum_seconds=60,

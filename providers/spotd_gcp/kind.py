@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from spotd.core.contracts import BuiltProviders, ProviderContext
-from spotd.core.kinds import BootCarrier, InstanceShape, ProviderKind
+from spotd.core.kinds import BootCarrier, InstanceShape, ProviderKind, Sdk
 from spotd.core.kinds import instance_shape as _t
 from spotd.core.network import Fabric
 
@@ -70,6 +70,8 @@ KIND: ProviderKind[GcpSettings] = ProviderKind(
     name=NAME,
     settings=GcpSettings,
     build=build,
+    # google-cloud-compute and -billing: the "gcp" extra of pyproject.toml.
+    sdk=Sdk("gcp", ("google.cloud.compute_v1", "google.cloud.billing_v1")),
     # Compute Engine is "billed in one-second increments, with a 1-minute minimum".
     billing_step_seconds=1,
     billing_minimum_seconds=60,

@@ -22,7 +22,7 @@ from rich.table import Table
 from typer.core import TyperGroup, TyperOption
 
 from spotd import __version__
-from spotd.core.errors import ConfigError, JobSpecError, SpotdError
+from spotd.core.errors import ConfigError, JobSpecError, SpotdError, SubmitRefused
 from spotd.core.spec import load_job_file
 from spotd.daemon.config import Settings, find_config_file, load_settings
 from spotd.daemon.views import EventView, JobView, MarketView
@@ -106,11 +106,17 @@ def _guard(action: Callable[[], T]) -> T:
     try:
         return action()
     except JobSpecError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        _error(str(exc))
         raise typer.Exit(2) from exc
     except SpotdError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        _error(str(exc))
         raise typer.Exit(1) from exc
+
+
+def _error(message: str) -> None:
+    # soft_wrap: a line is not broken at the terminal's width, so a command it names
+    # (pip install 'spotd[...]') can be copied whole and a script reads one line.
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def _again(command: str, job_id: str, config: Path | None) -> str:
@@ -204,7 +210,10 @@ def submit(
         named.append(spec.workdir is not None)
         shipped.append(_ship_submitted(spec, job_file, settings))
         client = Client.from_settings(settings)
-        return client.submit(shipped[0].spec, idempotency_key=idempotency_key)
+        try:
+            return client.submit(shipped[0].spec, idempotency_key=idempotency_key)
+        except SubmitRefused as exc:
+            raise SubmitRefused(f"{job_file}: {exc}") from exc
 
     job = _guard(run)
     if as_json:
@@ -526,7 +535,15 @@ def _market(settings: Settings) -> tuple[MarketView, str]:
 
         _, providers = build_providers(settings)
         cache = MarketCache(providers)
-        cache.refresh_all()
+        # The cache's warning of a failed poll is the daemon's log line; here each
+        # failed provider gets a line of its own under the table.
+        cache_log = logging.getLogger(MarketCache.__module__)
+        level = cache_log.level
+        cache_log.setLevel(logging.ERROR)
+        try:
+            cache.refresh_all()
+        finally:
+            cache_log.setLevel(level)
         return market_view(cache.snapshots(), time.time()), "direct poll (no daemon running)"
 
 
@@ -555,10 +572,18 @@ def prices(
 ) -> None:
     """Show the current market: offerings, both prices, fabric, and how fresh the data is."""
     view, source = _guard(lambda: _market(_settings(config)))
+    failed = [p for p in view.providers if p.error is not None and not p.offerings]
+    # Nothing to show because every poll failed is an error, not an empty market.
+    code = 1 if failed and len(failed) == len(view.providers) else 0
     view = _filter_offerings(view, gpu, provider, region)
     if as_json:
         out.print_json(view.model_dump_json())
-        return
+        raise typer.Exit(code)
+    _print_market(view, source)
+    raise typer.Exit(code)
+
+
+def _print_market(view: MarketView, source: str) -> None:
     table = Table(box=None, header_style="bold", title=f"market ({source})")
     columns = ("PROVIDER", "ZONE", "TYPE", "GPU", "FABRIC", "GBPS/GPU", "SPOT", "ON-DEMAND", "CAP")
     for column in columns:
@@ -571,6 +596,9 @@ def prices(
         )
     out.print(table)
     for p in view.providers:
+        if p.error is not None and not p.offerings:
+            _error(f"{p.provider}: no offerings, its price poll failed ({p.failures}x): {p.error}")
+            continue
         age = "never polled" if p.age_seconds is None else f"{p.age_seconds:.0f} s old"
         line = f"{p.provider}: {p.offerings} offerings, {age}"
         if p.stale:

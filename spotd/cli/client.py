@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
-from spotd.core.errors import ApiError
+from spotd.core.errors import ApiError, SubmitRefused
 from spotd.core.spec import JobSpec
 from spotd.daemon.config import Settings
 from spotd.daemon.views import EventView, JobPageView, JobView, MarketView
@@ -154,16 +154,20 @@ class Client:
         except httpx.HTTPError:
             return False
 
+    @staticmethod
+    def _detail(response: httpx.Response) -> str:
+        try:
+            return str(response.json().get("detail", response.text))
+        except (ValueError, AttributeError):
+            return response.text
+
     def _read(self, method: str, path: str, response: httpx.Response) -> Any:
         if response.is_error:
-            try:
-                detail = response.json().get("detail", response.text)
-            except (ValueError, AttributeError):
-                detail = response.text
+            detail = self._detail(response)
             # A refusal (4xx) is told as the daemon put it; a failure says whose it was.
             if response.status_code >= 500:
                 raise ApiError(f"the daemon failed ({response.status_code}): {detail}")
-            raise ApiError(str(detail))
+            raise ApiError(detail)
         try:
             return response.json()
         except ValueError as exc:
@@ -188,7 +192,8 @@ class Client:
         """Hand a validated spec to the daemon; the job as stored.
 
         ``idempotency_key`` (a fresh UUID when None) goes with the submit and its
-        one retry after a timeout: the daemon stores one job per key.
+        one retry after a timeout: the daemon stores one job per key. A spec the
+        daemon will not run (its 422) raises SubmitRefused with the daemon's reason.
         """
         key = idempotency_key or str(uuid.uuid4())
         body = {"spec": spec.model_dump(mode="json")}
@@ -208,6 +213,8 @@ class Client:
                 f"shows it, and submitting again with `--idempotency-key {key}` is safe (it "
                 "returns that job if it was stored, else submits it)"
             )
+        if response.status_code == 422:  # the daemon will not run this spec, and says why
+            raise SubmitRefused(self._detail(response))
         return self._shaped(_JOB, "POST", "/v1/jobs", self._read("POST", "/v1/jobs", response))
 
     def jobs(

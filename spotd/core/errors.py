@@ -4,7 +4,8 @@
 SpotdError
 ├── ConfigError                  bad spotd.toml or environment
 │   └── ProviderKindError        a provider kind failed to load (spotd.registry)
-│       └── UnknownProviderKind  no installed kind has that name or builds that provider
+│       ├── UnknownProviderKind  no installed kind has that name or builds that provider
+│       └── ProviderSdkMissing   an enabled kind's SDK is not installed (which extra to add)
 ├── JobSpecError                 bad job.toml: file, field path, line, what was expected
 ├── StoreError
 │   ├── JobNotFound
@@ -60,6 +61,11 @@ class UnknownProviderKind(ProviderKindError):
     """No installed provider kind has the name asked for, or builds that provider."""
 
 
+class ProviderSdkMissing(ProviderKindError):
+    """An enabled provider kind cannot be built: a module of its SDK is not installed.
+    The message names the kind's table, the missing module and what to install."""
+
+
 class JobSpecError(SpotdError):
     """A job spec is invalid.
 
@@ -92,7 +98,8 @@ class LostTransition(StoreError):
 
 class SubmitRefused(SpotdError):
     """The daemon cannot run the job as specified (a GPU no provider offers, a checkpoint
-    location it cannot open); nothing was stored. The message names the field."""
+    location it cannot open or write, a deadline already past); nothing was stored. The
+    message names the field (and, from ``spotd submit``, the file)."""
 
 
 class CheckpointError(SpotdError):

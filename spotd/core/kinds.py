@@ -77,6 +77,18 @@ class BootCarrier:
     """The carrier's size limit; the rendered script is checked against it raw."""
 
 
+@dataclass(frozen=True, slots=True)
+class Sdk:
+    """The SDK a kind's ``build`` hook imports, and the extra that installs it."""
+
+    extra: str
+    """The extra of the kind's distribution that installs the SDK (``pip install
+    'dist[extra]'``; the distribution is the one declaring the kind's entry point)."""
+    modules: tuple[str, ...]
+    """Modules ``build`` imports, looked for before anything is built, so a missing
+    SDK is told before any other problem of the configuration."""
+
+
 @dataclass(frozen=True, slots=True, eq=False, repr=False)
 class ProviderKind(Generic[S]):
     """The descriptor of one kind of provider (figures per node, USD, seconds)."""
@@ -87,6 +99,8 @@ class ProviderKind(Generic[S]):
     """The model of the kind's ``[providers.<name>]`` table; it has an ``enabled`` field."""
     build: ProviderFactory[S]
     """Builds the kind's providers from its table (only called when it is enabled)."""
+    sdk: Sdk | None = None
+    """The SDK ``build`` loads, when the kind needs one that an extra installs."""
     provider_names: tuple[str, ...] = ()
     """Names of the providers it builds; empty: one provider named like the kind."""
     mirrors: Mapping[str, str] = field(default_factory=dict)

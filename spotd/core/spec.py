@@ -759,6 +759,31 @@ def deadline_controlled(spec: JobSpec) -> bool:
     )
 
 
+def passed_deadline(spec: JobSpec, now: datetime) -> str | None:
+    """What is wrong with a ``deadline.finish_by`` that is not after ``now``; None if
+    there is none or it is ahead. For a new job only: a stored job whose deadline
+    has passed is still a valid spec (it is read again after a restart)."""
+    finish_by = spec.deadline.finish_by if spec.deadline is not None else None
+    if finish_by is None or finish_by > now:
+        return None
+    ago = _round_duration(now - finish_by)
+    return (
+        f"deadline.finish_by: {finish_by:%Y-%m-%dT%H:%M:%SZ} has passed ({ago} before now, "
+        f"{now.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} on the daemon's clock): give a time ahead, "
+        "or leave finish_by out"
+    )
+
+
+def _round_duration(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "min"), (seconds, "s")]
+    shown = [f"{n} {unit}" for n, unit in parts if n][:2]
+    return " ".join(shown) or "0 s"
+
+
 # --------------------------------------------------------------------------
 # Error messages
 # --------------------------------------------------------------------------

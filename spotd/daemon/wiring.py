@@ -13,7 +13,7 @@ from spotd.daemon.config import Settings
 from spotd.daemon.tokens import ensure_token
 from spotd.engine.reconcile import Engine, EngineSettings
 from spotd.engine.teams import TeamLimits
-from spotd.registry import kind_names, load_policy
+from spotd.registry import kind_names, load_policy, require_sdk, sdk_missing
 from spotd.store import open_store
 from spotd.store.coordination import Coordinator
 
@@ -39,6 +39,8 @@ def build_providers(
     if not enabled:
         tables = ", ".join(f"[providers.{name}]" for name in kind_names())
         raise ConfigError(f"no provider is enabled: enable one of {tables}")
+    for kind, _ in enabled:
+        require_sdk(kind)  # before any other complaint: nothing else helps without it
     _check_clocks(enabled)
     script = _boot_scripts(settings, [kind for kind, _ in enabled if kind.boot is not None])
     clock: Clock | None = None
@@ -51,6 +53,12 @@ def build_providers(
         )
         try:
             built = kind.build(table, context)
+        except ModuleNotFoundError as exc:
+            missing = exc.name or ""
+            if missing.partition(".")[0] in ("spotd", kind.build.__module__.partition(".")[0]):
+                raise  # a module of ours gone missing is a bug, not an SDK to install
+            # A module the kind's sdk does not list: the same one line, not a traceback.
+            raise sdk_missing(kind, missing) from exc
         except ValueError as exc:
             # A clock speed other than the one the state dir was created with, say.
             raise ConfigError(f"[providers.{kind.name}]: {exc}") from exc

@@ -36,7 +36,7 @@ from spotd.core.errors import (
 )
 from spotd.core.fabric_env import fabric_environment
 from spotd.core.progress import work_per_hour
-from spotd.core.spec import JobSpec, deadline_controlled, relative_paths
+from spotd.core.spec import JobSpec, deadline_controlled, passed_deadline, relative_paths
 from spotd.core.states import ACTIVE, FailureCause, JobStatus, Transition, transition
 from spotd.core.values import (
     AttemptClose,
@@ -237,8 +237,9 @@ class Engine:
     def submit(self, spec: JobSpec, *, idempotency_key: str | None = None) -> JobRecord:
         """Store a new job; the next pass places it. SubmitRefused, and nothing stored,
         for a job this daemon could never run: a relative path (there is no job file
-        here to resolve it against), a checkpoint location it has no way to open, or GPU
-        models that no provider offers. ``idempotency_key`` is stored
+        here to resolve it against), a checkpoint location it has no way to open or
+        write (a local one is probed here), a ``finish_by`` already past on the
+        engine's clock, or GPU models that no provider offers. ``idempotency_key`` is stored
         with the job (the store returns the first job for a key it already has)."""
         if relative := relative_paths(spec):
             field, value = relative[0]
@@ -250,12 +251,18 @@ class Engine:
         if spec.checkpoint.uri:
             try:
                 checkpoints.check_location(spec.checkpoint.uri)
+                # Here only: a stored job's location is not probed again at each pass.
+                checkpoints.check_writable(spec.checkpoint.uri)
             except CheckpointError as exc:
-                raise SubmitRefused(f"checkpoint.uri {exc}") from exc
+                raise SubmitRefused(f"checkpoint.uri: {exc}") from exc
+        now = self.clock.now()
+        late = passed_deadline(spec, now)
+        if late is not None:
+            raise SubmitRefused(late)
         problem = unoffered_gpus(spec.resources.gpus, self.market.offered_gpus())
         if problem is not None:
             raise SubmitRefused(f"resources.gpus: {problem}")
-        return self.store.create_job(spec, now=self.clock.now(), idempotency_key=idempotency_key)
+        return self.store.create_job(spec, now=now, idempotency_key=idempotency_key)
 
     def tick(self) -> None:
         """One reconcile pass over the jobs this daemon holds the lease of: every job but

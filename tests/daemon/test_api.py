@@ -51,7 +51,7 @@ def test_a_checkpoint_location_the_daemon_cannot_open_is_a_422_naming_the_field(
     assert reply.status_code == 422
     # One line that names the package to install, from fsspec's own registry.
     assert reply.json()["detail"] == (
-        "checkpoint.uri gs://b/run: needs gcsfs, which this daemon lacks; "
+        "checkpoint.uri: gs://b/run: needs gcsfs, which this daemon lacks; "
         "pip install gcsfs beside the daemon"
     )
     assert engine.store.list_jobs() == []
@@ -86,6 +86,20 @@ def test_a_relative_path_through_the_api_is_a_422_naming_the_field(
     assert stored.status_code == 201, stored.text
     (job,) = engine.store.list_jobs()
     assert (job.spec.workdir, job.spec.checkpoint.uri) == ("/srv/train", "file:///srv/ckpt")
+
+
+def test_a_submit_that_would_fail_later_is_a_422_naming_the_field(engine: Engine) -> None:
+    ckpt = spec(checkpoint={"uri": "/proc/spotd-ckpt"}).model_dump(mode="json")
+    reply = post(engine, "/v1/jobs", {"spec": ckpt})
+    assert reply.status_code == 422
+    assert reply.json()["detail"].startswith("checkpoint.uri: /proc/spotd-ckpt: /proc is on proc")
+    late = spec(deadline={"finish_by": "2020-01-01T00:00:00Z"}).model_dump(mode="json")
+    reply = post(engine, "/v1/jobs", {"spec": late})
+    assert reply.status_code == 422
+    assert reply.json()["detail"].startswith(
+        "deadline.finish_by: 2020-01-01T00:00:00Z has passed ("
+    )
+    assert engine.store.list_jobs() == []
 
 
 def get(engine: Engine, path: str, **params: str) -> httpx.Response:

@@ -100,6 +100,50 @@ def test_sigkill_and_restart_finishes_the_job(setup: Setup, store: SqlStore, poi
     assert_clean_finish(setup, store, job_id)
 
 
+def test_submit_refuses_what_would_fail_later_naming_file_field_and_why(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path, seed=5, up=500.0)
+    top = f"/nonexistent-spotd-{os.getpid()}"
+    job = setup.job_file.read_text()
+    files = {
+        "proc.toml": job.replace('uri = "ckpt"', 'uri = "/proc/spotd-ckpt"'),
+        "top.toml": job.replace('uri = "ckpt"', f'uri = "file://{top}/ckpt"'),
+        # Before the simulated market's epoch (2026-02-02): past on the daemon's clock.
+        "late.toml": job + "[deadline]\nfinish_by = 2026-01-01T00:00:00Z\n",
+    }
+    for name, text in files.items():
+        (setup.root / name).write_text(text)
+    store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
+    daemon = Daemon(setup)
+    try:
+        said = {}
+        for name in files:
+            result = setup.cli("submit", str(setup.root / name), check=False)
+            assert result.returncode == 1, result.stdout + result.stderr
+            (said[name],) = result.stderr.splitlines()  # one line, no traceback
+        where = setup.root
+        assert said["proc.toml"] == (
+            f"error: {where / 'proc.toml'}: checkpoint.uri: /proc/spotd-ckpt: /proc is on "
+            "proc, a pseudo filesystem of the kernel, not storage"
+        )
+        assert said["top.toml"] == (
+            f"error: {where / 'top.toml'}: checkpoint.uri: file://{top}/ckpt: {top} does "
+            "not exist, and spotd creates no folder at the top of the filesystem: create it "
+            "first, or correct the path"
+        )
+        assert said["late.toml"].startswith(
+            f"error: {where / 'late.toml'}: deadline.finish_by: 2026-01-01T00:00:00Z has "
+            "passed (32 d "
+        )
+        assert "before now, 2026-02-" in said["late.toml"]
+        assert said["late.toml"].endswith(
+            "on the daemon's clock): give a time ahead, or leave finish_by out"
+        )
+        assert store.list_jobs() == [] and not Path(top).exists()
+    finally:
+        assert daemon.stop() == 0
+        store.close()
+
+
 def test_cli_against_a_running_daemon(tmp_path: Path) -> None:
     setup = make_setup(tmp_path, seed=5, up=500.0)  # a calm market: no preemption
     store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")

@@ -43,7 +43,7 @@ def test_each_shipped_example_is_accepted_or_says_what_it_needs(tmp_path: Path) 
                 setup.cli("cancel", job["id"])  # submit only: nothing trains here
                 continue
             uri = load_job_file(path).checkpoint.uri
-            message = (f"checkpoint.uri {uri}: needs {package}, which this daemon lacks; "
+            message = (f"checkpoint.uri: {uri}: needs {package}, which this daemon lacks; "
                        f"pip install {package} beside the daemon")  # fmt: skip
             assert result.returncode == 1, f"{name}: {result.stdout}"
             assert result.stderr.strip() == f"error: {message}", f"{name}: one line, no traceback"

@@ -244,3 +244,59 @@ def test_saves_on_notice(size_gb: float, on_notice: bool, notice: int, saved: bo
         "checkpoint": {"size_gb": size_gb, "on_notice": on_notice},
     })
     assert saves_on_notice(spec, notice) is saved
+
+
+# -- a local location, probed at submit ----------------------------------------
+
+_LINUX_MOUNTS = pytest.mark.skipif(
+    not Path("/proc/self/mounts").is_file(), reason="no Linux mount table to read here"
+)
+
+
+@_LINUX_MOUNTS
+@pytest.mark.parametrize(("uri", "says"), [
+    ("/proc/spotd-ckpt/run", "/proc is on proc, a pseudo filesystem of the kernel, not storage"),
+    ("file:///sys/fs/spotd-ckpt", "/sys/fs is on sysfs, a pseudo filesystem of the kernel"),
+])
+def test_a_location_on_a_kernel_pseudo_filesystem_is_refused(uri: str, says: str) -> None:
+    with pytest.raises(CheckpointError) as err:
+        ck.check_writable(uri)
+    assert str(err.value).startswith(f"{uri}: {says}")
+
+
+@pytest.mark.parametrize("scheme", ["", "file://"])
+def test_a_missing_folder_at_the_top_of_the_filesystem_is_refused_not_made(scheme: str) -> None:
+    top = Path(f"/nonexistent-spotd-{uuid.uuid4().hex[:8]}")
+    uri = f"{scheme}{top}/ckpt"
+    with pytest.raises(CheckpointError) as err:
+        ck.check_writable(uri)
+    assert str(err.value) == (
+        f"{uri}: {top} does not exist, and spotd creates no folder at the top of the "
+        "filesystem: create it first, or correct the path"
+    )
+    assert not top.exists()
+
+
+def test_a_location_under_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("x")
+    with pytest.raises(CheckpointError, match=r"notes is a file, not a folder$"):
+        ck.check_writable(str(tmp_path / "notes" / "ckpt"))
+
+
+def test_a_location_yet_to_be_made_under_a_writable_folder_passes(tmp_path: Path) -> None:
+    ck.check_writable(str(tmp_path / "a" / "b" / "ckpt"))
+    ck.check_writable(f"file://{tmp_path}")
+    assert list(tmp_path.iterdir()) == []  # nothing is made by looking
+
+
+@pytest.mark.parametrize("uri", ["s3://b/run", "gs://b/run", "simplecache::s3://b/run"])
+def test_a_remote_location_is_not_probed(uri: str) -> None:
+    ck.check_writable(uri)  # no backend, credentials or network is asked for
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in any folder whatever its mode")
+def test_a_folder_the_daemon_cannot_write_is_refused(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    with pytest.raises(CheckpointError, match=r"locked is not writable by the daemon's user$"):
+        ck.check_writable(str(locked / "ckpt"))

@@ -327,6 +327,41 @@ def test_a_checkpoint_location_the_daemon_cannot_open_is_refused_at_submit(
     assert eng.store.list_jobs() == []
 
 
+def test_a_checkpoint_location_on_proc_is_refused_at_submit_naming_the_field(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, _ = fake
+    with pytest.raises(SubmitRefused) as err:
+        eng.submit(spec(checkpoint={"uri": "/proc/spotd-ckpt"}))
+    assert str(err.value) == (
+        "checkpoint.uri: /proc/spotd-ckpt: /proc is on proc, a pseudo filesystem of the "
+        "kernel, not storage"
+    )
+    assert eng.store.list_jobs() == []
+
+
+def test_a_deadline_already_past_is_refused_at_submit_but_a_stored_one_still_loads(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, _ = fake
+    now = eng.clock.now()
+    past = spec(deadline={"compute_hours": 1, "finish_by": (now - timedelta(hours=3)).isoformat()})
+    with pytest.raises(SubmitRefused) as err:
+        eng.submit(past)
+    message = str(err.value)
+    assert message.startswith(
+        f"deadline.finish_by: {past.deadline.finish_by:%Y-%m-%dT%H:%M:%SZ} has passed (3 h "
+    )
+    assert "before now, " in message and "on the daemon's clock" in message
+    assert eng.store.list_jobs() == []
+    # A job stored before its deadline passed (a daemon restarted late) is still read,
+    # and the engine ends it as it always did, by its deadline, not as a bad spec.
+    stored = eng.store.create_job(past, now=now)
+    assert eng.store.get_job(stored.id).spec == past
+    eng.tick()
+    assert eng.store.get_job(stored.id).failure is FailureCause.DEADLINE_IMPOSSIBLE
+
+
 def test_gpus_no_provider_offers_are_refused_once_every_provider_has_answered(
     fake: tuple[Engine, FakeProvider],
 ) -> None:
