@@ -46,7 +46,8 @@ def test_each_shipped_example_is_accepted_or_says_what_it_needs(tmp_path: Path) 
             message = (f"checkpoint.uri: {uri}: needs {package}, which this daemon lacks; "
                        f"pip install {package} beside the daemon")  # fmt: skip
             assert result.returncode == 1, f"{name}: {result.stdout}"
-            assert result.stderr.strip() == f"error: {message}", f"{name}: one line, no traceback"
+            said = result.stderr.strip()
+            assert said == f"error: {path}: {message}", f"{name}: one line, no traceback"
             assert f"pip install {package}" in path.read_text(), f"{name} says what it needs"
     finally:
         assert daemon.stop() == 0
