@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from spotd.billing.ledger import ledger_so_far, spend_by_attempt
 from spotd.core.agent_wire import GpuReading, PreflightFigures
@@ -144,6 +144,12 @@ class JobView(BaseModel):
     """Its ``retry.max_restarts_on_errors``."""
     last_exit_code: int | None = None
     """The non-zero code of the latest error exit, where the node's agent reported it."""
+    waiting: str | None = None
+    """Why the pending or recovering job is placed nowhere yet (``spotd.engine.waiting``);
+    None once placed, before the engine's first pass over it, or from an older daemon."""
+    warnings: list[str] = Field(default_factory=list)
+    """At submit only: why no offering of the market as it stands can ever run the job
+    (``Engine.submit_warning``). The job is stored all the same."""
 
 
 class JobPageView(BaseModel):
@@ -245,6 +251,7 @@ def job_view(
         restarts=restarts_of(job, attempts),
         max_restarts=job.spec.retry.max_restarts_on_errors,
         last_exit_code=last_error_exit(attempts, reports),
+        waiting=job.waiting,
     )
 
 
