@@ -218,6 +218,9 @@ class Engine:
         self._pass: _Pass | None = None
         self._teams: TeamBook | None = None
         """The teams' usage as the current pass counts it."""
+        self._waits: dict[str, tuple[OfferingIndex, int, tuple[datetime, ...]]] = {}
+        """The waiting jobs whose reason was worked out, with what it was worked out from:
+        the market's index, the job's version and the ends of its cooldowns."""
         self._placing = threading.Lock()
         """Held while a policy places a job: the reconcile loop and the API may both ask."""
         self.on_end: Callable[[JobRecord], None] | None = None
@@ -452,11 +455,7 @@ class Engine:
             self._replans.schedule(job.id, time.monotonic())
         if decision.choice is None:
             if not self._every_pool_failed(job, attempts) and not self._waited_too_long(job, now):
-                market = self.market.offerings()
-                reason = waiting_reason(ctx, market, decision, cooling=self.cooling(job),
-                                        policy=self.policy.name,
-                                        spent=len(market) - len(shown))  # fmt: skip
-                self._wait(job, reason)
+                self._say_why(job, ctx, shown, decision)
             return
         choice = decision.choice
         uri = checkpoint_uri(job, self.settings)
@@ -939,7 +938,25 @@ class Engine:
         self._settle(moved, None)
         return True
 
-    def _wait(self, job: JobRecord, reason: WaitingReason, cause: str = "waiting") -> None:
+    def _say_why(
+        self, job: JobRecord, ctx: PlacementContext, shown: OfferingIndex, decision: Decision
+    ) -> None:
+        """Say why the policy placed the job nowhere (:meth:`_wait`), working the reason
+        out again only when what it is made of changed: the market's index (a poll, a
+        launch signal), the job (its version: attempts, spend) or its cooldowns. A job
+        that waits on the same market costs its placement and nothing more per pass."""
+        market = self.market.offerings()
+        cooling = self.cooling(job)
+        ends = tuple(sorted(until for until, _, _ in cooling.values()))
+        said = self._waits.get(job.id)
+        if said is not None and said[0] is market and said[1:] == (job.version, ends):
+            return
+        reason = waiting_reason(ctx, market, decision, cooling=cooling, policy=self.policy.name,
+                                spent=len(market) - len(shown))  # fmt: skip
+        wrote = self._wait(job, reason)
+        self._waits[job.id] = (market, job.version + wrote, ends)
+
+    def _wait(self, job: JobRecord, reason: WaitingReason, cause: str = "waiting") -> bool:
         """Record why the job waits, with an event, when the gist of the reason changed:
         not on every pass it waits for the same one (its figures may move meanwhile).
 
@@ -947,12 +964,14 @@ class Engine:
         write bumps the job's version, so the next pass reads the record again.
         """
         if job.waiting is not None and gist_of(job.waiting) == reason.gist:
-            return
-        if self.store.set_waiting(job.id, job.status, reason.text, now=self.clock.now(),
-                                  cause=cause):  # fmt: skip
-            if self._pass is not None:
-                self._pass.wrote.add(job.id)
-            log.info("job %s waits: %s", job.id, reason.text)
+            return False
+        if not self.store.set_waiting(job.id, job.status, reason.text, now=self.clock.now(),
+                                      cause=cause):  # fmt: skip
+            return False
+        if self._pass is not None:
+            self._pass.wrote.add(job.id)
+        log.info("job %s waits: %s", job.id, reason.text)
+        return True
 
     def _held_by_team(self, job: JobRecord, now: datetime) -> bool:
         """Whether a team limit keeps the pending job back this pass.
@@ -1083,8 +1102,9 @@ class Engine:
         self._kept.keep_only(held)
         self._reports_kept.keep_only(held)
         self._replans.keep_only(held)
-        for job_id in self._bills.keys() - held.keys():
-            del self._bills[job_id]
+        for kept in (self._bills, self._waits):
+            for job_id in kept.keys() - held.keys():
+                del kept[job_id]
 
     def _read_back(self, wrote: set[str]) -> None:
         """Read the attempts of the jobs the pass wrote to, at their new versions: the
@@ -1163,6 +1183,7 @@ class Engine:
 
     def _forget(self, job_id: str) -> None:
         """Drop what the pass read of a job: it just changed."""
+        self._waits.pop(job_id, None)
         if self._pass is not None:
             self._pass.attempts.pop(job_id, None)
             self._pass.wrote.add(job_id)

@@ -3,7 +3,7 @@ warning at submit for a spec no offering can ever run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -14,7 +14,7 @@ from engine_support import EPOCH, FakeProvider, spec
 from spotd.core.errors import CapacityError
 from spotd.core.network import Fabric, Interconnect
 from spotd.core.states import JobStatus
-from spotd.core.values import JobRecord, Offering, Pool
+from spotd.core.values import Candidate, Decision, JobRecord, Offering, PlacementContext, Pool
 from spotd.engine.reconcile import Engine, EngineSettings
 from spotd.store import open_store
 from spotd_policies.balanced import BalancedPolicy
@@ -207,3 +207,39 @@ def test_the_submit_warns_only_of_what_no_offering_can_run(
     # The balanced policy's near misses say the same.
     eng.policy = BalancedPolicy()
     assert eng.submit_warning(three) == "no offering has 3 A100 GPUs per node (offered: 1, 8)"
+
+
+class CountingPolicy:
+    """The cheapest policy, counting how often a decision's near misses are walked."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.inner = CheapestPolicy()
+        self.walks = 0
+
+    def place(self, ctx: PlacementContext, offerings: Sequence[Offering]) -> Decision:
+        decision = self.inner.place(ctx, offerings)
+
+        def near() -> tuple[Candidate, ...]:
+            self.walks += 1
+            return decision.near_misses()
+
+        return Decision(decision.choice, decision.candidates, near=near)
+
+
+def test_a_waiting_job_is_explained_again_only_when_the_market_changed(tmp_path: Path) -> None:
+    provider = Shelf(capacity=0.0)
+    policy = CountingPolicy()
+    store = open_store(f"sqlite:///{tmp_path / 'w.db'}")
+    eng = Engine(store, {provider.name: provider}, policy, StepClock(),
+                 EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"))  # fmt: skip
+    job = eng.submit(spec())
+    _ticks(eng, 4)
+    # Placed every pass (the market may have room now), explained once: nothing changed.
+    assert policy.walks == 1
+    eng.market.refresh_all()  # a price poll: a new market
+    _ticks(eng, 2)
+    assert policy.walks == 2
+    assert _waits(eng, job) == ["no spot capacity in the 3 pools that fit"]
+    store.close()
