@@ -226,11 +226,12 @@ class JobStore(Protocol):
         ...
 
     def set_waiting(
-        self, job_id: str, status: JobStatus, reason: str, *, now: datetime, cause: str = "waiting"
+        self, job_id: str, status: JobStatus, reason: str, *, now: datetime, cause: str = ...
     ) -> bool:
         """Record why the job, still in ``status``, waits, with an event (``status`` to
-        ``status``, ``cause``), only if the job is in ``status`` and the reason is new;
-        whether it wrote. Any later change of status clears the reason."""
+        ``status``, ``cause``: ``WAITING_CAUSE`` by default), only if the job is in
+        ``status`` and the reason is new; whether it wrote. Any later change of status
+        clears the reason."""
         ...
 
     def attempts(self, job_id: str) -> list[AttemptRecord]:

@@ -37,7 +37,7 @@ from spotd.core.errors import (
 from spotd.core.fabric_env import fabric_environment
 from spotd.core.progress import work_per_hour
 from spotd.core.spec import JobSpec, deadline_controlled
-from spotd.core.states import ACTIVE, FailureCause, JobStatus, Transition, transition
+from spotd.core.states import ACTIVE, WAITING_CAUSE, FailureCause, JobStatus, Transition, transition
 from spotd.core.values import (
     AttemptClose,
     AttemptEnd,
@@ -956,7 +956,7 @@ class Engine:
         wrote = self._wait(job, reason)
         self._waits[job.id] = (market, job.version + wrote, ends)
 
-    def _wait(self, job: JobRecord, reason: WaitingReason, cause: str = "waiting") -> bool:
+    def _wait(self, job: JobRecord, reason: WaitingReason, cause: str = WAITING_CAUSE) -> bool:
         """Record why the job waits, with an event, when the gist of the reason changed:
         not on every pass it waits for the same one (its figures may move meanwhile).
 

@@ -49,7 +49,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
 from spotd.core.contracts import JobPage
 from spotd.core.errors import JobNotFound, LostTransition, StoreError
 from spotd.core.spec import JobSpec, spec_from_json, spec_to_json
-from spotd.core.states import ACTIVE, FailureCause, JobStatus, Transition
+from spotd.core.states import ACTIVE, WAITING_CAUSE, FailureCause, JobStatus, Transition
 from spotd.core.values import (
     AttemptClose,
     AttemptEnd,
@@ -365,7 +365,8 @@ class SqlStore:
             return _load_job(conn, change.job_id)
 
     def set_waiting(
-        self, job_id: str, status: JobStatus, reason: str, *, now: datetime, cause: str = "waiting"
+        self, job_id: str, status: JobStatus, reason: str, *, now: datetime,
+        cause: str = WAITING_CAUSE,
     ) -> bool:
         """Record why the job, still in ``status``, waits: the reason on the job and an
         event (``status`` to ``status``, ``cause``, the reason as detail), in one
