@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from spotd.core.values import Candidate, Decision, Market, Offering, PlacementContext
 from spotd.market.cache import OfferingIndex
@@ -109,35 +110,57 @@ def decide(
     score: Score,
     choice: Candidate | None,
 ) -> Decision:
-    """The decision, with the full ranking built when read."""
+    """The decision, with the full ranking built when read, and its near misses (the
+    offerings of the job's GPU models and node size, excluded) walked apart."""
 
     def everything() -> list[Candidate]:
-        checks = Screen(ctx)
+        explain = _explainer(ctx, score)
         usable: list[Candidate] = []
         excluded: list[Candidate] = []
-        nodes = ctx.spec.resources.nodes
-        hours = remaining_hours(ctx)
         for off in index:
             for market in markets:
-                reason = checks.reason(off, market)
-                if reason is None:
-                    candidate = score(off, market)
-                    budget = over_budget(ctx, candidate.expected_cost_usd)
-                    if budget is None:
-                        usable.append(candidate)
-                        continue
-                    reason = budget
-                per_hour = (off.price(market) or 0.0) * nodes
-                excluded.append(
-                    Candidate(off, market, nodes, per_hour, per_hour * hours, excluded=reason)
-                )
+                candidate = explain(off, market)
+                (usable if candidate.excluded is None else excluded).append(candidate)
         usable.sort(key=_rank_key)
         if choice is not None:
             key = (choice.offering.pool, choice.market)
             usable.sort(key=lambda c: (c.offering.pool, c.market) != key)
         return [*usable, *excluded]
 
-    return Decision(choice, later=everything)
+    def near() -> list[Candidate]:
+        # The buckets the placement walked, no more: a waiting job's reason costs
+        # what its placement did, not a pass over the whole market.
+        explain = _explainer(ctx, score)
+        per_node = ctx.spec.resources.gpus_per_node
+        return [
+            candidate
+            for market in markets
+            for gpu in ctx.spec.resources.gpus
+            for off in index.bucket(gpu, per_node, market)
+            if (candidate := explain(off, market)).excluded is not None
+        ]
+
+    return Decision(choice, later=everything, near=near)
+
+
+def _explainer(ctx: PlacementContext, score: Score) -> Score:
+    """A function giving each (offering, market) as a candidate: scored when usable, else
+    with the hard filter or the budget that excludes it."""
+    checks = Screen(ctx)
+    nodes = ctx.spec.resources.nodes
+    hours = remaining_hours(ctx)
+
+    def explain(off: Offering, market: Market) -> Candidate:
+        reason = checks.reason(off, market)
+        if reason is None:
+            candidate = score(off, market)
+            budget = over_budget(ctx, candidate.expected_cost_usd)
+            # Over budget, it keeps the policy's expected cost: the figure it is over by.
+            return candidate if budget is None else replace(candidate, excluded=budget)
+        per_hour = (off.price(market) or 0.0) * nodes
+        return Candidate(off, market, nodes, per_hour, per_hour * hours, excluded=reason)
+
+    return explain
 
 
 def _usable(

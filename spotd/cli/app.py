@@ -229,6 +229,9 @@ def submit(
         f"submitted [bold]{job.id}[/bold] ({escape(job.name)}); "
         f"watch it with `{escape(_again('status', job.id, config))}`"
     )
+    for warning in job.warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}; the job is stored and waits "
+                  "until the market offers what it needs", highlight=False)  # fmt: skip
 
 
 def _ship_submitted(spec: JobSpec, job_file: Path, settings: Settings) -> Shipped:
@@ -330,6 +333,8 @@ def status(  # noqa: PLR0917 (typer options)
         out.print_json(json.dumps(payload[0] if job is not None else payload))
         return
     out.print(_status_table(jobs))
+    for waits in _waiting_lines(jobs, one=job is not None):
+        out.print(waits, highlight=False)
     if job is not None and jobs:
         line = _progress_line(jobs[0])
         if line is not None:
@@ -340,6 +345,16 @@ def status(  # noqa: PLR0917 (typer options)
         _print_attempts(jobs[0])
         for line in _gang_lines(jobs[0]):
             out.print(line, highlight=False)
+
+
+def _waiting_lines(jobs: list[JobView], *, one: bool) -> list[str]:
+    """Why each job the engine has placed nowhere yet waits (``waiting: ...``), under
+    the table; each prefixed with its id in a list of several."""
+    return [
+        escape(f"{'' if one else j.id + ' '}waiting: {j.waiting}")
+        for j in jobs
+        if j.waiting is not None
+    ]
 
 
 def restart_line(job: JobView, exit_code: int | None = None) -> str | None:
@@ -713,7 +728,7 @@ def plan(  # noqa: PLR0917 (typer options)
     if excluded:
         out.print(_excluded_table(out_of))
     elif out_of:
-        _print_exclusions(out_of, len(view.candidates))
+        _print_exclusions(view, len(view.candidates))
 
 
 def _plan_view(job: str, config: Path | None, policy: str | None) -> PlanView:
@@ -811,19 +826,18 @@ def _kind(x: CandidateView) -> str:
     return str(x.excluded_kind) if x.excluded_kind is not None else "other"
 
 
-def _print_exclusions(rows: list[CandidateView], total: int) -> None:
-    """How many offerings each kind of rule excluded, most first, with its commonest detail."""
-    by_kind: dict[str, Counter[str]] = {}
-    for x in rows:
-        by_kind.setdefault(_kind(x), Counter())[x.excluded or ""] += 1
-    ranked = sorted(by_kind.items(), key=lambda item: -item[1].total())
-    width = max(len(kind) for kind in by_kind)
-    out.print(f"{len(rows)} of {total} candidates excluded (--excluded lists each):")
-    for kind, details in ranked:
-        (detail, _), *others = details.most_common()
-        more = f" (+{len(others)} more)" if others else ""
-        out.print(f"  {details.total():>4}  {kind:<{width}}  {escape(detail)}{more}",
-                  highlight=False)  # fmt: skip
+def _print_exclusions(view: PlanView, total: int) -> None:
+    """How many offerings each kind of rule excluded, most first, with what they have in
+    common (the daemon's summary; the kind alone from a daemon too old to give one)."""
+    groups = [(g.count, str(g.kind), g.summary) for g in view.exclusions]
+    if not groups:
+        kinds = Counter(_kind(x) for x in view.candidates if x.excluded is not None)
+        groups = [(n, kind, "") for kind, n in kinds.most_common()]
+    width = max(len(kind) for _, kind, _ in groups)
+    excluded = sum(n for n, _, _ in groups)
+    out.print(f"{excluded} of {total} candidates excluded (--excluded lists each):")
+    for n, kind, summary in groups:
+        out.print(f"  {n:>4}  {kind:<{width}}  {escape(summary)}".rstrip(), highlight=False)
 
 
 def _period(

@@ -225,6 +225,15 @@ class JobStore(Protocol):
         """
         ...
 
+    def set_waiting(
+        self, job_id: str, status: JobStatus, reason: str, *, now: datetime, cause: str = ...
+    ) -> bool:
+        """Record why the job, still in ``status``, waits, with an event (``status`` to
+        ``status``, ``cause``: ``WAITING_CAUSE`` by default), only if the job is in
+        ``status`` and the reason is new; whether it wrote. Any later change of status
+        clears the reason."""
+        ...
+
     def attempts(self, job_id: str) -> list[AttemptRecord]:
         """All attempts of a job in order."""
         ...

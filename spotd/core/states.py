@@ -25,6 +25,7 @@ __all__ = [
     "ACTIVE",
     "TERMINAL",
     "TRANSITIONS",
+    "WAITING_CAUSE",
     "FailureCause",
     "JobStatus",
     "Transition",
@@ -36,6 +37,10 @@ S = JobStatus
 
 ACTIVE: tuple[JobStatus, ...] = tuple(s for s in JobStatus if s not in TERMINAL)
 """Every status of a job that is not over, in declaration order."""
+
+WAITING_CAUSE = "waiting"
+"""The cause of an event that records a job's new waiting reason (``Store.set_waiting``):
+from and to its own status, no transition."""
 
 TRANSITIONS: Mapping[JobStatus, frozenset[JobStatus]] = {
     # PENDING -> PENDING records a hold (a team limit keeps the job back) as an event:

@@ -320,8 +320,11 @@ class JobRecord:
     owner: str | None = None
     lease_until: datetime | None = None
     version: int = 0
-    """Counts every change of the job's status or attempts (not lease renewals): a
-    reader holding the attempts of an equal version holds the current ones."""
+    """Counts every change of the job's status, attempts or waiting reason (not lease
+    renewals): a reader holding the attempts of an equal version holds the current ones."""
+    waiting: str | None = None
+    """Why a pending or recovering job is not placed yet, as a person reads it (the
+    engine's :mod:`spotd.engine.waiting`); None once placed, or never said."""
 
 
 class ExclusionKind(StrEnum):
@@ -355,8 +358,25 @@ class ExclusionKind(StrEnum):
         back), not for what the offering or the job is."""
         return self in _TRANSIENT
 
+    @property
+    def static(self) -> bool:
+        """Whether it rules the offering out for what the offering and the job are (its
+        GPU, node size, fabric, provider, region, markets), whatever the prices, the
+        capacity or the job's spend: no later market state lifts it."""
+        return self in _STATIC
+
 
 _TRANSIENT = frozenset({ExclusionKind.NO_CAPACITY, ExclusionKind.COOLING_DOWN})
+_STATIC = frozenset(
+    {
+        ExclusionKind.GPU_MODEL,
+        ExclusionKind.GPUS_PER_NODE,
+        ExclusionKind.FABRIC,
+        ExclusionKind.PROVIDER,
+        ExclusionKind.REGION,
+        ExclusionKind.NOT_SOLD,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,10 +459,12 @@ class Decision:
     ``candidates`` lists the usable ones ranked, then the excluded ones with
     their reasons. A policy may pass ``later``, a function giving the rest
     of the list: the daemon only needs the choice, so scoring and explaining
-    every other offering of a large market waits until someone looks.
+    every other offering of a large market waits until someone looks. It may
+    pass ``near`` too, a function giving :meth:`near_misses` for less than
+    the whole list costs.
     """
 
-    __slots__ = ("_later", "_ranked", "_resolved", "choice")
+    __slots__ = ("_later", "_near", "_ranked", "_resolved", "choice")
 
     def __init__(
         self,
@@ -450,11 +472,24 @@ class Decision:
         candidates: Sequence[Candidate] = (),
         *,
         later: Callable[[], Sequence[Candidate]] | None = None,
+        near: Callable[[], Sequence[Candidate]] | None = None,
     ) -> None:
         self.choice = choice
         self._ranked = tuple(candidates)
         self._later = later
+        self._near = near
         self._resolved: tuple[Candidate, ...] | None = None if later else self._ranked
+
+    def near_misses(self) -> tuple[Candidate, ...]:
+        """The excluded candidates of the job's own GPU models and node size: what could
+        have run the job and why it may not now (the engine's waiting reason). Taken
+        from the policy's ``near`` where it gave one (a walk of the offerings the job
+        could use), else from the whole list."""
+        if self._near is not None:
+            return tuple(self._near())
+        wrong_type = (ExclusionKind.GPU_MODEL, ExclusionKind.GPUS_PER_NODE)
+        excluded = (c for c in self.candidates if c.excluded is not None)
+        return tuple(c for c in excluded if c.excluded and c.excluded.kind not in wrong_type)
 
     @property
     def candidates(self) -> tuple[Candidate, ...]:

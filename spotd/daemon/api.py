@@ -284,7 +284,9 @@ def create_jobs_router(
             raise HTTPException(status_code=422, detail=str(exc)) from exc
         if job.spec != spec:  # a racing submit of the same key stored another spec first
             return _repeated(engine, job, spec, idempotency_key)
-        return job_view(job, engine.store.attempts(job.id), engine.clock.now())
+        view = job_view(job, engine.store.attempts(job.id), engine.clock.now())
+        warning = engine.submit_warning(spec)
+        return view if warning is None else view.model_copy(update={"warnings": [warning]})
 
     @router.get("/v1/prices")
     def prices() -> MarketView:

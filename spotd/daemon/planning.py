@@ -16,11 +16,19 @@ from pydantic import BaseModel
 from spotd.core.errors import SpotdError
 from spotd.core.fabric_env import fabric_environment
 from spotd.core.spec import JobSpec
-from spotd.core.values import Candidate, Decision, ExclusionKind, JobRecord, Offering
+from spotd.core.values import (
+    Candidate,
+    Decision,
+    ExclusionKind,
+    JobRecord,
+    Offering,
+    PlacementContext,
+)
 from spotd.daemon.config import Settings
 from spotd.daemon.wiring import build_providers
 from spotd.engine.context import placement_context
 from spotd.engine.gang import preflight_threshold
+from spotd.engine.waiting import Cooling, exclusion_groups
 from spotd.market.cache import MarketCache
 from spotd.market.stats import HistoryStats
 from spotd.registry import load_policy
@@ -56,6 +64,15 @@ class CandidateView(BaseModel):
     breakdown: dict[str, float]
 
 
+class ExclusionGroupView(BaseModel):
+    """How many candidates one kind of rule excluded, and what they have in common."""
+
+    kind: ExclusionKind
+    count: int
+    summary: str
+    """E.g. ``over the 5.00 USD budget (cheapest 7.20 USD)``."""
+
+
 class PlanView(BaseModel):
     """The policy's choice (None when nothing passes) and every candidate, ranked.
 
@@ -74,6 +91,8 @@ class PlanView(BaseModel):
     """All-reduce bus bandwidth (GB/s) the gang's preflight must exceed; None for no floor."""
     preflight_threshold_source: str | None = None
     """Where that floor comes from: ``spec``, ``fabric``, ``none`` (no floor) or ``disabled``."""
+    exclusions: list[ExclusionGroupView] = []
+    """The excluded candidates by kind of rule, most first (empty from an older daemon)."""
 
 
 def candidate_view(c: Candidate) -> CandidateView:
@@ -99,8 +118,12 @@ def candidate_view(c: Candidate) -> CandidateView:
     )
 
 
-def plan_view(policy: str, spec: JobSpec, decision: Decision) -> PlanView:
-    """The view of a decision, with the fabric environment and preflight floor of its choice."""
+def plan_view(
+    policy: str, ctx: PlacementContext, decision: Decision, cooling: Cooling | None = None
+) -> PlanView:
+    """The view of a decision, with the fabric environment and preflight floor of its
+    choice and its exclusions by kind (``cooling``: the job's cooldowns, with their ends)."""
+    spec = ctx.spec
     env: dict[str, str] | None = None
     threshold: float | None = None
     source: str | None = None
@@ -113,6 +136,11 @@ def plan_view(policy: str, spec: JobSpec, decision: Decision) -> PlanView:
             instance_type=offering.pool.instance_type,
         )
         threshold, source = preflight_floor(spec, offering)
+    excluded = [c for c in decision.candidates if c.excluded is not None]
+    groups = [
+        ExclusionGroupView(kind=g.kind, count=g.count, summary=g.summary)
+        for g in exclusion_groups(excluded, ctx, cooling=cooling or {})
+    ]
     return PlanView(
         policy=policy,
         job=spec.name,
@@ -121,6 +149,7 @@ def plan_view(policy: str, spec: JobSpec, decision: Decision) -> PlanView:
         environment=env,
         preflight_min_busbw_gbps=threshold,
         preflight_threshold_source=source,
+        exclusions=groups,
     )
 
 
@@ -165,7 +194,7 @@ def plan_job(spec: JobSpec, settings: Settings, policy_name: str | None = None) 
         decision = policy.place(ctx, offerings)
     finally:
         store.close()
-    return plan_view(name, spec, decision)
+    return plan_view(name, ctx, decision)
 
 
 def plan_submitted(engine: Engine, job: JobRecord, policy_name: str | None = None) -> PlanView:
@@ -183,5 +212,5 @@ def plan_submitted(engine: Engine, job: JobRecord, policy_name: str | None = Non
     policy = None
     if policy_name is not None and policy_name != engine.policy.name:
         policy = load_policy(policy_name)
-    decision = engine.plan(job, policy)
-    return plan_view(policy_name or engine.policy.name, job.spec, decision)
+    ctx, _, decision = engine.decide(job, policy)
+    return plan_view(policy_name or engine.policy.name, ctx, decision, engine.cooling(job))

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from spotd.billing.ledger import ledger_so_far, spend_by_attempt
 from spotd.core.agent_wire import GpuReading, PreflightFigures
@@ -151,6 +151,12 @@ class JobView(BaseModel):
     clock: str | None = None
     """What clock the job's times are on when it is not the wall's (:func:`clock_label`);
     None on the wall's, and from a daemon older than the field."""
+    waiting: str | None = None
+    """Why the pending or recovering job is placed nowhere yet (``spotd.engine.waiting``);
+    None once placed, before the engine's first pass over it, or from an older daemon."""
+    warnings: list[str] = Field(default_factory=list)
+    """At submit only: why no offering of the market as it stands can ever run the job
+    (``Engine.submit_warning``). The job is stored all the same."""
 
 
 class JobPageView(BaseModel):
@@ -252,6 +258,7 @@ def job_view(
         restarts=restarts_of(job, attempts),
         max_restarts=job.spec.retry.max_restarts_on_errors,
         last_exit_code=last_error_exit(attempts, reports),
+        waiting=job.waiting,
     )
 
 

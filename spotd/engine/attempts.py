@@ -44,24 +44,35 @@ def cooldowns(
     so the zone next door is the likeliest to go next. The cooldown doubles
     with every repeat in the same region.
     """
+    cooling = cooling_until(attempts, now, base)
+    if not cooling:
+        return {}
+    reasons = {
+        key: f"{last.end_reason} in {last.pool.zone} ({times}x in {key[1]}), "
+        f"until {until:%Y-%m-%d %H:%M}"
+        for key, (until, last, times) in cooling.items()
+    }
+    every = set(pools) | {a.pool for a in attempts}
+    return {p: reasons[region_key(p)] for p in every if region_key(p) in reasons}
+
+
+def cooling_until(
+    attempts: Sequence[AttemptRecord], now: datetime, base: timedelta
+) -> dict[tuple[str, str, str], tuple[datetime, AttemptRecord, int]]:
+    """The regions (:func:`region_key`) cooling down at ``now``: when each cooldown ends,
+    the attempt that started it and how many troubles it counts (:func:`cooldowns`)."""
     troubles: dict[tuple[str, str, str], list[AttemptRecord]] = {}
     for a in attempts:
         if a.end_reason in POOL_TROUBLE:
             troubles.setdefault(region_key(a.pool), []).append(a)
-    reasons: dict[tuple[str, str, str], str] = {}
+    cooling: dict[tuple[str, str, str], tuple[datetime, AttemptRecord, int]] = {}
     for key, bad in troubles.items():
         last = bad[-1]
         assert last.ended_at is not None
         until = last.ended_at + base * 2 ** (len(bad) - 1)
         if now < until:
-            reasons[key] = (
-                f"{last.end_reason} in {last.pool.zone} ({len(bad)}x in {key[1]}), "
-                f"until {until:%Y-%m-%d %H:%M}"
-            )
-    if not reasons:
-        return {}
-    every = set(pools) | {a.pool for a in attempts}
-    return {p: reasons[region_key(p)] for p in every if region_key(p) in reasons}
+            cooling[key] = (until, last, len(bad))
+    return cooling
 
 
 LAUNCH_FAILURES = frozenset({AttemptEnd.LAUNCH_FAILED, AttemptEnd.NO_CAPACITY})

@@ -37,7 +37,7 @@ from spotd.core.errors import (
 from spotd.core.fabric_env import fabric_environment
 from spotd.core.progress import work_per_hour
 from spotd.core.spec import JobSpec, deadline_controlled, passed_deadline, relative_paths
-from spotd.core.states import ACTIVE, FailureCause, JobStatus, Transition, transition
+from spotd.core.states import ACTIVE, WAITING_CAUSE, FailureCause, JobStatus, Transition, transition
 from spotd.core.values import (
     AttemptClose,
     AttemptEnd,
@@ -57,6 +57,7 @@ from spotd.core.values import (
     attempt_reports,
 )
 from spotd.engine.attempts import (
+    cooling_until,
     error_exits,
     exhausted_pools,
     failed_launches,
@@ -75,6 +76,7 @@ from spotd.engine.gang import (
 from spotd.engine.placements import attempt_tags, reap_placements, release
 from spotd.engine.shipping import shipping_environment
 from spotd.engine.teams import TeamBook, TeamLimits, pass_order
+from spotd.engine.waiting import Cooling, WaitingReason, gist_of, submit_warning, waiting_reason
 from spotd.engine.watch import (
     DueTimes,
     Kept,
@@ -215,8 +217,9 @@ class Engine:
         self._pass: _Pass | None = None
         self._teams: TeamBook | None = None
         """The teams' usage as the current pass counts it."""
-        self._held: dict[str, str] = {}
-        """The hold last recorded in each pending job's events, by job id."""
+        self._waits: dict[str, tuple[OfferingIndex, int, tuple[datetime, ...]]] = {}
+        """The waiting jobs whose reason was worked out, with what it was worked out from:
+        the market's index, the job's version and the ends of its cooldowns."""
         self._placing = threading.Lock()
         """Held while a policy places a job: the reconcile loop and the API may both ask."""
         self.on_end: Callable[[JobRecord], None] | None = None
@@ -263,6 +266,23 @@ class Engine:
         if problem is not None:
             raise SubmitRefused(f"resources.gpus: {problem}")
         return self.store.create_job(spec, now=now, idempotency_key=idempotency_key)
+
+    def submit_warning(self, spec: JobSpec) -> str | None:
+        """Why no offering of the market as it stands can ever run the job (its GPUs per
+        node, fabric, providers, regions or markets: never its budget, prices or the
+        capacity of now), or None. A warning, not a refusal: the market may change.
+        None too before every provider has answered a price poll."""
+        if self.market.offered_gpus() is None:
+            return None  # nobody can tell yet, and a submit must not wait for a poll
+        offerings = self.market.offerings()
+        ctx = placement_context(
+            "submit", spec, self.clock.now(),
+            pools=(o.pool for o in offerings),
+            changeover_hours=self.settings.changeover_hours,
+        )  # fmt: skip
+        with self._placing:
+            decision = self.policy.place(ctx, offerings)
+        return submit_warning(ctx, offerings, decision)
 
     def tick(self) -> None:
         """One reconcile pass over the jobs this daemon holds the lease of: every job but
@@ -323,6 +343,13 @@ class Engine:
         Safe to call from another thread (the API's ``spotd plan JOB``): one
         placement at a time asks the policy, which may keep per-job state.
         """
+        return self.decide(job, policy)[2]
+
+    def decide(
+        self, job: JobRecord, policy: Policy | None = None
+    ) -> tuple[PlacementContext, OfferingIndex, Decision]:
+        """:meth:`plan`, with the context and the offerings the policy was shown (what
+        :mod:`spotd.engine.waiting` explains a decision by)."""
         offerings = self.market.offerings()
         spent = exhausted_pools(self._attempts(job.id), job.spec.retry.launch_failures_per_pool)
         if spent:
@@ -330,8 +357,14 @@ class Engine:
             # in either market: the offering is not shown to the policy at all. (A
             # new index per placement, for such jobs only: the market's is shared.)
             offerings = OfferingIndex(o for o in offerings if o.pool not in spent)
+        ctx = self.context(job)
         with self._placing:
-            return (policy or self.policy).place(self.context(job), offerings)
+            return ctx, offerings, (policy or self.policy).place(ctx, offerings)
+
+    def cooling(self, job: JobRecord) -> Cooling:
+        """The regions cooling down for the job now, with when each cooldown ends."""
+        base = timedelta(hours=self.settings.cooldown_hours)
+        return cooling_until(self._attempts(job.id), self.clock.now(), base)
 
     def context(self, job: JobRecord) -> PlacementContext:
         """Everything the policy may know of the job now (:mod:`spotd.engine.context`)."""
@@ -429,14 +462,14 @@ class Engine:
             return
         if job.status is JobStatus.PENDING and self._held_by_team(job, now):
             return
-        decision = self.plan(job)
+        ctx, shown, decision = self.decide(job)
         if decision.choice is not None:
             # The policy just chose where the job runs: its first re-plan is due
             # scheduling.replan_seconds from now, not on its first running pass.
             self._replans.schedule(job.id, time.monotonic())
         if decision.choice is None:
-            if not self._every_pool_failed(job, attempts):
-                self._waited_too_long(job, now)
+            if not self._every_pool_failed(job, attempts) and not self._waited_too_long(job, now):
+                self._say_why(job, ctx, shown, decision)
             return
         choice = decision.choice
         uri = checkpoint_uri(job, self.settings)
@@ -466,10 +499,8 @@ class Engine:
             detail += f", resume from step {latest.step}"
         started = job.status is JobStatus.PENDING
         job = self._move(job, JobStatus.PROVISIONING, "placed", detail=detail, open_=new)
-        if started:
-            self._held.pop(job.id, None)
-            if self._teams is not None:
-                self._teams.started(job)  # the next pending job of its team sees it
+        if started and self._teams is not None:
+            self._teams.started(job)  # the next pending job of its team sees it
         opened = open_attempt(self._attempts(job.id))
         if opened is not None:
             self._launch(job, opened)
@@ -906,10 +937,10 @@ class Engine:
         self._settle(moved, None)
         return True
 
-    def _waited_too_long(self, job: JobRecord, now: datetime) -> None:
+    def _waited_too_long(self, job: JobRecord, now: datetime) -> bool:
         limit = self.settings.no_capacity_timeout_hours
         if limit is None or now - job.updated_at < timedelta(hours=limit):
-            return
+            return False
         moved = self._move(
             job,
             JobStatus.FAILED,
@@ -918,12 +949,48 @@ class Engine:
             failure=FailureCause.NO_CAPACITY,
         )
         self._settle(moved, None)
+        return True
+
+    def _say_why(
+        self, job: JobRecord, ctx: PlacementContext, shown: OfferingIndex, decision: Decision
+    ) -> None:
+        """Say why the policy placed the job nowhere (:meth:`_wait`), working the reason
+        out again only when what it is made of changed: the market's index (a poll, a
+        launch signal), the job (its version: attempts, spend) or its cooldowns. A job
+        that waits on the same market costs its placement and nothing more per pass."""
+        market = self.market.offerings()
+        cooling = self.cooling(job)
+        ends = tuple(sorted(until for until, _, _ in cooling.values()))
+        said = self._waits.get(job.id)
+        if said is not None and said[0] is market and said[1:] == (job.version, ends):
+            return
+        reason = waiting_reason(ctx, market, decision, cooling=cooling, policy=self.policy.name,
+                                spent=len(market) - len(shown))  # fmt: skip
+        wrote = self._wait(job, reason)
+        self._waits[job.id] = (market, job.version + wrote, ends)
+
+    def _wait(self, job: JobRecord, reason: WaitingReason, cause: str = WAITING_CAUSE) -> bool:
+        """Record why the job waits, with an event, when the gist of the reason changed:
+        not on every pass it waits for the same one (its figures may move meanwhile).
+
+        The record's own reason is the last one said, by this daemon or another: a
+        write bumps the job's version, so the next pass reads the record again.
+        """
+        if job.waiting is not None and gist_of(job.waiting) == reason.gist:
+            return False
+        if not self.store.set_waiting(job.id, job.status, reason.text, now=self.clock.now(),
+                                      cause=cause):  # fmt: skip
+            return False
+        if self._pass is not None:
+            self._pass.wrote.add(job.id)
+        log.info("job %s waits: %s", job.id, reason.text)
+        return True
 
     def _held_by_team(self, job: JobRecord, now: datetime) -> bool:
         """Whether a team limit keeps the pending job back this pass.
 
-        A new reason is written as a ``held`` event (pending to pending), once:
-        the job's events say why it waits, and a steady hold writes nothing.
+        A new reason is the job's waiting reason, written with a ``held`` event
+        (pending to pending) once: a steady hold writes nothing.
         """
         if job.spec.team is None or job.spec.team not in self.settings.teams:
             return False
@@ -931,16 +998,8 @@ class Engine:
             self._teams = TeamBook(self.store, now, self.settings.teams)
         reason = self._teams.hold_reason(job)
         if reason is None:
-            self._held.pop(job.id, None)
             return False
-        if job.id not in self._held:
-            # Another daemon, or this one before a restart, may have said it already.
-            last = self.store.events(job.id)[-1]
-            if last.cause == "held":
-                self._held[job.id] = last.detail
-        if self._held.get(job.id) != reason:
-            self._move(job, JobStatus.PENDING, "held", detail=reason)
-            self._held[job.id] = reason
+        self._wait(job, WaitingReason.of(reason), cause="held")
         return True
 
     def _every_pool_failed(self, job: JobRecord, attempts: Sequence[AttemptRecord]) -> bool:
@@ -1056,7 +1115,7 @@ class Engine:
         self._kept.keep_only(held)
         self._reports_kept.keep_only(held)
         self._replans.keep_only(held)
-        for kept in (self._bills, self._held):
+        for kept in (self._bills, self._waits):
             for job_id in kept.keys() - held.keys():
                 del kept[job_id]
 
@@ -1137,6 +1196,7 @@ class Engine:
 
     def _forget(self, job_id: str) -> None:
         """Drop what the pass read of a job: it just changed."""
+        self._waits.pop(job_id, None)
         if self._pass is not None:
             self._pass.attempts.pop(job_id, None)
             self._pass.wrote.add(job_id)

@@ -11,12 +11,19 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, field_validator
 
+from spotd.core.states import WAITING_CAUSE
+
 if TYPE_CHECKING:
     from spotd.core.values import JobStatus
 
 PREEMPTED = "preempted"
 """A transition name that is no status: an attempt ended by a preemption (the job goes
 to ``recovering``, or ``failed`` over its budget)."""
+
+WAITING = WAITING_CAUSE
+"""A transition name that is no status: a pending or recovering job's new waiting reason
+(``spotd.engine.waiting``), an event that stays in its status. A status's own
+transitions leave these out: they say why a job waits, they do not move it."""
 
 DEFAULT_TRANSITIONS = ("succeeded", "failed", "cancelled", "recovering", PREEMPTED)
 """Every end, and every interruption of a running job."""
@@ -75,11 +82,11 @@ class WebhookSettings(BaseModel):
         # A status (the transitions into it), or ``preempted``.
         from spotd.core.values import JobStatus
 
-        unknown = sorted(set(value) - {*(s.value for s in JobStatus), PREEMPTED})
+        unknown = sorted(set(value) - {*(s.value for s in JobStatus), PREEMPTED, WAITING})
         if unknown:
             raise ValueError(
                 f"unknown transitions {unknown}: use statuses "
-                f"({', '.join(s.value for s in JobStatus)}) or {PREEMPTED!r}"
+                f"({', '.join(s.value for s in JobStatus)}), {PREEMPTED!r} or {WAITING!r}"
             )
         return value
 
@@ -96,12 +103,13 @@ class WebhookSettings(BaseModel):
         """The statuses whose transitions are sent."""
         from spotd.core.values import JobStatus
 
-        return frozenset(JobStatus(t) for t in self.transitions if t != PREEMPTED)
+        return frozenset(JobStatus(t) for t in self.transitions if t not in (PREEMPTED, WAITING))
 
     @property
     def causes(self) -> frozenset[str]:
-        """The event causes that are sent whatever the status (a preemption's)."""
-        return frozenset({PREEMPTED} if PREEMPTED in self.transitions else ())
+        """The event causes that are sent whatever the status (a preemption's, a new
+        waiting reason's)."""
+        return frozenset(c for c in (PREEMPTED, WAITING) if c in self.transitions)
 
     @property
     def host(self) -> str:

@@ -309,6 +309,16 @@ class OfferingIndex(Sequence[Offering]):
             found = self._buckets.get(key, ())
         return found
 
+    def node_sizes(self, gpu: str) -> dict[int, frozenset[Market]]:
+        """The GPUs per node offered for that GPU model, each with the markets it is sold in."""
+        if not self._buckets:
+            self._build()
+        sizes: dict[int, set[Market]] = {}
+        for model, per_node, market in self._buckets:
+            if model == gpu.upper():
+                sizes.setdefault(per_node, set()).add(market)
+        return {n: frozenset(markets) for n, markets in sorted(sizes.items())}
+
     def _build(self) -> None:
         groups: dict[tuple[str, int, Market], list[tuple[float, Offering]]] = {}
         for off in self._all:

@@ -49,7 +49,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
 from spotd.core.contracts import JobPage
 from spotd.core.errors import JobNotFound, LostTransition, StoreError
 from spotd.core.spec import JobSpec, spec_from_json, spec_to_json
-from spotd.core.states import ACTIVE, FailureCause, JobStatus, Transition
+from spotd.core.states import ACTIVE, WAITING_CAUSE, FailureCause, JobStatus, Transition
 from spotd.core.values import (
     AttemptClose,
     AttemptEnd,
@@ -363,6 +363,32 @@ class SqlStore:
             if change.open_attempt is not None:
                 _open_attempt(conn, change.job_id, change.open_attempt, now)
             return _load_job(conn, change.job_id)
+
+    def set_waiting(
+        self, job_id: str, status: JobStatus, reason: str, *, now: datetime,
+        cause: str = WAITING_CAUSE,
+    ) -> bool:
+        """Record why the job, still in ``status``, waits: the reason on the job and an
+        event (``status`` to ``status``, ``cause``, the reason as detail), in one
+        transaction, and only if the job is in ``status`` and its reason is another.
+        Whether it wrote. The version counts it; ``updated_at`` (when the status last
+        changed) does not move.
+        """
+        with self._write() as conn:
+            changed = conn.execute(
+                update(JOBS)
+                .where(
+                    JOBS.c.id == job_id,
+                    JOBS.c.status == status.value,
+                    or_(JOBS.c.waiting.is_(None), JOBS.c.waiting != reason),
+                )
+                .values(waiting=reason, version=JOBS.c.version + 1)
+            )
+            if changed.rowcount != 1:
+                return False
+            _insert_event(conn, job_id, at=now, from_status=status, to_status=status,
+                          cause=cause, detail=reason)  # fmt: skip
+            return True
 
     def job_owners(self) -> list[str]:
         """Every daemon owner name that holds or held a job's lease, sorted."""
@@ -742,6 +768,8 @@ def _guarded_status_update(conn: Connection, change: Transition, now: datetime) 
             failure=change.failure.value if change.failure is not None else None,
             updated_at=now,
             version=JOBS.c.version + 1,
+            # A job that moves on waits no more for what it waited for.
+            **({"waiting": None} if change.new is not change.expected else {}),
         )
     )
     if conn.execute(guarded).rowcount == 1:
@@ -862,6 +890,7 @@ def _job_record(row: Row[Any]) -> JobRecord:
         owner=row.owner,
         lease_until=row.lease_until,
         version=row.version,
+        waiting=row.waiting,
     )
 
 

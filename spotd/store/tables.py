@@ -96,6 +96,8 @@ class JobTable(SQLModel, table=True):
     version: int = 0
     idempotency_key: str | None = None
     """The submitter's ``Idempotency-Key``: a retried submit finds its job by it."""
+    waiting: str | None = Field(default=None, sa_type=Text)
+    """Why the engine places the pending or recovering job nowhere yet; null once placed."""
 
 
 class EventRow(SQLModel, table=True):

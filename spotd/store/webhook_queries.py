@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import Engine, String, cast, exists, func, literal, or_, select
+from sqlalchemy import Engine, String, and_, cast, exists, func, literal, or_, select
 
-from spotd.core.states import JobStatus
+from spotd.core.states import WAITING_CAUSE, JobStatus
 from spotd.core.values import EventRecord
 from spotd.store.sql import SqlStore, _event_record
 from spotd.store.tables import EVENTS, NOTIFICATIONS
@@ -62,7 +62,9 @@ class WebhookQueries:
         """
         matching = []
         if statuses:
-            matching.append(EVENTS.c.to_status.in_([s.value for s in statuses]))
+            # A new waiting reason stays in its status: it is sent by its cause alone.
+            into = EVENTS.c.to_status.in_([s.value for s in statuses])
+            matching.append(and_(into, EVENTS.c.cause != WAITING_CAUSE))
         if causes:
             matching.append(EVENTS.c.cause.in_(list(causes)))
         if not matching:

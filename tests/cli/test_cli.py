@@ -71,9 +71,9 @@ def test_plan_shows_the_usable_offerings_and_counts_the_rest_by_kind(tmp_path: P
     summary = next(i for i, line in enumerate(lines) if "candidates excluded" in line)
     # A line per kind (a long detail may wrap onto the next line).
     counted = [line for line in lines[summary + 1 :] if line.split()[0].isdigit()]
-    # The commonest kind first, with its commonest detail; one line per kind.
+    # The commonest kind first, with what its offerings have in common; one line per kind.
     assert counted[0].split()[1] == "gpus-per-node"
-    assert "8 GPUs per node, job needs 1" in counted[0]
+    assert "8 GPUs per node; the job needs 1" in counted[0]
     kinds = [line.split()[1] for line in counted]
     assert len(kinds) == len(set(kinds)) and "gpu-model" in kinds
     every = CliRunner().invoke(app, [*args, "--excluded"], terminal_width=200)
@@ -82,6 +82,29 @@ def test_plan_shows_the_usable_offerings_and_counts_the_rest_by_kind(tmp_path: P
     for line in counted:
         n, kind = line.split()[:2]
         assert sum(row[3] == kind for row in rows) == int(n)
+
+
+def test_plan_counts_budget_exclusions_as_one_kind_with_the_cheapest(tmp_path: Path) -> None:
+    job = tmp_path / "tight.toml"
+    job.write_text((EXAMPLES / "job.toml").read_text().replace("max_usd = 5.0", "max_usd = 0.01"))
+    view = json.loads(_plan(tmp_path, job, "--json"))
+    assert view["choice"] is None
+    over = [c for c in view["candidates"] if c["excluded_kind"] == "over-budget"]
+    assert len({c["excluded"] for c in over}) > 1, "each exclusion carries its own figures"
+    cheapest = min(c["expected_cost_usd"] for c in over)
+    (group,) = [g for g in view["exclusions"] if g["kind"] == "over-budget"]
+    assert group == {
+        "kind": "over-budget", "count": len(over),
+        "summary": f"over the 0.01 USD budget (cheapest {cheapest:,.2f} USD)",
+    }  # fmt: skip
+    assert sum(g["count"] for g in view["exclusions"]) == len(
+        [c for c in view["candidates"] if c["excluded"] is not None]
+    )
+    lines = _plan(tmp_path, job).splitlines()
+    (line,) = [x for x in lines if "over-budget" in x]
+    assert line.split()[:2] == [str(len(over)), "over-budget"]
+    assert line.endswith(f"over the 0.01 USD budget (cheapest {cheapest:,.2f} USD)")
+    assert not any("more)" in x for x in lines), "no '(+N more)' of distinct messages"
 
 
 def _plan(tmp_path: Path, job: Path, *extra: str) -> str:
@@ -218,7 +241,7 @@ def test_plan_of_a_submitted_job_shows_its_pool_cooling_down(tmp_path: Path) -> 
                                   terminal_width=200)  # fmt: skip
         assert text.exit_code == 0, text.output
         (line,) = [x for x in text.stdout.splitlines() if "cooling-down" in x]
-        assert f"pool cooling down: preempted in {pool.zone}" in line
+        assert f"{len(spot)} pools cooling down until " in line and "after preempted" in line
         assert int(line.split()[0]) == len(spot)
         # The file still plans as a new job: no cooldown there.
         again = json.loads(_plan_of(str(job_file), config))

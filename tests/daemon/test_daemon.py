@@ -178,6 +178,42 @@ def test_cli_against_a_running_daemon(tmp_path: Path) -> None:
         store.close()
 
 
+def test_status_and_events_say_why_a_job_waits(tmp_path: Path) -> None:
+    setup = make_setup(tmp_path, seed=5, up=500.0)
+    store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
+    daemon = Daemon(setup)
+    try:
+        # A job that runs: once placed, the daemon's market has answered its polls.
+        ok = submit(setup)
+        wait_for(store, ok, lambda j, _: j.status is not JobStatus.PENDING)
+        three = setup.root / "three.toml"
+        three.write_text(setup.job_file.read_text().replace("gpus_per_node = 1",
+                                                            "gpus_per_node = 3"))  # fmt: skip
+        # Stored all the same, with a warning: no offering has three A100s a node.
+        shown = json.loads(setup.cli("submit", str(three), "--json").stdout)
+        (warning,) = shown["warnings"]
+        assert warning.startswith("no offering has 3 A100 GPUs per node (offered: ")
+        job_id = shown["id"]
+        said = setup.cli("submit", str(three))
+        assert f"warning: {warning}; the job is stored" in said.stderr
+        waiting = wait_for(store, job_id, lambda j, _: j.waiting is not None).waiting
+        assert waiting == warning
+        assert f"waiting: {warning}" in setup.cli("status", job_id).stdout
+        assert f"{job_id} waiting: {warning}" in setup.cli("status").stdout
+        assert json.loads(setup.cli("status", job_id, "--json").stdout)["waiting"] == warning
+        events = json.loads(setup.cli("events", job_id, "--json").stdout)
+        assert [(e["cause"], e["detail"]) for e in events] == [
+            ("submitted", ""), ("waiting", warning),
+        ]  # fmt: skip
+        time.sleep(1.0)  # some ten more passes: the reason is not written again
+        assert len(store.events(job_id)) == 2
+        # The running job waits for nothing.
+        assert json.loads(setup.cli("status", ok, "--json").stdout)["waiting"] is None
+    finally:
+        assert daemon.stop() == 0
+        store.close()
+
+
 def test_token_file_is_private_and_required(setup: Setup) -> None:
     daemon = Daemon(setup)
     try:

@@ -282,6 +282,32 @@ def test_each_chosen_transition_is_posted_once_in_order(
         assert store.claim_notification(settled_key("ops", b["event_id"]), at=T0) is False
 
 
+def test_a_waiting_reason_is_sent_only_to_a_hook_that_asks_for_it(
+    store: SqlStore, receiver: Receiver
+) -> None:
+    clock = StepClock()
+    hooks = {"ops": hook(receiver.url, transitions=["pending", "recovering"]),
+             "why": hook(receiver.url, transitions=["waiting"])}  # fmt: skip
+    d = dispatcher(store, hooks, clock)
+    d.prepare()
+    job = store.create_job(make_spec(), now=clock.at)
+    clock.at += timedelta(minutes=1)
+    assert store.set_waiting(job.id, S.PENDING, "no spot capacity in the 3 pools that fit",
+                             now=clock.at)  # fmt: skip
+    assert d.run() == 2
+    bodies = receiver.bodies()
+    # The submission goes to the hook of pending, the new reason to the hook of waiting
+    # alone: it stays in its status, a transition into pending it is not.
+    assert sorted((b["cause"], b["to_status"]) for b in bodies) == [
+        ("submitted", "pending"), ("waiting", "pending"),
+    ]  # fmt: skip
+    assert next(b for b in bodies if b["cause"] == "waiting")["detail"] == (
+        "no spot capacity in the 3 pools that fit"
+    )
+    with pytest.raises(ValidationError, match="'preempted' or 'waiting'"):
+        hook(receiver.url, transitions=["waits"])
+
+
 def test_cost_so_far_is_the_jobs_ledger_spend(
     tmp_path: Path, receiver: Receiver, store_url: str
 ) -> None:

@@ -407,6 +407,33 @@ def test_compare_and_set_unknown_job(store: SqlStore) -> None:
         move(store, "j-0000000000", S.PENDING, S.CANCELLED, T0)
 
 
+def test_a_waiting_reason_is_written_once_with_its_event_and_cleared_by_a_move(
+    store: SqlStore,
+) -> None:
+    job = store.create_job(make_spec(), now=T0)
+    assert job.waiting is None
+    assert store.set_waiting(job.id, S.PENDING, "no spot capacity", now=at(1))
+    waiting = store.get_job(job.id)
+    assert waiting.waiting == "no spot capacity"
+    # The version counts it (the engine reads the record again); updated_at is when the
+    # status last changed, and stays (scheduling.no_capacity_timeout_hours counts from it).
+    assert (waiting.version, waiting.updated_at) == (job.version + 1, T0)
+    last = store.events(job.id)[-1]
+    assert (last.at, last.from_status, last.to_status, last.cause, last.detail) == (
+        at(1), S.PENDING, S.PENDING, "waiting", "no spot capacity",
+    )  # fmt: skip
+    # The same reason again, or a job no longer in that status: nothing is written.
+    assert not store.set_waiting(job.id, S.PENDING, "no spot capacity", now=at(2))
+    assert not store.set_waiting(job.id, S.RECOVERING, "other", now=at(2))
+    assert len(store.events(job.id)) == 2
+    assert store.get_job(job.id).version == waiting.version
+    assert store.set_waiting(job.id, S.PENDING, "team full", now=at(3), cause="held")
+    assert store.events(job.id)[-1].cause == "held"
+    # A change of status clears it.
+    move(store, job.id, S.PENDING, S.PROVISIONING, at(4), open_attempt=new_attempt())
+    assert store.get_job(job.id).waiting is None
+
+
 def test_concurrent_writers_exactly_one_wins(store_url: str) -> None:
     first, second = stores = open_store(store_url), open_store(store_url)
     try:
@@ -711,7 +738,7 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 
 # -- schema ----------------------------------------------------------------------
 
-LATEST = "0009"
+LATEST = "0010"
 
 
 def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
