@@ -322,7 +322,7 @@ def test_a_checkpoint_location_the_daemon_cannot_open_is_refused_at_submit(
 ) -> None:
     _no_gcsfs()
     eng, _ = fake
-    with pytest.raises(SubmitRefused, match=r"^checkpoint\.uri gs://b/run: needs gcsfs, which"):
+    with pytest.raises(SubmitRefused, match=r"^checkpoint\.uri: gs://b/run: needs gcsfs, which"):
         eng.submit(spec(checkpoint={"uri": "gs://b/run"}))
     assert eng.store.list_jobs() == []
 
