@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shlex
 import sys
@@ -69,7 +70,19 @@ app = typer.Typer(
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-out = Console()
+PIPE_WIDTH = 200
+"""Columns a table may take when stdout is a pipe or a file, which has no width:
+rich would assume 80 and fold a row over lines, an instance type mid-word."""
+
+
+def _stdout() -> Console:
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        return Console(width=PIPE_WIDTH)
+    return console
+
+
+out = _stdout()
 err = Console(stderr=True)
 
 

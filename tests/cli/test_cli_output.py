@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -121,3 +124,18 @@ def test_a_wall_clock_daemon_labels_no_times(tmp_path: Path) -> None:
     from spotd.daemon.views import clock_label
 
     assert clock_label(WallClock()) is None
+
+
+@pytest.mark.parametrize(("columns", "width"), [(None, 200), ("90", 90)])
+def test_piped_output_has_room_for_a_table_row_on_one_line(
+    columns: str | None, width: int
+) -> None:
+    """A pipe has no width: rich would take 80 columns and fold a demo's summary row
+    mid-word (``Standard_NC24ads_A10`` / ``0_v4``); COLUMNS, when set, still rules."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns is not None:
+        env["COLUMNS"] = columns
+    probe = "from spotd.cli.app import out; print(out.width)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=env, timeout=60, check=True)  # fmt: skip
+    assert int(done.stdout) == width
