@@ -43,7 +43,7 @@ def select_entries(
         query = query.where(LEDGER.c.start < until)
     if job_id is not None:
         query = query.where(LEDGER.c.job_id == job_id)
-    return [_entry(row) for row in conn.execute(query)]
+    return [entry_record(row) for row in conn.execute(query)]
 
 
 def claim(conn: Connection, key: str, at: datetime) -> bool:
@@ -63,7 +63,8 @@ def claim(conn: Connection, key: str, at: datetime) -> bool:
     return conn.execute(stmt).first() is not None
 
 
-def _entry(row: Row[Any]) -> LedgerEntry:
+def entry_record(row: Row[Any]) -> LedgerEntry:
+    """A ``ledger`` row as its entry."""
     values = {f: getattr(row, f) for f in _FIELDS}
     values["kind"] = cast(EntryKind, row.kind)
     return LedgerEntry(**values)

@@ -37,7 +37,8 @@ from sqlalchemy.sql.elements import ColumnElement
 from spotd.core.values import TERMINAL, JobRecord, Pool
 
 # The store package's own row readers: one reading of a row, wherever it is read.
-from spotd.store.sql import SqlStore, _chunks, _job_record
+from spotd.store.rows import chunks, job_record
+from spotd.store.sql import SqlStore
 from spotd.store.tables import ATTEMPTS, JOBS, LEDGER, REPORTS
 
 """Job ids per ``IN`` list: SQLite caps the bound parameters of one statement."""
@@ -125,15 +126,15 @@ class MetricQueries:
             .limit(limit)
         )
         with self._read() as conn:
-            return [_job_record(row) for row in conn.execute(query)]
+            return [job_record(row) for row in conn.execute(query)]
 
     def jobs(self, job_ids: Collection[str]) -> list[JobRecord]:
         """The jobs of ``job_ids`` that exist, in no particular order."""
         found: list[JobRecord] = []
         with self._read() as conn:
-            for chunk in _chunks(list(job_ids)):
+            for chunk in chunks(list(job_ids)):
                 found.extend(
-                    _job_record(r) for r in conn.execute(select(JOBS).where(JOBS.c.id.in_(chunk)))
+                    job_record(r) for r in conn.execute(select(JOBS).where(JOBS.c.id.in_(chunk)))
                 )
         return found
 
@@ -185,7 +186,7 @@ class MetricQueries:
                 PoolMarket(Pool(r[0], r[1], r[2], r[3]), r[4]): Billed(float(r[5]), float(r[6]))
                 for r in conn.execute(pools)
             }
-            for chunk in _chunks(list(job_ids)):
+            for chunk in chunks(list(job_ids)):
                 query = (
                     select(
                         LEDGER.c.job_id,
@@ -313,7 +314,7 @@ class MetricQueries:
         """Per job of ``job_ids``: the bus bandwidth of its latest attempt that measured one."""
         found: dict[str, tuple[int, float]] = {}
         with self._read() as conn:
-            for chunk in _chunks(list(job_ids)):
+            for chunk in chunks(list(job_ids)):
                 sub = self._preflight_attempts(chunk).subquery()
                 query = select(sub.c.job_id, sub.c.attempt, sub.c.busbw)
                 for job_id, seq, busbw in conn.execute(query.where(sub.c.busbw.is_not(None))):
@@ -327,7 +328,7 @@ class MetricQueries:
         seconds = self._seconds(REPORTS.c.exited_at, REPORTS.c.notice_at)
         found: dict[str, tuple[int, float]] = {}
         with self._read() as conn:
-            for chunk in _chunks(list(job_ids)):
+            for chunk in chunks(list(job_ids)):
                 query = (
                     select(REPORTS.c.job_id, REPORTS.c.attempt, func.max(seconds))
                     .where(

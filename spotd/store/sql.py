@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +24,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Engine,
-    Row,
     Select,
     and_,
     cast,
@@ -48,23 +46,22 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
 
 from spotd.core.contracts import JobPage
 from spotd.core.errors import JobNotFound, LostTransition, StoreError
-from spotd.core.spec import JobSpec, spec_from_json, spec_to_json
-from spotd.core.states import ACTIVE, WAITING_CAUSE, FailureCause, JobStatus, Transition
+from spotd.core.spec import JobSpec, spec_to_json
+from spotd.core.states import ACTIVE, WAITING_CAUSE, JobStatus, Transition
 from spotd.core.values import (
     AttemptClose,
-    AttemptEnd,
     AttemptRecord,
     EventRecord,
     InstanceReport,
     JobRecord,
     LedgerEntry,
-    Market,
     NewAttempt,
     Offering,
     Pool,
     PricePoint,
 )
 from spotd.store import history, ledger_sql
+from spotd.store.rows import attempt_record, chunks, event_record, job_record
 from spotd.store.tables import ATTEMPTS, EVENTS, JOBS, LEASES, LEDGER, UtcDateTime
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
@@ -302,7 +299,7 @@ class SqlStore:
         if statuses is not None:
             query = query.where(JOBS.c.status.in_([s.value for s in statuses]))
         with self._read() as conn:
-            return [_job_record(row) for row in conn.execute(query)]
+            return [job_record(row) for row in conn.execute(query)]
 
     def jobs_page(
         self,
@@ -333,7 +330,7 @@ class SqlStore:
             query = query.where(tuple_(JOBS.c.submitted_at, JOBS.c.id) < tuple_(at, job_id))
         with self._read() as conn:
             rows = conn.execute(query).all()
-        jobs = [_job_record(row) for row in rows[:limit]]
+        jobs = [job_record(row) for row in rows[:limit]]
         more = len(rows) > limit
         return JobPage(jobs=jobs, next=_make_cursor(jobs[-1]) if more else None)
 
@@ -448,7 +445,7 @@ class SqlStore:
         """The version of each of these jobs that exists, by id (one query per chunk)."""
         found: dict[str, int] = {}
         with self._read() as conn:
-            for chunk in _chunks(list(job_ids)):
+            for chunk in chunks(list(job_ids)):
                 query = select(JOBS.c.id, JOBS.c.version).where(JOBS.c.id.in_(chunk))
                 found.update((str(i), int(v)) for i, v in conn.execute(query))
         return found
@@ -457,9 +454,9 @@ class SqlStore:
         """These jobs, those that exist, by id (one query per chunk)."""
         found: dict[str, JobRecord] = {}
         with self._read() as conn:
-            for chunk in _chunks(list(job_ids)):
+            for chunk in chunks(list(job_ids)):
                 for row in conn.execute(_job_rows().where(JOBS.c.id.in_(chunk))):
-                    found[row.id] = _job_record(row)
+                    found[row.id] = job_record(row)
         return found
 
     # attempts and events
@@ -468,20 +465,20 @@ class SqlStore:
         """All attempts of a job in order (by ``seq``)."""
         query = select(ATTEMPTS).where(ATTEMPTS.c.job_id == job_id).order_by(ATTEMPTS.c.seq)
         with self._read() as conn:
-            return [_attempt_record(row) for row in conn.execute(query)]
+            return [attempt_record(row) for row in conn.execute(query)]
 
     def attempts_for(self, job_ids: Collection[str]) -> dict[str, list[AttemptRecord]]:
         """The attempts of many jobs at once (one query per chunk), by job id."""
         found: dict[str, list[AttemptRecord]] = {job_id: [] for job_id in job_ids}
         with self._read() as conn:
-            for chunk in _chunks(list(found)):
+            for chunk in chunks(list(found)):
                 query = (
                     select(ATTEMPTS)
                     .where(ATTEMPTS.c.job_id.in_(chunk))
                     .order_by(ATTEMPTS.c.job_id, ATTEMPTS.c.seq)
                 )
                 for row in conn.execute(query):
-                    found[row.job_id].append(_attempt_record(row))
+                    found[row.job_id].append(attempt_record(row))
         return found
 
     def set_attempt_instances(self, attempt_id: int, instance_ids: Sequence[str]) -> None:
@@ -516,7 +513,7 @@ class SqlStore:
         """All events of a job in order."""
         query = select(EVENTS).where(EVENTS.c.job_id == job_id).order_by(EVENTS.c.id)
         with self._read() as conn:
-            return [_event_record(row) for row in conn.execute(query)]
+            return [event_record(row) for row in conn.execute(query)]
 
     # market and agents
 
@@ -544,7 +541,7 @@ class SqlStore:
         """The agents' reports of many jobs at once, by job id."""
         found: dict[str, list[InstanceReport]] = {job_id: [] for job_id in job_ids}
         with self._read() as conn:
-            for chunk in _chunks(list(found)):
+            for chunk in chunks(list(found)):
                 for report in history.select_reports_of(conn, chunk):
                     found[report.job_id].append(report)
         return found
@@ -589,14 +586,14 @@ class SqlStore:
         """The ledger lines of many jobs at once (one query per chunk), by job id."""
         found: dict[str, list[LedgerEntry]] = {job_id: [] for job_id in job_ids}
         with self._read() as conn:
-            for chunk in _chunks(list(found)):
+            for chunk in chunks(list(found)):
                 query = (
                     select(LEDGER)
                     .where(LEDGER.c.job_id.in_(chunk))
                     .order_by(LEDGER.c.start, LEDGER.c.job_id, LEDGER.c.attempt, LEDGER.c.id)
                 )
                 for row in conn.execute(query):
-                    found[row.job_id].append(ledger_sql._entry(row))  # the one row mapping
+                    found[row.job_id].append(ledger_sql.entry_record(row))
         return found
 
     def claim_notification(self, key: str, *, at: datetime) -> bool:
@@ -606,11 +603,6 @@ class SqlStore:
 
 
 # -- statements used inside a transaction ------------------------------------
-
-
-def _chunks(items: list[str], size: int = 2000) -> list[list[str]]:
-    # SQLite caps the bound parameters of one statement; stay well under.
-    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _creation_order() -> tuple[ColumnElement[Any], ...]:
@@ -652,7 +644,7 @@ def _spec_team(dialect: str) -> ColumnElement[Any]:
 
 def _job_with_key(conn: Connection, key: str) -> JobRecord | None:
     row = conn.execute(_job_rows().where(JOBS.c.idempotency_key == key)).one_or_none()
-    return None if row is None else _job_record(row)
+    return None if row is None else job_record(row)
 
 
 def _job_rows() -> Select[Any]:
@@ -732,7 +724,7 @@ def _load_job(conn: Connection, job_id: str) -> JobRecord:
     row = conn.execute(_job_rows().where(JOBS.c.id == job_id)).one_or_none()
     if row is None:
         raise JobNotFound(f"no job {job_id!r}")
-    return _job_record(row)
+    return job_record(row)
 
 
 def _resolve_ref(conn: Connection, ref: str) -> str:
@@ -864,68 +856,6 @@ def _count_change_of(conn: Connection, attempt_id: int, *only_if: ColumnElement[
 def _require_attempt(conn: Connection, attempt_id: int) -> None:
     if conn.execute(select(ATTEMPTS.c.id).where(ATTEMPTS.c.id == attempt_id)).first() is None:
         raise StoreError(f"no attempt {attempt_id}")
-
-
-# -- rows to records ---------------------------------------------------------
-
-
-@lru_cache(maxsize=4096)
-def _parsed_spec(text: str) -> JobSpec:
-    # A job's spec never changes: validating the same JSON again would cost more
-    # than reading it. Small, since a parsed spec weighs about 8 KB and the engine
-    # keeps the records it steps between passes itself (32,768 here were 275 MB of
-    # a daemon holding 50,000 jobs, and thrashed anyway, listed in the same order).
-    return spec_from_json(text)
-
-
-def _job_record(row: Row[Any]) -> JobRecord:
-    return JobRecord(
-        id=row.id,
-        name=row.name,
-        spec=_parsed_spec(row.spec_json),
-        status=JobStatus(row.status),
-        failure=FailureCause(row.failure) if row.failure is not None else None,
-        submitted_at=row.submitted_at,
-        updated_at=row.updated_at,
-        owner=row.owner,
-        lease_until=row.lease_until,
-        version=row.version,
-        waiting=row.waiting,
-    )
-
-
-def _event_record(row: Row[Any]) -> EventRecord:
-    return EventRecord(
-        id=row.id,
-        job_id=row.job_id,
-        at=row.at,
-        from_status=JobStatus(row.from_status) if row.from_status is not None else None,
-        to_status=JobStatus(row.to_status),
-        cause=row.cause,
-        detail=row.detail,
-    )
-
-
-def _attempt_record(row: Row[Any]) -> AttemptRecord:
-    return AttemptRecord(
-        id=row.id,
-        job_id=row.job_id,
-        seq=row.seq,
-        pool=Pool(row.provider, row.region, row.zone, row.instance_type),
-        market=Market(row.market),
-        nodes=row.nodes,
-        price_per_node_hour=row.price_per_node_hour,
-        client_token=row.client_token,
-        instance_ids=tuple(json.loads(row.instance_ids)),
-        resume_from=row.resume_from,
-        started_at=row.started_at,
-        running_at=row.running_at,
-        ended_at=row.ended_at,
-        end_reason=AttemptEnd(row.end_reason) if row.end_reason is not None else None,
-        work_per_hour=row.work_per_hour,
-        checkpoint_interval_hours=row.checkpoint_interval_hours,
-        saves_on_notice=row.saves_on_notice,
-    )
 
 
 if TYPE_CHECKING:

@@ -17,7 +17,8 @@ from sqlalchemy import Engine, String, and_, cast, exists, func, literal, or_, s
 
 from spotd.core.states import WAITING_CAUSE, JobStatus
 from spotd.core.values import EventRecord
-from spotd.store.sql import SqlStore, _event_record
+from spotd.store.rows import event_record
+from spotd.store.sql import SqlStore
 from spotd.store.tables import EVENTS, NOTIFICATIONS
 
 
@@ -77,6 +78,6 @@ class WebhookQueries:
             .order_by(EVENTS.c.id)
         )
         with self._engine.begin() as conn:
-            return [_event_record(row) for row in conn.execute(query)]
+            return [event_record(row) for row in conn.execute(query)]
 
 
