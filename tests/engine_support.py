@@ -25,6 +25,20 @@ from spotd_sim import SimSettings
 EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
 
 
+class StepClock:
+    """An engine clock that moves only when told (``clock.at += ...``): cooldowns,
+    budgets and deadlines come when the test says."""
+
+    def __init__(self) -> None:
+        self.at = EPOCH
+
+    def now(self) -> datetime:
+        return self.at
+
+    def seconds_to_real(self, seconds: float) -> float:
+        return seconds
+
+
 def fast_settings(
     root: Path,
     *,

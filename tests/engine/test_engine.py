@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from engine_support import EPOCH, FakeProvider, fast_settings, run_until, spec
+from engine_support import FakeProvider, StepClock, fast_settings, run_until, spec
 
 from spotd.core.agent_wire import PreflightCheck, PreflightFigures
 from spotd.core.errors import (
@@ -717,19 +717,6 @@ def test_an_agent_that_quit_before_the_command_is_no_user_failure(
 
 
 # -- one cost: the ledger's -----------------------------------------------------------
-
-
-class StepClock:
-    """An engine clock that moves only when told."""
-
-    def __init__(self) -> None:
-        self.at = EPOCH
-
-    def now(self) -> datetime:
-        return self.at
-
-    def seconds_to_real(self, seconds: float) -> float:
-        return seconds
 
 
 @dataclass

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from engine_support import EPOCH, FakeProvider, spec
+from engine_support import FakeProvider, StepClock, spec
 
 from spotd.core.errors import CapacityError
 from spotd.core.network import Fabric, Interconnect
@@ -19,19 +19,6 @@ from spotd.engine.reconcile import Engine, EngineSettings
 from spotd.store import open_store
 from spotd_policies.balanced import BalancedPolicy
 from spotd_policies.cheapest import CheapestPolicy
-
-
-class StepClock:
-    """An engine clock that moves only when told: cooldowns end when the test says."""
-
-    def __init__(self) -> None:
-        self.at = EPOCH
-
-    def now(self) -> datetime:
-        return self.at
-
-    def seconds_to_real(self, seconds: float) -> float:
-        return seconds
 
 
 @dataclass
