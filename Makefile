@@ -37,14 +37,19 @@ demo: $(VENV)/.core
 demo-ddp: $(VENV)/.train
 	$(BIN)/spotd demo --example ddp
 
-# The container test runs a job in a locally built image through podman: install
-# Debian's podman (and runc) where this is root with apt-get, as on CI; elsewhere
-# that one test is skipped with the reason. Failure here stops nothing.
+# Two tests need programs from the system: the container test runs a job in a
+# locally built image through podman, and the report test renders the HTML
+# report in headless Chromium. Where this is root with apt-get, as on CI, the
+# missing ones are installed from Debian's packages; elsewhere those tests are
+# skipped with the reason. Failure here stops nothing.
 $(VENV)/.engine: | $(BIN)/python
-	-@if ! command -v podman >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	  echo "installing podman for the container test"; \
+	-@want=""; \
+	command -v podman >/dev/null 2>&1 || want="$$want podman runc"; \
+	command -v chromium >/dev/null 2>&1 || want="$$want chromium"; \
+	if [ -n "$$want" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing$$want for the container and browser tests"; \
 	  apt-get update -qq >/dev/null && \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc >/dev/null; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$want >/dev/null; \
 	fi
 	touch $@
 
