@@ -898,7 +898,7 @@ def report(
     """Cost report from the ledger: spend, savings against on-demand, preemptions, time lost."""
     if as_json:
         if fmt not in ("text", "json"):
-            err.print(f"[red]error:[/red] --json and --format {escape(fmt)}: choose one")
+            _error(f"--json and --format {fmt}: choose one")
             raise typer.Exit(2)
         fmt = "json"  # as every other command takes it; --format json says the same
     if email:
