@@ -1,10 +1,17 @@
 """Run every shipped scenario and print Markdown result tables (for docs/benchmarks.md).
 
 Usage: python benchmarks/simulate_scenarios.py [--policy NAME ...] [--traces DIR] [--workers N]
-       [--hindsight-stats]
+       [--hindsight-stats] [--judge NAME]
 
 Scenarios run in parallel processes (one per core by default); every scenario
 is deterministic, so the tables do not depend on how many run at once.
+
+After the tables, the closure table judges one product policy (``--judge``,
+by default ``balanced`` when it ran): on every job, on the start points whose
+deadline falls in the trace's first half (where rules may be chosen) and on
+those that start in its second half (held out), its mean, p75 and misses, the
+best baseline and the optimum on the same start points, and the share of the
+baseline's gap to the optimum it closes.
 """
 
 from __future__ import annotations
@@ -19,22 +26,76 @@ import numpy as np
 
 from spotd.simulate.adapter import HINDSIGHT
 from spotd.simulate.cli import COLUMNS, job_title, table_rows
+from spotd.simulate.metrics import Split, closure, halves, summarize
 from spotd.simulate.omniscient import OMNISCIENT
 from spotd.simulate.runner import JobReport, run_scenario
+
+CLOSURE_COLUMNS = (
+    "job", "starts", "mean", "p75", "misses", "best baseline", "optimum", "closure",
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def tables(path: Path, policies: list[str], traces: Path | None, hindsight: bool) -> str:
-    """One scenario's Markdown tables, one per job."""
+def tables(
+    path: Path, policies: list[str], traces: Path | None, hindsight: bool, judge: str | None
+) -> tuple[str, list[tuple[str, list[str], float]]]:
+    """One scenario's Markdown tables, one per job, and the judged policy's closure rows
+    (label of the split, table cells, closure)."""
     report = run_scenario(path, policies, traces=traces, hindsight=hindsight)
     out = []
+    rows: list[tuple[str, list[str], float]] = []
     for job in report.jobs:
         out.append(f"\n{job_title(report, job)} ({job.seconds:.1f} s)\n")
         out.append("| " + " | ".join(COLUMNS) + " |")
         out.append("|" + "---|" * len(COLUMNS))
         out.extend("| " + " | ".join(row) + " |" for row in table_rows(job))
         out.append(f"\n{_goal(job)}")
+        if judge is not None:
+            rows += _closure_rows(f"{report.scenario.name} / {job.prepared.job.name}", job, judge)
+    return "\n".join(out), rows
+
+
+def _closure_rows(name: str, job: JobReport, judge: str) -> list[tuple[str, list[str], float]]:
+    """The judged policy on all start points, the first half's and the held-out second's."""
+    world = job.prepared.world
+    starts = job.prepared.starts
+    everyone = Split("all", np.ones(len(starts), dtype=np.bool_))
+    rows = []
+    for split in (everyone, *halves(starts, world.window, world.avail.shape[1])):
+        if not split.mask.any():
+            continue
+        od = job.runs[0].costs[split.mask]
+        opt = next(r for r in job.runs if r.name == OMNISCIENT).costs[split.mask]
+        metrics = {r.name: summarize(r.subset(split.mask), od, opt) for r in job.runs}
+        best = min((m for n, m in metrics.items() if n.startswith(("greedy", "up-"))),
+                   key=lambda m: m.mean_cost)
+        ours, optimum = metrics[judge], metrics[OMNISCIENT].mean_cost
+        share = closure(ours.mean_cost, best.mean_cost, optimum)
+        cells = [
+            name if split is everyone else f"{name}, {split.label}",
+            str(int(split.mask.sum())), f"{ours.mean_cost:.3f}", f"{ours.p75_cost:.3f}",
+            str(ours.misses), f"{best.policy} {best.mean_cost:.3f}", f"{optimum:.3f}",
+            f"{share:+.2f}",
+        ]
+        rows.append((split.label, cells, share))
+    return rows
+
+
+def closure_table(judge: str, rows: list[tuple[str, list[str], float]]) -> str:
+    """The closure rows as one Markdown table, then the mean closure of each split."""
+    out = [f"\nClosure of {judge}: (best baseline - {judge}) / (best baseline - optimum)\n"]
+    out.append("| " + " | ".join(CLOSURE_COLUMNS) + " |")
+    out.append("|" + "---|" * len(CLOSURE_COLUMNS))
+    out.extend("| " + " | ".join(cells) + " |" for _, cells, _ in rows)
+    out.append("")
+    for label in dict.fromkeys(label for label, _, _ in rows):
+        shares = [s for lab, _, s in rows if lab == label]
+        behind = sum(s < 0 for s in shares)
+        out.append(
+            f"- {label}: mean closure {np.nanmean(shares):+.3f} over {len(shares)} rows, "
+            f"behind the best baseline on {behind}"
+        )
     return "\n".join(out)
 
 
@@ -66,7 +127,13 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--hindsight-stats", action="store_true",
                         help="also replay each policy on the whole trace's statistics")
+    parser.add_argument("--judge", default=None,
+                        help="product policy of the closure table (default: balanced if run)")
     args = parser.parse_args()
+    judge = args.judge or ("balanced" if "balanced" in args.policy else None)
+    if judge is not None and judge not in args.policy:
+        parser.error(f"--judge {judge}: not among the --policy names")
+    label = None if judge is None else f"policy:{judge}"
     began = time.perf_counter()
     paths = sorted((ROOT / "scenarios").glob("*.toml"))
     # The biggest scenarios (most start points and offerings) first, so the
@@ -74,11 +141,16 @@ def main() -> None:
     order = sorted(paths, key=lambda p: -p.stat().st_size)
     with ProcessPoolExecutor(max_workers=max(1, min(args.workers, len(paths)))) as pool:
         futures = {
-            p: pool.submit(tables, p, args.policy, args.traces, args.hindsight_stats)
+            p: pool.submit(tables, p, args.policy, args.traces, args.hindsight_stats, label)
             for p in order
         }
+        rows = []
         for path in paths:
-            print(futures[path].result())
+            text, found = futures[path].result()
+            print(text)
+            rows += found
+    if label is not None:
+        print(closure_table(label, rows))
     print(f"\ntotal {time.perf_counter() - began:.1f} s")
 
 

@@ -17,7 +17,8 @@ efficiency, GPU speed, preemption overhead, changeover, checkpoint egress).
   missing a feasible deadline. Hard safety nets (Uniform Progress rule 4,
   and its counterpart on spot with a whole checkpoint interval lost) guard
   against a wrong model, and on-demand is only ever chosen where it can
-  still finish in time.
+  still finish in time. A job waiting for spot is not sent to on-demand as
+  a hedge while its slack far outlasts every outage of the last days.
 """
 
 from __future__ import annotations
@@ -54,6 +55,12 @@ LOST_SHARE = 0.5
 (none where the job's checkpoint on the notice fits in it)."""
 REMODEL = timedelta(minutes=30)
 """How often a deadline plan's market model is re-estimated from history."""
+OUTAGE_WINDOW_HOURS = 72.0
+"""Recent history searched for the longest outage (no allowed pool with spot); the
+daemon keeps 7 days. Set on the first half of the shipped traces (docs/benchmarks.md)."""
+OUTAGE_SLACK = 1.5
+"""A job waiting for spot does not go to on-demand as a hedge while its slack is over
+this many times the longest recent outage, plus a changeover."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,8 @@ class _Solved:
     """When the market model was last compared with the plan's."""
     saved: bool
     """Whether the plan counts preemptions as losing no work (the notice's checkpoint)."""
+    outage: float | None = None
+    """The longest outage in the last :data:`OUTAGE_WINDOW_HOURS`, None on a shorter history."""
 
 
 class BalancedPolicy:
@@ -141,6 +150,12 @@ class BalancedPolicy:
                 return _prefer_current(ctx, od)  # the net above would take it off spot at once
             return ride
         if action is deadline.Action.ON_DEMAND:
+            # The plan's law pools all the history; where every recent outage was short
+            # against the slack, going to on-demand to hedge a long one costs more than it
+            # saves (flickering markets, which greedy rides).
+            idle = running is not deadline.Action.ON_DEMAND and ride is None
+            if idle and _outlasts(ctx, solved, left - work - ctx.changeover_hours):
+                return None
             return _prefer_current(ctx, od)
         return None
 
@@ -175,13 +190,14 @@ class BalancedPolicy:
             spot_speed=min(1.0, work / spot_hours) if spot_hours > 0 else 1.0,
         )
         saved = saves_on_notice(ctx.spec, notice)
+        outage = availability.longest_outage_hours(list(series.values()), OUTAGE_WINDOW_HOURS)
         if (
             old is not None
             and not _drifted(old.model, model)
             and old.saved == saved
             and _covers(old, ctx)
         ):
-            self._plans[ctx.job_id] = kept = replace(old, checked=ctx.now)
+            self._plans[ctx.job_id] = kept = replace(old, checked=ctx.now, outage=outage)
             self._plans.move_to_end(ctx.job_id)
             return kept
         lost = 0.0 if saved else checkpoint_interval(ctx.spec, model.run_preempt_rate) * LOST_SHARE
@@ -202,6 +218,7 @@ class BalancedPolicy:
             work / remaining if remaining > 0 else 1.0,
             ctx.now,
             saved,
+            outage,
         )
         self._plans[ctx.job_id] = solved
         while len(self._plans) > self._cache_size:
@@ -387,6 +404,14 @@ def _spot_terms(
         return 0.0, 0.0, 0.0
     middle, off = found[len(found) // 2]
     return middle.price_per_hour, middle.work_hours, off.notice_seconds
+
+
+def _outlasts(ctx: PlacementContext, solved: _Solved, slack: float) -> bool:
+    """Whether ``slack`` hours would outlast the longest recent outage with room to spare:
+    then waiting for spot is the bet greedy makes, and on-demand is not paid as a hedge."""
+    if solved.outage is None:
+        return False
+    return slack > OUTAGE_SLACK * solved.outage + ctx.changeover_hours
 
 
 def _drifted(old: deadline.SpotModel, new: deadline.SpotModel) -> bool:

@@ -27,7 +27,7 @@ from spotd.core import facts
 from spotd.core.capacity import CapacitySeries, Spells, align, spells_of, trailing_run
 from spotd_policies.deadline import SpellLaw, SpotModel
 
-__all__ = ["down_age_hours", "residual_up_hours", "spot_model"]
+__all__ = ["down_age_hours", "longest_outage_hours", "residual_up_hours", "spot_model"]
 
 PRIOR_AVAILABILITY = 0.5
 """Share of time spot is assumed up in a pool with no history."""
@@ -140,6 +140,25 @@ def down_age_hours(series: Sequence[CapacitySeries]) -> float:
     if anyone[-1]:
         return 0.0
     return (trailing_run(anyone) - 1) * step
+
+
+def longest_outage_hours(series: Sequence[CapacitySeries], window_hours: float) -> float | None:
+    """The longest stretch in the last ``window_hours`` in which no pool of ``series`` had
+    capacity (the present one included); None when the history is shorter than the window."""
+    aligned = align(series)
+    if aligned is None:
+        return None
+    _, step, matrix = aligned
+    samples = round(window_hours / step)
+    if matrix.shape[1] < samples:
+        return None
+    anyone = _any_up(matrix[:, -samples:])
+    # Every spell counts, the first one too (cut by the window, it lasted at least that).
+    bounds = np.flatnonzero(np.diff(anyone.astype(np.int8))) + 1
+    edges = np.concatenate(([0], bounds, [samples]))
+    lengths = np.diff(edges)
+    down = ~anyone[edges[:-1]]
+    return float(lengths[down].max()) * step if down.any() else 0.0
 
 
 @dataclass(frozen=True, slots=True)

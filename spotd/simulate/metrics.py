@@ -10,9 +10,10 @@ import numpy.typing as npt
 
 from spotd.simulate.model import Outcome
 
-__all__ = ["PolicyMetrics", "PolicyRun", "summarize"]
+__all__ = ["PolicyMetrics", "PolicyRun", "Split", "closure", "halves", "summarize"]
 
 FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,44 @@ class PolicyRun:
     costs: FloatArray
     outcomes: tuple[Outcome, ...] | None
     """None for the omniscient DP, which yields only its cost."""
+
+    def subset(self, mask: BoolArray) -> PolicyRun:
+        """The same run on the start points ``mask`` selects."""
+        outs = None if self.outcomes is None else tuple(
+            o for o, keep in zip(self.outcomes, mask.tolist(), strict=True) if keep
+        )
+        return PolicyRun(self.name, self.costs[mask], outs)
+
+
+@dataclass(frozen=True, slots=True)
+class Split:
+    """A share of a job's start points, named for tables."""
+
+    label: str
+    mask: BoolArray
+
+
+def halves(starts: Sequence[int], window: int, length: int) -> tuple[Split, Split]:
+    """The start points whose whole deadline window lies in the trace's first half, and
+    those that start in its second half.
+
+    A rule chosen by the first (tuning) half is judged on the second (held out),
+    whose jobs see the first half only as history, as a daemon would. Starts
+    whose window straddles the middle belong to neither.
+    """
+    at = np.asarray(starts, dtype=np.int64)
+    middle = length // 2
+    return (
+        Split("first half", at + window <= middle),
+        Split("second half", at >= middle),
+    )
+
+
+def closure(ours: float, best: float, optimum: float) -> float:
+    """The share of the best baseline's gap to the optimum a policy closes: 1 at the
+    optimum, 0 level with the baseline, negative behind it (NaN without a gap)."""
+    gap = best - optimum
+    return (best - ours) / gap if gap > 0 else float("nan")
 
 
 @dataclass(frozen=True, slots=True)

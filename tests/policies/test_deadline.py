@@ -246,6 +246,20 @@ def test_down_age_counts_since_any_pool_was_up() -> None:
     assert availability.down_age_hours([a, shifted]) == pytest.approx(2.0)
 
 
+def test_longest_outage_looks_at_the_recent_window_only() -> None:
+    """Outages of every pool at once, in the last hours only, the present one included."""
+    a = _series("1" * 4 + "0" * 10 + "1" * 4 + "0" * 2 + "1" * 4 + "000", step_hours=0.5)
+    b = _series("0" * 14 + "1" * 5 + "0" * 5 + "0" * 3, step_hours=0.5)
+    assert availability.longest_outage_hours([a], window_hours=6.5) == pytest.approx(1.5)
+    # The window cuts the 5-hour outage: what it sees of it counts.
+    assert availability.longest_outage_hours([a], window_hours=10) == pytest.approx(3.5)
+    # b is up in half of a's short gap; both are down in the last 1.5 h.
+    assert availability.longest_outage_hours([a, b], window_hours=6) == pytest.approx(1.5)
+    assert availability.longest_outage_hours([a, b], window_hours=13.5) == pytest.approx(5.0)
+    assert availability.longest_outage_hours([a], window_hours=20) is None  # too short a history
+    assert availability.longest_outage_hours([_series("1" * 12)], window_hours=6) == 0.0
+
+
 # -- the balanced policy's deadline control ------------------------------------------
 
 
@@ -388,3 +402,28 @@ def test_a_step_is_kept_in_hand_where_a_preemption_loses_no_work() -> None:
     # One hour in: lag 0.7 h leaves 0.3 h of slack, lag 0.6 h leaves 0.4 h.
     assert plan.action(1.0, 0.3, SPOT, True, age_hours=0.5) is OD
     assert plan.action(1.0, 0.4, SPOT, True, age_hours=0.5) is SPOT
+
+
+@pytest.mark.parametrize(
+    ("recent", "age_hours", "market"),
+    [("short", 1.0, None), ("long", 1.0, Market.ON_DEMAND), ("short", 3.0, Market.ON_DEMAND)],
+)
+def test_a_waiting_job_hedges_on_demand_only_against_outages_seen_lately(
+    recent: str, age_hours: float, market: Market | None
+) -> None:
+    """The same spells in another order: ten 10-hour outages and twenty of half an hour. With
+    5 hours of slack and spot out for an hour the plan hedges on on-demand; where the last
+    72 hours saw only the short outages it waits instead, as greedy would, unless the
+    present outage has itself grown too long for the slack."""
+    long_, short = "1" * 16 + "0" * 40, "1" * 16 + "0" * 2
+    spells = long_ * 10 + short * 20 if recent == "short" else short * 20 + long_ * 10
+    pattern = spells + "0" * round(age_hours / 0.25 - (2 if recent == "short" else 40))
+    if recent == "long":
+        pattern = spells[: -40] + "0" * round(age_hours / 0.25)
+    offers = [_offering("a", "H100", spot=3.0, od=9.0, up=False)]
+    begin = START - timedelta(hours=len(pattern) * 0.25)
+    stats = _History({offers[0].pool: _series(pattern, step_hours=0.25, start=begin)})
+    spec = _deadline_job(["H100"], compute=24, hours_left=29)
+    ctx = PlacementContext("j7", spec, START, stats=stats, changeover_hours=0.3)
+    choice = BalancedPolicy().place(ctx, offers).choice
+    assert (choice and choice.market) is market
