@@ -204,10 +204,11 @@ class JobStore(Protocol):
         team: str | None = None,
         limit: int,
         cursor: str | None = None,
+        name: str | None = None,
     ) -> JobPage:
         """Up to ``limit`` jobs, newest first (by submit time, then id), optionally only
-        those in ``statuses`` and of ``team`` (``spec.team``), starting after ``cursor``
-        (a page's ``next``).
+        those in ``statuses``, of ``team`` (``spec.team``) and whose name contains
+        ``name`` (any case), starting after ``cursor`` (a page's ``next``).
 
         A keyset read: each page costs the same however deep it is, and a job that
         was there when the first page was read is on exactly one page (one whose
