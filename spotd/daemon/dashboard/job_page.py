@@ -9,7 +9,8 @@ from datetime import datetime
 
 from spotd import checkpoints
 from spotd.core.errors import CheckpointError
-from spotd.core.values import InstanceReport, JobRecord
+from spotd.core.states import JobStatus
+from spotd.core.values import AttemptRecord, EventRecord, JobRecord
 from spotd.daemon.dashboard.jobs import Money, money_of
 from spotd.daemon.joblogs import attempt_logs, tail
 from spotd.daemon.views import EventView, JobView, clock_label, event_view, job_view
@@ -19,6 +20,8 @@ LOG_LINES = 40
 """Lines of each node's output the page shows (``spotd logs`` prints the rest)."""
 CHECKPOINTS_SHOWN = 10
 """The newest complete checkpoints listed."""
+EVENTS_SHOWN = 40
+"""The newest events listed (``spotd events`` prints them all)."""
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class JobDetail:
     view: JobView
     money: Money
     events: list[EventView]
+    """The newest :data:`EVENTS_SHOWN` events, newest first."""
+    event_count: int
     logs: list[NodeLog]
     checkpoint_uri: str
     checkpoints: list[checkpoints.CheckpointInfo]
@@ -51,6 +56,7 @@ def job_detail(engine: Engine, job: JobRecord) -> JobDetail:
     attempts = store.attempts(job.id)
     reports = store.reports(job.id)
     ledger = store.ledger(job_id=job.id)
+    events = store.events(job.id)
     now = engine.clock.now()
     clock = clock_label(engine.clock)
     view = job_view(job, attempts, now, reports, ledger).model_copy(update={"clock": clock})
@@ -61,23 +67,29 @@ def job_detail(engine: Engine, job: JobRecord) -> JobDetail:
         job=job,
         view=view,
         money=money_of(engine, job, attempts, ledger, now),
-        events=[event_view(e, clock) for e in store.events(job.id)][::-1],
+        events=[event_view(e, clock) for e in events[::-1][:EVENTS_SHOWN]],
+        event_count=len(events),
         logs=logs,
         checkpoint_uri=uri,
         checkpoints=found[-CHECKPOINTS_SHOWN:][::-1],
         checkpoint_error=error,
-        notices=notices_by_attempt(reports),
+        notices=notices_by_attempt(attempts, events),
         now=now,
     )
 
 
-def notices_by_attempt(reports: Sequence[InstanceReport]) -> dict[int, list[datetime]]:
-    """When the attempts' nodes reported a notice, by attempt seq."""
+def notices_by_attempt(
+    attempts: Sequence[AttemptRecord], events: Sequence[EventRecord]
+) -> dict[int, list[datetime]]:
+    """When each attempt got a preemption notice, by attempt seq: its moves to
+    ``checkpointing``, on the engine's clock (an agent's own report of the notice is on
+    its node's clock, which on the simulated market is not the engine's)."""
     found: dict[int, list[datetime]] = defaultdict(list)
-    for r in reports:
-        if r.notice_at is not None:
-            found[r.attempt].append(r.notice_at)
-    return dict(found)
+    notices = [e.at for e in events if e.to_status is JobStatus.CHECKPOINTING]
+    for a in attempts:
+        end = a.ended_at
+        found[a.seq] = [t for t in notices if a.started_at <= t and (end is None or t <= end)]
+    return {seq: times for seq, times in found.items() if times}
 
 
 def _checkpoints(uri: str) -> tuple[list[checkpoints.CheckpointInfo], str | None]:

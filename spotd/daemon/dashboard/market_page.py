@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_svg import FigureCanvasSVG
@@ -39,23 +40,53 @@ class OfferingLine:
 
 
 @dataclass(frozen=True)
+class MarketFilter:
+    """The offerings asked for, as ``spotd prices --provider --gpu`` takes them."""
+
+    provider: str = ""
+    gpu: str = ""
+
+    @property
+    def query(self) -> str:
+        """The filter as the fragment's query string."""
+        return urlencode({k: v for k, v in (("provider", self.provider), ("gpu", self.gpu)) if v})
+
+    def keeps(self, o: OfferingView) -> bool:
+        """Whether offering ``o`` passes."""
+        return (not self.provider or o.provider == self.provider) and (
+            not self.gpu or o.gpu.lower() == self.gpu.lower()
+        )
+
+
+@dataclass(frozen=True)
 class MarketPage:
     """The market as the daemon sees it now."""
 
     view: MarketView
     lines: list[OfferingLine]
+    """The offerings the filter keeps."""
+    wanted: MarketFilter
+    providers: list[str]
+    gpus: list[str]
+    """Every provider and GPU model offered, for the filter's choices."""
 
 
-def market_page(engine: Engine) -> MarketPage:
-    """Every provider's freshness and every offering, by provider, zone and type."""
+def market_page(engine: Engine, wanted: MarketFilter) -> MarketPage:
+    """Every provider's freshness, and the offerings ``wanted`` keeps, by provider, zone
+    and type."""
     view = market_view(engine.market.snapshots(), time.time())
     ordered = sorted(view.offerings, key=lambda o: (o.provider, o.zone, o.instance_type))
     signals = engine.market.signals
     lines = [
         OfferingLine(o, signals.signal(Pool(o.provider, o.region, o.zone, o.instance_type)))
         for o in ordered
+        if wanted.keeps(o)
     ]
-    return MarketPage(view, lines)
+    return MarketPage(
+        view, lines, wanted,
+        providers=sorted({p.provider for p in view.providers}),
+        gpus=sorted({o.gpu for o in view.offerings}),
+    )  # fmt: skip
 
 
 def pool_history(engine: Engine, pool: Pool) -> list[PricePoint]:

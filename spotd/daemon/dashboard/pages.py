@@ -19,7 +19,12 @@ from spotd.daemon.dashboard.auth import HOME_PATH, page_guard, part_guard
 from spotd.daemon.dashboard.cost_page import JOBS_SHOWN, CostReports, window_of
 from spotd.daemon.dashboard.job_page import job_detail, notices_by_attempt
 from spotd.daemon.dashboard.jobs import JobFilter, job_table
-from spotd.daemon.dashboard.market_page import history_svg, market_page, pool_history
+from spotd.daemon.dashboard.market_page import (
+    MarketFilter,
+    history_svg,
+    market_page,
+    pool_history,
+)
 from spotd.daemon.dashboard.render import SECURITY_HEADERS, page
 from spotd.daemon.dashboard.session import COOKIE_PATH, SESSION_COOKIE, Sessions
 from spotd.daemon.dashboard.timeline import timeline_svg
@@ -78,9 +83,9 @@ def create_pages_router(engine: Engine, sessions: Sessions) -> APIRouter:
         found = _job(engine, ref)
         attempts = engine.store.attempts(found.id)
         reports = engine.store.reports(found.id)
-        now = engine.clock.now()
+        notices = notices_by_attempt(attempts, engine.store.events(found.id))
         views = [attempt_view(a, 0.0, reports) for a in attempts]
-        svg = timeline_svg(views, notices_by_attempt(reports), now, clock)
+        svg = timeline_svg(views, notices, engine.clock.now(), clock)
         return Response(svg, media_type=SVG, headers=SECURITY_HEADERS)
 
     @pages.get(f"{COOKIE_PATH}/cost")
@@ -98,12 +103,13 @@ def create_pages_router(engine: Engine, sessions: Sessions) -> APIRouter:
         return Response(png, media_type="image/png", headers=SECURITY_HEADERS)
 
     @pages.get(f"{COOKIE_PATH}/market")
-    def market(request: Request) -> Response:
-        return shown("market.html.j2", request, nav="market", m=market_page(engine))
+    def market(request: Request, provider: str = "", gpu: str = "") -> Response:
+        found = market_page(engine, MarketFilter(provider, gpu))
+        return shown("market.html.j2", request, nav="market", m=found)
 
     @parts.get(f"{COOKIE_PATH}/fragments/market")
-    def market_part() -> Response:
-        return page("market_body.html.j2", m=market_page(engine))
+    def market_part(provider: str = "", gpu: str = "") -> Response:
+        return page("market_body.html.j2", m=market_page(engine, MarketFilter(provider, gpu)))
 
     @pages.get(f"{COOKIE_PATH}/market/pool")
     def pool(request: Request, provider: str, region: str, zone: str,

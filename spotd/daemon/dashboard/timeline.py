@@ -74,9 +74,18 @@ def zone_colours(attempts: Sequence[AttemptView]) -> dict[tuple[str, str], str]:
         base = to_rgb(PALETTE[n % len(PALETTE)])
         zones = sorted({a.zone for a in attempts if a.provider == provider})
         for z, zone in enumerate(zones):
-            mix = min(0.6, 0.22 * z)  # towards white, never so far that it vanishes
-            colours[(provider, zone)] = _hex(tuple(c + (1 - c) * mix for c in base))
+            colours[(provider, zone)] = _shade(base, SHADES[z % len(SHADES)])
     return colours
+
+
+SHADES = (0.0, 0.45, -0.35, 0.65, -0.55, 0.25, -0.2)
+"""How far each further zone's colour moves from its provider's: towards white (>0) or
+black (<0), never so far that it vanishes."""
+
+
+def _shade(rgb: tuple[float, float, float], by: float) -> str:
+    target = 1.0 if by > 0 else 0.0
+    return _hex(tuple(c + (target - c) * abs(by) for c in rgb))
 
 
 def _hex(rgb: tuple[float, ...]) -> str:
