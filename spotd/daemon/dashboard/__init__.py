@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from spotd.daemon.dashboard.auth import create_auth_router
-from spotd.daemon.dashboard.pages import create_pages_router
+from spotd.daemon.dashboard.pages import create_pages_routers
 from spotd.daemon.dashboard.session import COOKIE_PATH, Sessions
 from spotd.engine.reconcile import Engine
 
@@ -23,6 +23,8 @@ def install_dashboard(app: FastAPI, engine: Engine, token: str) -> None:
     ``token``, and its own stylesheet and script (no secret in them: served to all)."""
     sessions = Sessions(token)
     app.include_router(create_auth_router(sessions))
-    app.include_router(create_pages_router(engine, sessions))
+    routes = create_pages_routers(engine, sessions)
+    app.include_router(routes.pages)
+    app.include_router(routes.parts)
     static = StaticFiles(packages=[("spotd.daemon.dashboard", "static")])
     app.mount(f"{COOKIE_PATH}/static", static, name="dashboard-static")

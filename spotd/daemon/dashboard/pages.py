@@ -8,6 +8,7 @@ swaps it in, so a page follows the daemon without a reload.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
@@ -36,7 +37,16 @@ REFRESH_SECONDS = 2
 SVG = "image/svg+xml"
 
 
-def create_pages_router(engine: Engine, sessions: Sessions) -> APIRouter:
+@dataclass(frozen=True)
+class DashboardRoutes:
+    """The dashboard's routes by what a missing session gets: ``pages`` a 303 to the
+    login, ``parts`` (fragments and charts) a 401."""
+
+    pages: APIRouter
+    parts: APIRouter
+
+
+def create_pages_routers(engine: Engine, sessions: Sessions) -> DashboardRoutes:
     """Every page, fragment and chart of the dashboard, each behind the session."""
     # Pages send a browser without a session to the login; the parts a page's script
     # or its images ask for answer 401.
@@ -124,10 +134,7 @@ def create_pages_router(engine: Engine, sessions: Sessions) -> APIRouter:
         svg = history_svg(where, pool_history(engine, where), clock)
         return Response(svg, media_type=SVG, headers=SECURITY_HEADERS)
 
-    router = APIRouter()
-    router.include_router(pages)
-    router.include_router(parts)
-    return router
+    return DashboardRoutes(pages, parts)
 
 
 def _job(engine: Engine, ref: str) -> JobRecord:
