@@ -193,6 +193,10 @@ class JobStore(Protocol):
         """A job by id, unique id prefix, or name (the newest of that name)."""
         ...
 
+    def jobs_by_id(self, job_ids: Collection[str]) -> dict[str, JobRecord]:
+        """These jobs, those that exist, by id: one read for many jobs."""
+        ...
+
     def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
         """Jobs, oldest first, optionally only those in ``statuses``."""
         ...
@@ -368,10 +372,6 @@ class EngineStore(Store, Protocol):
 
     def job_versions(self, job_ids: Collection[str]) -> dict[str, int]:
         """The versions of these jobs, by id."""
-        ...
-
-    def jobs_by_id(self, job_ids: Collection[str]) -> dict[str, JobRecord]:
-        """These jobs, by id."""
         ...
 
     def report_changes(self, since: int) -> tuple[list[InstanceReport], int]:

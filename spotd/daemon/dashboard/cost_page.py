@@ -2,90 +2,149 @@
 
 The report is built from the ledger by :func:`spotd.billing.reports.build_report`,
 the charts drawn by :func:`spotd.billing.reports.render_charts`: the page shows
-the figures the report, its email and ``/metrics`` show. A window's report and
-charts are kept a few seconds, so that the page and its three chart images,
-asked for together, build it once.
+the figures the report, its email and ``/metrics`` show.
+
+With ten thousand jobs a week's report takes about half a second to build and
+as long again to draw, so a window's report and charts are kept: asked for
+again after :data:`KEEP_SECONDS`, the page answers with the one it has while a
+thread builds the next. Only a window asked for the first time waits for its
+build. A window that ends "now" is kept under that name, not under the time
+it was built at.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
 
 from spotd.billing import reports
 from spotd.engine.reconcile import Engine
-from spotd.market.ttl import TtlCache
+
+log = logging.getLogger(__name__)
 
 DEFAULT_DAYS = 7
-"""The window when the form names none: the last week on the records' clock."""
-KEEP_SECONDS = 10.0
-"""How long a window's report and charts are reused."""
+"""The window when the form names no start: the week before its end."""
+KEEP_SECONDS = 30.0
+"""How long a window's report and charts are shown before a new build is started."""
+MAX_WINDOWS = 16
+"""Windows kept at once; the oldest kept is dropped first."""
 JOBS_SHOWN = 20
 """The most expensive jobs listed (the jobs chart shows the top 12 too)."""
 
 
 @dataclass(frozen=True)
 class Window:
-    """The reported period ``[since, until)`` and what the form said."""
+    """The period the form asked for: a start and an end, each None for the default
+    (the end: now on the records' clock; the start: :data:`DEFAULT_DAYS` before the end)."""
 
-    since: datetime
-    until: datetime
+    since: datetime | None = None
+    until: datetime | None = None
     error: str | None = None
     """Why the form's dates were not taken (the default window is shown instead)."""
+
+    def resolved(self, now: datetime) -> tuple[datetime, datetime]:
+        """The period ``[since, until)`` as of ``now``."""
+        until = self.until or now
+        return self.since or until - timedelta(days=DEFAULT_DAYS), until
+
+    @property
+    def key(self) -> str:
+        """What the window is kept under."""
+        return f"{_minute(self.since) or '-'}|{_minute(self.until) or 'now'}"
 
     @property
     def query(self) -> str:
         """The window as the chart images' query string."""
-        return f"since={_minute(self.since)}&until={_minute(self.until)}"
+        given = {"since": _minute(self.since), "until": _minute(self.until)}
+        return urlencode({k: v for k, v in given.items() if v})
 
 
 def window_of(since: str | None, until: str | None, now: datetime) -> Window:
-    """The window from the form: ISO dates or times (UTC unless they say otherwise);
-    without ``since`` the last :data:`DEFAULT_DAYS` days up to ``until`` or ``now``."""
+    """The window from the form: ISO dates or times, UTC unless they say otherwise."""
     try:
-        end = _utc(until) if until else now
-        start = _utc(since) if since else end - timedelta(days=DEFAULT_DAYS)
+        window = Window(_utc(since), _utc(until))
     except ValueError:
-        return Window(now - timedelta(days=DEFAULT_DAYS), now,
-                      error="dates must read like 2026-02-01 or 2026-02-01T12:00")  # fmt: skip
+        return Window(error="dates must read like 2026-02-01 or 2026-02-01T12:00")
+    start, end = window.resolved(now)
     if start >= end:
-        return Window(now - timedelta(days=DEFAULT_DAYS), now,
-                      error="the start must come before the end")  # fmt: skip
-    return Window(start, end)
+        return Window(error="the start must come before the end")
+    return window
 
 
-def _utc(text: str) -> datetime:
+def _utc(text: str | None) -> datetime | None:
+    if not text or not text.strip():
+        return None
     moment = datetime.fromisoformat(text.strip())
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _minute(at: datetime) -> str:
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M")
+def _minute(at: datetime | None) -> str:
+    return "" if at is None else at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M")
+
+
+@dataclass(frozen=True)
+class _Built:
+    report: reports.Report
+    charts: dict[str, bytes]
+    at: float
+    """When it was built, monotonic seconds."""
 
 
 class CostReports:
-    """Reports and charts by window, each kept :data:`KEEP_SECONDS`."""
+    """Reports and charts by window, each refreshed behind the answer once
+    :data:`KEEP_SECONDS` old."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._reports: TtlCache[tuple[datetime, datetime], reports.Report] = TtlCache(
-            KEEP_SECONDS, max_items=8
-        )
-        self._charts: TtlCache[tuple[datetime, datetime], dict[str, bytes]] = TtlCache(
-            KEEP_SECONDS, max_items=8
-        )
+        self._built: dict[str, _Built] = {}
+        self._building: set[str] = set()
+        self._lock = threading.Lock()
 
     def report(self, window: Window) -> reports.Report:
         """The report of ``window``, from the ledger."""
-        key = (window.since, window.until)
-        return self._reports.get_or_load(key, lambda: reports.build_report(
-            self._engine.store, since=window.since, until=window.until
-        ))  # fmt: skip
+        return self._get(window).report
 
     def chart(self, window: Window, name: str) -> bytes | None:
         """The PNG of chart ``name`` (one of ``reports.CHART_NAMES``), None for no such."""
         if name not in reports.CHART_NAMES:
             return None
-        key = (window.since, window.until)
-        drawn = self._charts.get_or_load(key, lambda: reports.render_charts(self.report(window)))
-        return drawn.get(name)
+        return self._get(window).charts.get(name)
+
+    def _get(self, window: Window) -> _Built:
+        with self._lock:
+            kept = self._built.get(window.key)
+            if kept is not None and time.monotonic() - kept.at > KEEP_SECONDS:
+                self._start_build(window)
+        return kept if kept is not None else self._build(window)
+
+    def _start_build(self, window: Window) -> None:
+        """A build of ``window`` in a thread, unless one runs (the lock is held)."""
+        if window.key not in self._building:
+            self._building.add(window.key)
+            threading.Thread(target=self._build_logged, args=(window,), daemon=True).start()
+
+    def _build_logged(self, window: Window) -> None:
+        try:
+            self._build(window)
+        except Exception:
+            # The page keeps the report it has; the next ask tries again.
+            log.exception("the cost page's report of %s could not be built", window.key)
+
+    def _build(self, window: Window) -> _Built:
+        try:
+            since, until = window.resolved(self._engine.clock.now())
+            report = reports.build_report(self._engine.store, since=since, until=until)
+            built = _Built(report, reports.render_charts(report), time.monotonic())
+            with self._lock:
+                self._built.pop(window.key, None)
+                self._built[window.key] = built  # the newest last: dropped last
+                while len(self._built) > MAX_WINDOWS:
+                    del self._built[next(iter(self._built))]
+            return built
+        finally:
+            with self._lock:
+                self._building.discard(window.key)

@@ -17,7 +17,7 @@ from fastapi.responses import RedirectResponse
 from spotd.core.errors import JobNotFound
 from spotd.core.values import JobRecord, Pool
 from spotd.daemon.dashboard.auth import HOME_PATH, page_guard, part_guard
-from spotd.daemon.dashboard.cost_page import JOBS_SHOWN, CostReports, window_of
+from spotd.daemon.dashboard.cost_page import JOBS_SHOWN, KEEP_SECONDS, CostReports, window_of
 from spotd.daemon.dashboard.job_page import job_detail, notices_by_attempt
 from spotd.daemon.dashboard.jobs import JobFilter, job_table
 from spotd.daemon.dashboard.market_page import (
@@ -31,6 +31,7 @@ from spotd.daemon.dashboard.session import COOKIE_PATH, SESSION_COOKIE, Sessions
 from spotd.daemon.dashboard.timeline import timeline_svg
 from spotd.daemon.views import STATUS_WORDS, attempt_view, clock_label
 from spotd.engine.reconcile import Engine
+from spotd.market.ttl import TtlCache
 
 REFRESH_SECONDS = 2
 """How often a page's fragment is asked for again."""
@@ -53,6 +54,10 @@ def create_pages_routers(engine: Engine, sessions: Sessions) -> DashboardRoutes:
     pages = APIRouter(include_in_schema=False, dependencies=[Depends(page_guard(sessions))])
     parts = APIRouter(include_in_schema=False, dependencies=[Depends(part_guard(sessions))])
     costs = CostReports(engine)
+    # Charts drawn lately, by what they show: a job's timeline by its version (and while
+    # it runs, the refresh period), a pool's history for 30 s. Drawing one takes matplotlib
+    # a few hundred milliseconds, and a page's script asks again every few seconds.
+    drawn: TtlCache[tuple[str, str, str], str] = TtlCache(60.0, max_items=64)
     clock = clock_label(engine.clock)
 
     def shown(name: str, request: Request, **context: Any) -> Response:
@@ -91,18 +96,23 @@ def create_pages_routers(engine: Engine, sessions: Sessions) -> DashboardRoutes:
     @parts.get(f"{COOKIE_PATH}/jobs/{{ref}}/timeline.svg")
     def timeline(ref: str) -> Response:
         found = _job(engine, ref)
-        attempts = engine.store.attempts(found.id)
-        reports = engine.store.reports(found.id)
-        notices = notices_by_attempt(attempts, engine.store.events(found.id))
-        views = [attempt_view(a, 0.0, reports) for a in attempts]
-        svg = timeline_svg(views, notices, engine.clock.now(), clock)
+
+        def draw() -> str:
+            attempts = engine.store.attempts(found.id)
+            reports = engine.store.reports(found.id)
+            notices = notices_by_attempt(attempts, engine.store.events(found.id))
+            views = [attempt_view(a, 0.0, reports) for a in attempts]
+            return timeline_svg(views, notices, engine.clock.now(), clock)
+
+        svg = drawn.get_or_load(("timeline", found.id, _stamp(found)), draw)
         return Response(svg, media_type=SVG, headers=SECURITY_HEADERS)
 
     @pages.get(f"{COOKIE_PATH}/cost")
     def cost(request: Request, since: str | None = None, until: str | None = None) -> Response:
         window = window_of(since, until, engine.clock.now())
         return shown("cost.html.j2", request, nav="cost", window=window,
-                     report=costs.report(window), jobs_shown=JOBS_SHOWN)  # fmt: skip
+                     report=costs.report(window), jobs_shown=JOBS_SHOWN,
+                     keep=f"{KEEP_SECONDS:g}")  # fmt: skip
 
     @parts.get(f"{COOKIE_PATH}/cost/{{name}}.png")
     def cost_chart(name: str, since: str | None = None,
@@ -131,7 +141,8 @@ def create_pages_routers(engine: Engine, sessions: Sessions) -> DashboardRoutes:
     def history(provider: str, region: str, zone: str,
                 instance_type: str) -> Response:  # fmt: skip
         where = Pool(provider, region, zone, instance_type)
-        svg = history_svg(where, pool_history(engine, where), clock)
+        svg = drawn.get_or_load(("history", str(where), str(int(time.time() // 30))),
+                                lambda: history_svg(where, pool_history(engine, where), clock))
         return Response(svg, media_type=SVG, headers=SECURITY_HEADERS)
 
     return DashboardRoutes(pages, parts)
