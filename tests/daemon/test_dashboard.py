@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,8 +20,10 @@ from fastapi import APIRouter
 from fastapi.routing import APIRoute
 
 from spotd.core.clock import WallClock
+from spotd.daemon.dashboard.cost_page import CostReports, window_of
 from spotd.daemon.dashboard.pages import create_pages_routers
 from spotd.daemon.dashboard.session import SESSION_SECONDS, Sessions, safe_next, same_origin
+from spotd.store import open_store
 
 SMTP_PASSWORD = "smtp-pass-9f3k2"
 JOB_SECRET = "hf-secret-value-7x1q"
@@ -235,3 +239,37 @@ def test_the_job_page_names_a_missing_job_404(
     reply = client.get("/dashboard/jobs/no-such-job", headers=cookie)
     assert reply.status_code == 404
 
+
+
+def test_the_cost_window_from_the_form() -> None:
+    now = datetime(2026, 2, 9, 12, 0, tzinfo=UTC)
+    default = window_of(None, None, now)
+    assert default.resolved(now) == (now - timedelta(days=7), now)
+    assert default.key == "-|now" and default.query == ""
+    given = window_of("2026-02-01", "2026-02-03T06:30", now)
+    assert given.resolved(now) == (datetime(2026, 2, 1, tzinfo=UTC),
+                                   datetime(2026, 2, 3, 6, 30, tzinfo=UTC))  # fmt: skip
+    assert given.query == "since=2026-02-01T00%3A00&until=2026-02-03T06%3A30"
+    assert window_of("yesterday", None, now).error is not None
+    backwards = window_of("2026-02-05", "2026-02-01", now)
+    assert backwards.error == "the start must come before the end"
+    assert backwards.resolved(now) == default.resolved(now)
+
+
+def test_the_cost_page_keeps_a_windows_report_and_draws_its_charts_once(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        engine: Any = SimpleNamespace(store=store, clock=WallClock())
+        costs = CostReports(engine)
+        window = window_of(None, None, engine.clock.now())
+        first = costs.report(window)
+        assert costs.report(window) is first, "built once, then kept"
+        assert first.totals.jobs == 0
+        daily = costs.chart(window, "daily")
+        assert daily is not None and daily.startswith(b"\x89PNG")
+        assert costs.chart(window, "daily") is daily
+        assert costs.chart(window, "nothing") is None
+        other = window_of("2026-01-01", "2026-01-02", engine.clock.now())
+        assert costs.report(other) is not first
+    finally:
+        store.close()

@@ -8,8 +8,8 @@ With ten thousand jobs a week's report takes about half a second to build and
 as long again to draw, so a window's report and charts are kept: asked for
 again after :data:`KEEP_SECONDS`, the page answers with the one it has while a
 thread builds the next. Only a window asked for the first time waits for its
-build. A window that ends "now" is kept under that name, not under the time
-it was built at.
+report; its charts are drawn when the page's images ask for them. A window
+that ends "now" is kept under that name, not under the time it was built at.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
@@ -86,12 +86,21 @@ def _minute(at: datetime | None) -> str:
     return "" if at is None else at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M")
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Built:
     report: reports.Report
-    charts: dict[str, bytes]
     at: float
     """When it was built, monotonic seconds."""
+    charts: dict[str, bytes] | None = None
+    """Drawn at the first ask of one, or beside the report by a build behind the page."""
+    drawing: threading.Lock = field(default_factory=threading.Lock)
+
+    def chart(self, name: str) -> bytes | None:
+        # One drawing for the page's three images, which the browser asks for at once.
+        with self.drawing:
+            if self.charts is None:
+                self.charts = reports.render_charts(self.report)
+        return self.charts.get(name)
 
 
 class CostReports:
@@ -112,7 +121,7 @@ class CostReports:
         """The PNG of chart ``name`` (one of ``reports.CHART_NAMES``), None for no such."""
         if name not in reports.CHART_NAMES:
             return None
-        return self._get(window).charts.get(name)
+        return self._get(window).chart(name)
 
     def _get(self, window: Window) -> _Built:
         with self._lock:
@@ -125,11 +134,11 @@ class CostReports:
         """A build of ``window`` in a thread, unless one runs (the lock is held)."""
         if window.key not in self._building:
             self._building.add(window.key)
-            threading.Thread(target=self._build_logged, args=(window,), daemon=True).start()
+            threading.Thread(target=self._build_behind, args=(window,), daemon=True).start()
 
-    def _build_logged(self, window: Window) -> None:
+    def _build_behind(self, window: Window) -> None:
         try:
-            self._build(window)
+            self._build(window).chart(reports.CHART_NAMES[0])
         except Exception:
             # The page keeps the report it has; the next ask tries again.
             log.exception("the cost page's report of %s could not be built", window.key)
@@ -138,7 +147,7 @@ class CostReports:
         try:
             since, until = window.resolved(self._engine.clock.now())
             report = reports.build_report(self._engine.store, since=since, until=until)
-            built = _Built(report, reports.render_charts(report), time.monotonic())
+            built = _Built(report, time.monotonic())
             with self._lock:
                 self._built.pop(window.key, None)
                 self._built[window.key] = built  # the newest last: dropped last

@@ -88,7 +88,7 @@ class JobLine:
 
 
 @dataclass(frozen=True)
-class JobTable:
+class JobsShown:
     """One page of the table and the cursor of the next."""
 
     lines: list[JobLine]
@@ -99,7 +99,7 @@ class JobTable:
     """Why the filter was not read (a cursor the store did not make)."""
 
 
-def job_table(engine: Engine, wanted: JobFilter, limit: int = PAGE_SIZE) -> JobTable:
+def job_table(engine: Engine, wanted: JobFilter, limit: int = PAGE_SIZE) -> JobsShown:
     """The page of jobs ``wanted`` names, newest first."""
     clock = clock_label(engine.clock)
     try:
@@ -108,13 +108,13 @@ def job_table(engine: Engine, wanted: JobFilter, limit: int = PAGE_SIZE) -> JobT
             cursor=wanted.cursor or None, name=wanted.name or None,
         )  # fmt: skip
     except StoreError as exc:
-        return JobTable([], None, clock, refused=str(exc))
+        return JobsShown([], None, clock, refused=str(exc))
     ids = [j.id for j in page.jobs]
     attempts = engine.store.attempts_for(ids)
     ledger = engine.store.ledger_for(ids)
     now = engine.clock.now()
     lines = [job_line(engine, j, attempts[j.id], ledger[j.id], now) for j in page.jobs]
-    return JobTable(lines, page.next, clock)
+    return JobsShown(lines, page.next, clock)
 
 
 def job_line(
