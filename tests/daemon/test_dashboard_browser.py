@@ -167,8 +167,8 @@ def test_log_in_watch_a_submitted_job_and_its_recovery(
     time.sleep(2.5)  # one more refresh: the finished job's timeline and output
     shoot(browser, shots, "job")
 
-    browser.get(f"{base}/dashboard/cost")
-    spend = browser.find_element(By.ID, "spend").text
+    browser.get(f"{base}/dashboard/cost")  # the report is built behind the page, then shown
+    spend = until(browser, lambda d: d.find_element(By.ID, "spend").text)
     assert spend.endswith(" USD") and float(spend.split()[0].replace(",", "")) > 0
     until(browser, lambda d: d.execute_script(
         "return [...document.querySelectorAll('.charts img')].every(i => i.naturalWidth > 0);"

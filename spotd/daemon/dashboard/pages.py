@@ -107,12 +107,24 @@ def create_pages_routers(engine: Engine, sessions: Sessions) -> DashboardRoutes:
         svg = drawn.get_or_load(("timeline", found.id, _stamp(found)), draw)
         return Response(svg, media_type=SVG, headers=SECURITY_HEADERS)
 
+    def cost_context(since: str | None, until: str | None) -> dict[str, Any]:
+        window = window_of(since, until, engine.clock.now())
+        report = costs.ready(window)
+        if report is not None:
+            start, end = report.period.since, report.period.until
+        else:
+            start, end = window.resolved(engine.clock.now())
+        return {"window": window, "report": report, "since": f"{start:%Y-%m-%dT%H:%M}",
+                "until": f"{end:%Y-%m-%dT%H:%M}", "jobs_shown": JOBS_SHOWN,
+                "keep": f"{KEEP_SECONDS:g}"}  # fmt: skip
+
     @pages.get(f"{COOKIE_PATH}/cost")
     def cost(request: Request, since: str | None = None, until: str | None = None) -> Response:
-        window = window_of(since, until, engine.clock.now())
-        return shown("cost.html.j2", request, nav="cost", window=window,
-                     report=costs.report(window), jobs_shown=JOBS_SHOWN,
-                     keep=f"{KEEP_SECONDS:g}")  # fmt: skip
+        return shown("cost.html.j2", request, nav="cost", **cost_context(since, until))
+
+    @parts.get(f"{COOKIE_PATH}/fragments/cost")
+    def cost_part(since: str | None = None, until: str | None = None) -> Response:
+        return page("cost_body.html.j2", clock=clock, **cost_context(since, until))
 
     @parts.get(f"{COOKIE_PATH}/cost/{{name}}.png")
     def cost_chart(name: str, since: str | None = None,
