@@ -16,8 +16,9 @@ Each route is asked once untimed first. The cost page builds a window's
 report behind the answer and keeps it (rebuilt behind the answer once 30 s
 old): "kept" asks for the last week again and again; "a new window" moves
 the window by a minute each time, so that each answer starts a build and
-says so. Last, it times how long a new window's figures take to show: the
-page, then its fragment asked for until the report is in it.
+says so (one build runs at a time, four wait at most). First, it times how
+long a new window's figures take to show: the page, then its fragment asked
+for until the report is in it.
 It stops by itself and leaves nothing behind.
 """
 
@@ -107,8 +108,8 @@ def run(opts: argparse.Namespace, root: Path) -> None:
         with httpx.Client(base_url=base, timeout=60) as client:
             client.headers["Cookie"] = f"spotd_session={login(client, token)}"
             time.sleep(5)  # the first price polls and passes
-            measure(client, opts.repeat, sample)
             figures_after(client, max(3, opts.repeat // 6))
+            measure(client, opts.repeat, sample)
     finally:
         daemon.send_signal(signal.SIGTERM)
         try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
@@ -33,6 +34,8 @@ KEEP_SECONDS = 30.0
 """How long a window's report and charts are shown before a new build is started."""
 MAX_WINDOWS = 16
 """Windows kept at once; the oldest kept is dropped first."""
+MAX_PENDING = 4
+"""Builds due at once, the one running included."""
 JOBS_SHOWN = 20
 """The most expensive jobs listed (the jobs chart shows the top 12 too)."""
 
@@ -113,6 +116,7 @@ class CostReports:
         self._built: dict[str, _Built] = {}
         self._building: set[str] = set()
         self._lock = threading.Lock()
+        self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotd-cost")
 
     def report(self, window: Window) -> reports.Report:
         """The report of ``window``, from the ledger."""
@@ -141,10 +145,15 @@ class CostReports:
         return kept if kept is not None else self._build(window)
 
     def _start_build(self, window: Window) -> None:
-        """A build of ``window`` in a thread, unless one runs (the lock is held)."""
-        if window.key not in self._building:
+        """A build of ``window`` behind the answer, unless one is due (the lock is held).
+
+        One build runs at a time, and at most :data:`MAX_PENDING` wait: a reader asking
+        for one window after another cannot make the daemon build them all at once.
+        A window turned away is asked for again by its page's script.
+        """
+        if window.key not in self._building and len(self._building) < MAX_PENDING:
             self._building.add(window.key)
-            threading.Thread(target=self._build_behind, args=(window,), daemon=True).start()
+            self._builder.submit(self._build_behind, window)
 
     def _build_behind(self, window: Window) -> None:
         try:
