@@ -37,15 +37,18 @@ demo: $(VENV)/.core
 demo-ddp: $(VENV)/.train
 	$(BIN)/spotd demo --example ddp
 
-# Two tests need programs from the system: the container test runs a job in a
-# locally built image through podman, and the report test renders the HTML
-# report in headless Chromium. Where this is root with apt-get, as on CI, the
-# missing ones are installed from Debian's packages; elsewhere those tests are
-# skipped with the reason. Failure here stops nothing.
+# Some tests need programs from the system: the container test runs a job in a
+# locally built image through podman, the report test renders the HTML report
+# in headless Chromium, and the dashboard's browser test drives Chromium through
+# Debian's chromedriver (Selenium is told its path: it downloads nothing). Where
+# this is root with apt-get, as on CI, the missing ones are installed from
+# Debian's packages; elsewhere those tests are skipped with the reason. Failure
+# here stops nothing.
 $(VENV)/.engine: | $(BIN)/python
 	-@want=""; \
 	command -v podman >/dev/null 2>&1 || want="$$want podman runc"; \
 	command -v chromium >/dev/null 2>&1 || want="$$want chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || want="$$want chromium-driver"; \
 	if [ -n "$$want" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	  echo "installing$$want for the container and browser tests"; \
 	  apt-get update -qq >/dev/null && \

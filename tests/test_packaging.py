@@ -45,6 +45,9 @@ def test_wheel_layout(wheel: Path) -> None:
         "spotd/billing/templates/report.html.j2",
         "spotd/daemon/templates/bootstrap.sh.j2",
         "spotd/mail/templates/job_end.html.j2",
+        "spotd/daemon/dashboard/templates/jobs.html.j2",
+        "spotd/daemon/dashboard/static/dashboard.js",
+        "spotd/daemon/dashboard/static/dashboard.css",
     ):
         assert expected in names, f"{expected} missing from the wheel"
     migrations = ROOT / "spotd" / "store" / "migrations" / "versions"

@@ -197,6 +197,30 @@ def daemon(
 
 
 @app.command()
+def dashboard(
+    config: ConfigOpt = None,
+    open_it: Annotated[
+        bool, typer.Option("--open", help="Open it in the default web browser too.")
+    ] = False,
+) -> None:
+    """Print the web dashboard's address (log in with the daemon's API token)."""
+    import webbrowser
+
+    from spotd.cli.client import daemon_alive, daemon_url
+
+    settings = _settings(config)
+    url = f"{daemon_url(settings)}/dashboard/"
+    out.print(url, highlight=False, soft_wrap=True)
+    if not daemon_alive(settings.address_file):
+        err.print("no daemon runs with this configuration now: start one with spotd daemon")
+    err.print(f"log in with the API token in {escape(str(settings.token_file))}",
+              highlight=False, soft_wrap=True)
+    if open_it and not webbrowser.open(url):
+        _error("no web browser could be opened here: open the address above")
+        raise typer.Exit(1)
+
+
+@app.command()
 def submit(
     job_file: Annotated[Path, typer.Argument(help="The job.toml to run.")],
     config: ConfigOpt = None,

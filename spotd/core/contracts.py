@@ -193,6 +193,10 @@ class JobStore(Protocol):
         """A job by id, unique id prefix, or name (the newest of that name)."""
         ...
 
+    def jobs_by_id(self, job_ids: Collection[str]) -> dict[str, JobRecord]:
+        """These jobs, those that exist, by id: one read for many jobs."""
+        ...
+
     def list_jobs(self, statuses: Collection[JobStatus] | None = None) -> list[JobRecord]:
         """Jobs, oldest first, optionally only those in ``statuses``."""
         ...
@@ -204,10 +208,11 @@ class JobStore(Protocol):
         team: str | None = None,
         limit: int,
         cursor: str | None = None,
+        name: str | None = None,
     ) -> JobPage:
         """Up to ``limit`` jobs, newest first (by submit time, then id), optionally only
-        those in ``statuses`` and of ``team`` (``spec.team``), starting after ``cursor``
-        (a page's ``next``).
+        those in ``statuses``, of ``team`` (``spec.team``) and whose name contains
+        ``name`` (any case), starting after ``cursor`` (a page's ``next``).
 
         A keyset read: each page costs the same however deep it is, and a job that
         was there when the first page was read is on exactly one page (one whose
@@ -367,10 +372,6 @@ class EngineStore(Store, Protocol):
 
     def job_versions(self, job_ids: Collection[str]) -> dict[str, int]:
         """The versions of these jobs, by id."""
-        ...
-
-    def jobs_by_id(self, job_ids: Collection[str]) -> dict[str, JobRecord]:
-        """These jobs, by id."""
         ...
 
     def report_changes(self, since: int) -> tuple[list[InstanceReport], int]:

@@ -1,7 +1,9 @@
 """The daemon's HTTP API (FastAPI): what the CLI talks to.
 
 Every route but ``/v1/health`` needs ``Authorization: Bearer <token>``, the
-token being the content of the daemon's token file (mode 0600).
+token being the content of the daemon's token file (mode 0600). The web
+dashboard under ``/dashboard`` (:mod:`spotd.daemon.dashboard`) takes the same
+token at its login page and keeps a signed cookie instead.
 
 Limits (docs/operations.md, "API limits"): a request body over ``[daemon]
 max_body_bytes`` gets 413 unread (:mod:`spotd.daemon.limits`); ``GET /v1/jobs``
@@ -48,14 +50,17 @@ from spotd.core.errors import (
     SubmitRefused,
 )
 from spotd.core.spec import JobSpec
-from spotd.core.states import ACTIVE, TERMINAL, JobStatus
+from spotd.core.states import TERMINAL, JobStatus
 from spotd.core.values import InstanceReport, JobRecord, attempt_reports
 from spotd.daemon.agent_routes import create_agent_router
+from spotd.daemon.dashboard import install_dashboard
+from spotd.daemon.joblogs import node_logs
 from spotd.daemon.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
 from spotd.daemon.metrics import Outboxlike, create_metrics_router
 from spotd.daemon.planning import PlanView, plan_submitted
 from spotd.daemon.secrets import missing_secrets
 from spotd.daemon.views import (
+    STATUS_WORDS,
     EventView,
     JobPageView,
     JobView,
@@ -74,12 +79,6 @@ MAX_PAGE = 1000
 """The most jobs one page holds: a page's views are built in memory at once."""
 MAX_IDEMPOTENCY_KEY = 200
 """The longest ``Idempotency-Key`` kept (a UUID is 36 characters)."""
-STATUS_WORDS: dict[str, frozenset[JobStatus]] = {
-    "active": frozenset(ACTIVE),
-    "ended": frozenset(TERMINAL),
-    **{s.value: frozenset({s}) for s in JobStatus},
-}
-"""What ``status=`` of ``GET /v1/jobs`` accepts: a status, or ``active`` / ``ended``."""
 
 
 class SubmitBody(BaseModel):
@@ -233,6 +232,7 @@ def create_app(
         return {"status": "ok", "version": __version__}
 
     app.include_router(create_jobs_router(engine, dependencies=auth, secrets=held))
+    install_dashboard(app, engine, token)
     return app
 
 
@@ -332,14 +332,7 @@ def create_jobs_router(
 
     @router.get("/v1/jobs/{ref}/logs")
     def logs(ref: str) -> LogsView:
-        job = engine.store.find_job(ref)
-        out: dict[str, str] = {}
-        for attempt in engine.store.attempts(job.id):
-            provider = engine.providers.get(attempt.pool.provider)
-            for iid in attempt.instance_ids:
-                key = f"attempt {attempt.seq} {attempt.pool} {iid}"
-                out[key] = provider.logs(iid) if provider else "(provider not enabled)"
-        return LogsView(logs=out)
+        return LogsView(logs=node_logs(engine, engine.store.find_job(ref)))
 
     return router
 

@@ -236,7 +236,7 @@ def read_store(engine: EngineView, queries: MetricQueries) -> StoreReading:
         by_seq = billed.get(job.id, {})
         stored = [_summed_line(a, by_seq[a.seq]) for a in rows if a.seq in by_seq]
         entries = ledger_so_far(
-            job, rows, stored, now, on_demand_prices=_on_demand_prices(engine.market, rows)
+            job, rows, stored, now, on_demand_prices=on_demand_prices(engine.market, rows)
         )
         ledgers[job.id] = entries
         fresh.extend(e for e in entries if e.attempt not in by_seq)
@@ -312,7 +312,7 @@ def placement_waits(job: JobRecord, attempts: Iterable[AttemptRecord]) -> list[f
     return waits
 
 
-def _on_demand_prices(market: MarketSource, attempts: Sequence[AttemptRecord]) -> dict[Pool, float]:
+def on_demand_prices(market: MarketSource, attempts: Sequence[AttemptRecord]) -> dict[Pool, float]:
     """The on-demand price each attempt's pool lists now, where it lists one."""
     prices: dict[Pool, float] = {}
     for a in attempts:

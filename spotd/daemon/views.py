@@ -14,7 +14,7 @@ from spotd.core.agent_wire import GpuReading, PreflightFigures
 from spotd.core.clock import DatabaseClock, WallClock
 from spotd.core.contracts import Clock
 from spotd.core.progress import job_done_hours, reported_steps, running_rate
-from spotd.core.states import FailureCause, JobStatus
+from spotd.core.states import ACTIVE, TERMINAL, FailureCause, JobStatus
 from spotd.core.values import (
     AttemptEnd,
     AttemptRecord,
@@ -28,6 +28,14 @@ from spotd.core.values import (
 from spotd.engine.attempts import error_exits
 from spotd.engine.gang import gang_state
 from spotd.market.cache import Snapshot
+
+STATUS_WORDS: dict[str, frozenset[JobStatus]] = {
+    "active": frozenset(ACTIVE),
+    "ended": frozenset(TERMINAL),
+    **{s.value: frozenset({s}) for s in JobStatus},
+}
+"""What a job listing's status filter accepts (``status=`` of ``GET /v1/jobs``, the
+dashboard's): a status, or ``active`` / ``ended``."""
 
 
 class GpuView(BaseModel):

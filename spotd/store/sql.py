@@ -308,14 +308,17 @@ class SqlStore:
         team: str | None = None,
         limit: int,
         cursor: str | None = None,
+        name: str | None = None,
     ) -> JobPage:
         """Up to ``limit`` jobs, newest first (by submit time, then id), optionally only
-        those in ``statuses`` and of ``team``, starting after ``cursor`` (a page's ``next``).
+        those in ``statuses``, of ``team`` and whose name contains ``name`` (any case),
+        starting after ``cursor`` (a page's ``next``).
 
         A keyset read on ``(submitted_at, id)`` (indexed, with and without the
         status): no OFFSET, so a deep page costs what the first does, and the
         order key never changes, so a job is on one page only. ``team`` is read
-        from the stored spec's JSON: filtered along the index walk, not indexed.
+        from the stored spec's JSON and ``name`` matched with LIKE: both filtered
+        along the index walk, not indexed (a name no job has reads every row once).
         """
         if limit < 1:
             raise StoreError(f"a page holds at least one job, not {limit}")
@@ -325,6 +328,8 @@ class SqlStore:
             query = query.where(JOBS.c.status.in_([s.value for s in statuses]))
         if team is not None:
             query = query.where(_spec_team(self._engine.dialect.name) == team)
+        if name:
+            query = query.where(JOBS.c.name.icontains(name, autoescape=True))
         if cursor is not None:
             at, job_id = _read_cursor(cursor)
             query = query.where(tuple_(JOBS.c.submitted_at, JOBS.c.id) < tuple_(at, job_id))

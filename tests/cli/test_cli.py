@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import webbrowser
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from spotd.cli.app import _again, app
@@ -298,3 +301,24 @@ def test_a_default_workdir_too_large_to_ship_says_it_was_the_job_files_folder(
         "(the job file's folder, as the spec gives no workdir: set workdir to the folder "
         "of the job's code)"
     ), said
+
+
+def test_dashboard_prints_the_running_daemons_address_and_opens_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "spotd.toml"
+    config.write_text(f'data_dir = "{tmp_path}"\n')
+    (tmp_path / "daemon.json").write_text(
+        json.dumps({"host": "127.0.0.1", "port": 48123, "pid": os.getpid()})
+    )
+    shown = CliRunner().invoke(app, ["dashboard", "-c", str(config)])
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout == "http://127.0.0.1:48123/dashboard/\n"
+    assert f"log in with the API token in {tmp_path / 'token'}" in shown.stderr
+    opened: list[str] = []
+    monkeypatch.setattr(webbrowser, "open", lambda url: opened.append(url) or True)
+    assert CliRunner().invoke(app, ["dashboard", "--open", "-c", str(config)]).exit_code == 0
+    assert opened == ["http://127.0.0.1:48123/dashboard/"]
+    monkeypatch.setattr(webbrowser, "open", lambda url: False)
+    none = CliRunner().invoke(app, ["dashboard", "--open", "-c", str(config)])
+    assert none.exit_code == 1 and "no web browser could be opened" in none.stderr

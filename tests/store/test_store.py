@@ -213,6 +213,26 @@ def test_jobs_page_filters_by_the_specs_team(store: SqlStore) -> None:
     assert store.jobs_page(team="nobody", limit=5).jobs == []
 
 
+def test_jobs_page_filters_by_part_of_the_name_in_any_case(store: SqlStore) -> None:
+    names = ["llm-Finetune", "llm-pretrain", "vision", "run_done", "runxdone"]
+    jobs = {n: store.create_job(make_spec(n), now=at(i)) for i, n in enumerate(names)}
+
+    def named(part: str, **kw: object) -> list[str]:
+        page = store.jobs_page(limit=10, name=part, **kw)  # type: ignore[arg-type]
+        return [j.name for j in page.jobs]
+
+    assert named("LLM") == ["llm-pretrain", "llm-Finetune"]
+    assert named("finetune") == ["llm-Finetune"]
+    assert named("n_d") == ["run_done"], "LIKE's wildcard _ is matched as itself"
+    assert named("nothing") == []
+    move(store, jobs["llm-pretrain"].id, S.PENDING, S.CANCELLED, at(20))
+    assert named("llm", statuses={S.PENDING}) == ["llm-Finetune"]
+    first = store.jobs_page(limit=1, name="done")
+    assert [j.name for j in first.jobs] == ["runxdone"] and first.next is not None
+    rest = store.jobs_page(limit=1, name="done", cursor=first.next)
+    assert [j.name for j in rest.jobs] == ["run_done"] and rest.next is None
+
+
 def test_jobs_page_is_stable_while_jobs_arrive(store: SqlStore) -> None:
     old = [store.create_job(make_spec(), now=at(i)) for i in range(6)]
     first = store.jobs_page(limit=4)

@@ -1,0 +1,109 @@
+"""The dashboard's login session: a signed cookie, and the checks on its state changes.
+
+The cookie never holds the API token. It holds an expiry and an HMAC of that
+expiry keyed by the token, so any daemon that shares the token (several daemons
+on one database) accepts it, and changing the token ends every session. The
+HMAC is compared in constant time, as the token is at login.
+
+A browser sends the cookie only to this site (``SameSite=Strict``), never to
+scripts (``HttpOnly``) and only over a secure context (``Secure``: HTTPS, or a
+loopback address, which Chromium and Firefox treat as secure). The two routes
+that change state, login and logout, also check that the request comes from a
+page of this site (:func:`same_origin`) and carry a form token
+(:func:`login_form_token`, :func:`logout_form_token`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+SESSION_COOKIE = "spotd_session"
+"""The cookie that holds a signed session."""
+LOGIN_COOKIE = "spotd_login"
+"""The cookie that pairs a login form with the browser that asked for it."""
+SESSION_SECONDS = 12 * 3600
+"""How long a login lasts."""
+COOKIE_PATH = "/dashboard"
+"""The cookies are sent to the dashboard's routes only, never to the JSON API."""
+_SESSION_PURPOSE = b"spotd-dashboard-session:"
+_LOGOUT_PURPOSE = b"spotd-dashboard-logout:"
+
+
+@dataclass(frozen=True)
+class Sessions:
+    """Signs and checks session cookies with the API token as the key."""
+
+    token: str
+
+    def issue(self, now: float | None = None) -> str:
+        """A new session's cookie value: ``<expiry>.<hmac>``."""
+        expiry = int((time.time() if now is None else now) + SESSION_SECONDS)
+        return f"{expiry}.{self._sign(_SESSION_PURPOSE, str(expiry))}"
+
+    def valid(self, value: str | None, now: float | None = None) -> bool:
+        """Whether ``value`` is a session this token signed that has not expired."""
+        if not value or value.count(".") != 1:
+            return False
+        expiry, signature = value.split(".")
+        if not expiry.isdigit():
+            return False
+        expected = self._sign(_SESSION_PURPOSE, expiry)
+        fresh = int(expiry) > (time.time() if now is None else now)
+        return hmac.compare_digest(signature, expected) and fresh
+
+    def logout_form_token(self, session: str) -> str:
+        """The form token of the logout button: bound to the session it ends."""
+        return self._sign(_LOGOUT_PURPOSE, session)
+
+    def logout_allowed(self, session: str | None, form_token: str) -> bool:
+        """Whether a logout carries its session's form token."""
+        if session is None or not self.valid(session):
+            return False
+        return hmac.compare_digest(form_token, self.logout_form_token(session))
+
+    def token_matches(self, given: str) -> bool:
+        """Whether ``given`` is the API token, in constant time."""
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    def _sign(self, purpose: bytes, message: str) -> str:
+        mac = hmac.new(self.token.encode(), purpose + message.encode(), hashlib.sha256)
+        return mac.hexdigest()
+
+
+def login_form_token() -> str:
+    """A fresh random value for the login form and its :data:`LOGIN_COOKIE` (a
+    double submit: a page elsewhere can neither read the cookie nor set it)."""
+    return secrets.token_urlsafe(24)
+
+
+def login_form_matches(cookie: str | None, field: str) -> bool:
+    """Whether the login form's token is the one its browser's cookie holds."""
+    return bool(cookie) and bool(field) and hmac.compare_digest(str(cookie), field)
+
+
+def same_origin(headers: Mapping[str, str]) -> bool:
+    """Whether a state-changing request comes from a page of this site.
+
+    The browser's ``Origin`` (or, where it sends none, its ``Referer``) must name
+    the host the request was sent to; a request with neither is refused. Only
+    the host and port are compared: behind a TLS proxy the daemon sees http
+    while the browser says https.
+    """
+    host = headers.get("host", "")
+    source = headers.get("origin") or headers.get("referer")
+    if not host or not source or source == "null":
+        return False
+    return urlsplit(source).netloc == host
+
+
+def safe_next(path: str | None, default: str) -> str:
+    """Where to go after the login: a path of the dashboard only, never another site."""
+    if path and path.startswith(f"{COOKIE_PATH}/") and "//" not in path and "\\" not in path:
+        return path
+    return default
