@@ -130,7 +130,6 @@ class Daemon:
         )
         self._server_thread.start()
         self._link_agents(token)
-        self._write_address()
         self._schedule()
         if self.mailer is not None:
             schedule_mail(self.scheduler, self.mailer)
@@ -140,6 +139,9 @@ class Daemon:
         self.scheduler.start()
         log.info(start_summary(self.settings, self.config_file, sorted(self.engine.providers)))
         log.info("spotd daemon listening on %s:%d", self.settings.daemon.host, self.port)
+        # Last: clients (and tests) take the address file as the sign the daemon is up,
+        # its start lines logged and its scheduled work running.
+        self._write_address()
 
     def stop(self) -> None:
         """Drain: stop the API, let the pass in flight finish, stop the scheduler."""
