@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -39,7 +40,7 @@ def _png(draw: Callable[[Axes, Report], None], report: Report) -> bytes:
     fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
-    _style(ax)
+    style_axes(ax)
     draw(ax, report)
     out = io.BytesIO()
     fig.savefig(out, format="png", dpi=DPI, facecolor="white")
@@ -118,10 +119,11 @@ def _top(rows: Sequence[Rollup]) -> list[Rollup]:
     return [*head, others]
 
 
-def _style(ax: Axes) -> None:
+def style_axes(ax: Axes, grid: Literal["both", "x", "y"] = "both") -> None:
+    """The charts' look: no top or right frame, a light grid, small tick labels."""
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
-    ax.grid(axis="both", color="#eaeef2", linewidth=0.8)
+    ax.grid(axis=grid, color="#eaeef2", linewidth=0.8)
     ax.set_axisbelow(True)
     ax.tick_params(labelsize=8)
 

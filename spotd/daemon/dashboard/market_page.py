@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
-from spotd.billing.charts import ON_DEMAND, PALETTE
+from spotd.billing.charts import ON_DEMAND, PALETTE, style_axes
 from spotd.core.values import Market, Pool, PricePoint
 from spotd.daemon.dashboard.timeline import date2num
 from spotd.daemon.views import MarketView, OfferingView, market_view
@@ -100,10 +100,7 @@ def history_svg(pool: Pool, points: Sequence[PricePoint], clock: str | None) -> 
     fig = Figure(figsize=(8.0, 3.0), layout="constrained")
     FigureCanvasSVG(fig)
     ax = fig.add_subplot()
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    ax.grid(color="#eaeef2", linewidth=0.8)
-    ax.tick_params(labelsize=8)
+    style_axes(ax)
     ax.set_title(str(pool), fontsize=9, loc="left")
     if not points:
         ax.text(0.5, 0.5, "no price kept for this pool yet", ha="center", va="center",

@@ -22,7 +22,7 @@ from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from spotd.billing.charts import PALETTE
+from spotd.billing.charts import PALETTE, style_axes
 from spotd.daemon.views import AttemptView
 
 date2num: Callable[[datetime], float] = dates.date2num
@@ -46,7 +46,7 @@ def timeline_svg(
     fig = Figure(figsize=(WIDTH_INCHES, 1.3 + ROW_INCHES * rows), layout="constrained")
     FigureCanvasSVG(fig)
     ax = fig.add_subplot()
-    _style(ax)
+    style_axes(ax, grid="x")
     if not attempts:
         ax.text(0.5, 0.5, "no attempt yet", ha="center", va="center", color="#57606a")
         ax.set_xticks([])
@@ -146,9 +146,3 @@ def _legend(
     ax.set_xlim(left, right + (right - left) * 0.45)
 
 
-def _style(ax: Axes) -> None:
-    for side in ("top", "right"):
-        ax.spines[side].set_visible(False)
-    ax.grid(axis="x", color="#eaeef2", linewidth=0.8)
-    ax.set_axisbelow(True)
-    ax.tick_params(labelsize=8)
