@@ -98,6 +98,7 @@ def worker(url: str, owner: str, folder: str, offerings: int, *, go: object, out
     # As a daemon does: an owner lock, by which the others count it alive.
     coordinator = Coordinator(make_engine(url))
     coordinator.claim_daemon(Path(folder) / owner, owner)
+    engine.announce()
     engine.peers = coordinator.live_daemons
     engine.market.refresh_all()  # the first poll, before the clock starts; a pass would claim
     out.put(("ready", owner, 0.0))  # type: ignore[attr-defined]

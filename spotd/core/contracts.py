@@ -366,8 +366,12 @@ class EngineStore(Store, Protocol):
         lease_seconds: float,
         share_of: int = 1,
     ) -> dict[str, int]:
-        """Renew ``owner``'s lease, take up to ``1 / share_of`` of the free jobs, return
-        every active job held, with its version."""
+        """Renew ``owner``'s lease, take free jobs up to its ``1 / share_of`` of the
+        active ones, return every active job held, with its version."""
+        ...
+
+    def renew_lease(self, owner: str, *, lease_seconds: float) -> None:
+        """Renew ``owner``'s lease without taking a job (a daemon starting)."""
         ...
 
     def job_versions(self, job_ids: Collection[str]) -> dict[str, int]:

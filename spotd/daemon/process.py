@@ -115,6 +115,7 @@ class Daemon:
         name on one PostgreSQL database.
         """
         self.coordinator.claim_daemon(self.settings.data_dir, self.settings.daemon.owner)
+        self.engine.announce()
         token = ensure_token(self.settings.token_file)
         sock = self._bind()
         outbox = self.mailer.outbox if self.mailer is not None else None

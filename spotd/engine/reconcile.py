@@ -284,6 +284,11 @@ class Engine:
             decision = self.policy.place(ctx, offerings)
         return submit_warning(ctx, offerings, decision)
 
+    def announce(self) -> None:
+        """Say on the database that this daemon is here, before its first pass: the
+        daemons that pass meanwhile leave it its share of the free jobs."""
+        self.store.renew_lease(self.settings.owner, lease_seconds=self.settings.lease_seconds)
+
     def tick(self) -> None:
         """One reconcile pass over the jobs this daemon holds the lease of: every job but
         the running ones nothing changed for (:mod:`spotd.engine.watch`)."""

@@ -427,10 +427,10 @@ class SqlStore:
         the writes of daemons that renew per job. ``now`` None
         measures the lease on the database's clock (PostgreSQL's ``now()``,
         this machine's on SQLite), which every daemon shares however far their
-        own clocks drift. ``share_of``: how many daemons share the work; one
-        claim takes at most that share of the free jobs (rounded up, lowest id
-        first), so a burst of submissions is split between the daemons rather
-        than taken whole by the first to pass.
+        own clocks drift. ``share_of``: how many daemons share the work; a
+        claim takes free jobs (lowest id first) only up to ``owner``'s share of
+        all active jobs (rounded up), so a burst of submissions is split between
+        the daemons rather than taken whole by the first to pass (``_room_for``).
         """
         current: Any = now
         if current is None:
@@ -445,6 +445,14 @@ class SqlStore:
             _take_free_jobs(conn, owner, current, share_of=share_of)
             # fetchall, not a row at a time: tens of thousands of rows on every pass.
             return {str(i): int(v) for i, v in conn.execute(held).all()}
+
+    def renew_lease(self, owner: str, *, lease_seconds: float) -> None:
+        """Renew ``owner``'s lease and take no job: a daemon that has just started is
+        counted among the daemons sharing the free jobs before its first pass, so a
+        peer's first pass does not take a whole backlog (:func:`_room_for`)."""
+        with self._write() as conn:
+            now: Any = func.now() if self._postgres else datetime.now(UTC)
+            _renew_owner(conn, owner, now + timedelta(seconds=lease_seconds))
 
     def job_versions(self, job_ids: Collection[str]) -> dict[str, int]:
         """The version of each of these jobs that exists, by id (one query per chunk)."""
@@ -696,10 +704,10 @@ def _take_free_jobs(conn: Connection, owner: str, now: Any, *, share_of: int = 1
         select(JOBS.c.id).where(*unowned_lease, per_job, still_active),
     ]
     if share_of > 1:
-        # Claims take turns (the advisory lock above on PostgreSQL): this count holds.
+        # Claims take turns (the advisory lock above on PostgreSQL): these counts hold.
         free_ids = union(*free).subquery()
         count = conn.execute(select(func.count()).select_from(free_ids)).scalar_one()
-        share = -(-int(count) // share_of)
+        share = _room_for(conn, owner, now, share_of) if count else 0
         first = select(free_ids.c.id).order_by(free_ids.c.id).limit(share).subquery()
         free = [select(first.c.id)]
     candidates = union(*mine, *free)
@@ -711,6 +719,27 @@ def _take_free_jobs(conn: Connection, owner: str, now: Any, *, share_of: int = 1
         .values(owner=owner, lease_until=HELD_BY_OWNER)
     )
     conn.execute(take)
+
+
+def _room_for(conn: Connection, owner: str, now: Any, share_of: int) -> int:
+    """How many free jobs ``owner`` may take: its fair share of every active job, less
+    what it holds already.
+
+    The share is of all active jobs, not of the free ones: a share of the free
+    ones shrinks with each claim, so a daemon that passes every 100 ms took a
+    burst of submissions one share after another before a slower peer (the
+    leader, busy with the market) passed once. The daemons counted are those
+    alive on the database (``share_of``, by their owner locks) that renewed
+    their lease lately: one that holds its lock but no longer passes is left
+    out once its lease runs out, so its share, and the jobs it dropped, are
+    taken by the others.
+    """
+    renewing = select(func.count()).where(LEASES.c.lease_until >= now)
+    peers = max(1, min(share_of, int(conn.execute(renewing).scalar_one())))
+    active = select(func.count()).where(JOBS.c.status.in_(_ACTIVE))
+    held = select(func.count()).where(JOBS.c.owner == owner, JOBS.c.status.in_(_ACTIVE))
+    fair = -(-int(conn.execute(active).scalar_one()) // peers)
+    return max(0, fair - int(conn.execute(held).scalar_one()))
 
 
 def _free_for(owner: str, now: Any) -> ColumnElement[bool]:

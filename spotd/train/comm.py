@@ -100,6 +100,22 @@ class Comm:
         """Wait until every rank gets here (a tiny MAX reduction: works on any backend)."""
         self.max([0.0])
 
+    def close(self) -> None:
+        """Destroy the checkpoint group once no save uses it any more. Not collective.
+
+        Its gloo worker threads are joined here, with the GIL released, rather than at
+        interpreter exit: a worker that still holds the tensors of the last collective
+        must take the GIL to free them, and one that tries while Python is finalizing
+        aborts the whole process (``terminate called without an active exception``),
+        turning a finished run into a failed one.
+        """
+        group, self.ckpt_group = self.ckpt_group, None
+        if group is None or not _initialized():
+            return
+        import torch.distributed as dist
+
+        dist.destroy_process_group(group)
+
     def broadcast(self, value: str | None) -> str | None:
         """Rank 0's ``value`` on every rank (over the gloo group, so no device is needed)."""
         if self._device is None or self.world_size == 1:

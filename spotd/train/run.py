@@ -596,6 +596,9 @@ class Run:
         try:
             if wait:
                 self._drain()
+                # Only once no save is in flight: one left running (wait=False) still
+                # needs the group, and the process is on its way out anyway.
+                self._comm.close()
             self._write_progress(force=True)
         finally:
             self._signals.restore()

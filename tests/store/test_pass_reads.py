@@ -42,17 +42,47 @@ def test_a_renewal_writes_the_owners_row_not_every_job(store: SqlStore) -> None:
 
 
 def test_a_claim_takes_its_share_of_the_free_jobs(store: SqlStore) -> None:
+    for peer in ("d2", "d3"):  # just started: announced, not passed yet
+        store.renew_lease(peer, lease_seconds=3600)
     jobs = [store.create_job(spec(f"j{i}"), now=T0) for i in range(7)]
     first = store.claim_job_versions("d1", now=at(0), lease_seconds=60, share_of=3)
-    assert len(first) == 3  # 7 free among 3 daemons: ceil(7 / 3)
-    second = store.claim_job_versions("d2", now=at(0), lease_seconds=60, share_of=3)
-    assert len(second) == 2 and not set(first) & set(second)  # ceil(4 / 3)
-    # A renewal keeps every job held and takes a share of what is still free.
-    again = store.claim_job_versions("d1", now=at(0.5), lease_seconds=60, share_of=3)
-    assert set(first) < set(again) and len(again) == 4
-    alone = store.claim_job_versions("d3", now=at(0.5), lease_seconds=60)
-    assert len(alone) == 1  # alone (share_of 1): every free job, the last one
-    assert set(again) | set(second) | set(alone) == {j.id for j in jobs}
+    assert len(first) == 3  # 7 active among 3 daemons: ceil(7 / 3)
+    # A quick daemon passing again takes no more: its share is of the active jobs, not
+    # of what is still free (which would hand it ceil(4 / 3) more on every pass).
+    again = store.claim_job_versions("d1", now=at(0.1), lease_seconds=60, share_of=3)
+    assert again == first
+    second = store.claim_job_versions("d2", now=at(0.2), lease_seconds=60, share_of=3)
+    assert len(second) == 3 and not set(first) & set(second)
+    third = store.claim_job_versions("d3", now=at(0.3), lease_seconds=60, share_of=3)
+    assert len(third) == 1
+    assert set(first) | set(second) | set(third) == {j.id for j in jobs}
+
+
+def test_a_daemon_that_stops_passing_loses_its_share(store: SqlStore) -> None:
+    """Counted alive by its lock (``share_of`` 3) but no longer renewing: its jobs are
+    free once its lease runs out, and the daemons still passing share them out."""
+    for peer in ("d1", "d2", "d3"):
+        store.claim_job_versions(peer, now=at(0), lease_seconds=60, share_of=3)
+    jobs = [store.create_job(spec(f"j{i}"), now=T0) for i in range(6)]
+    held = {
+        peer: store.claim_job_versions(peer, now=at(0.5), lease_seconds=60, share_of=3)
+        for peer in ("d1", "d2", "d3")
+    }
+    assert [len(h) for h in held.values()] == [2, 2, 2]
+    # d3 stops passing; d1 and d2 go on renewing (until 2.2 min) and, once d3's lease
+    # ran out (1.5 min), take its two jobs, one each.
+    for peer in ("d1", "d2"):
+        assert held[peer] == store.claim_job_versions(
+            peer, now=at(1.2), lease_seconds=60, share_of=3
+        )
+    d1 = store.claim_job_versions("d1", now=at(1.6), lease_seconds=60, share_of=3)
+    d2 = store.claim_job_versions("d2", now=at(1.6), lease_seconds=60, share_of=3)
+    assert len(d1) == len(d2) == 3
+    assert set(d1) | set(d2) == {j.id for j in jobs}
+    # Alone (share_of 1), a daemon takes every free job.
+    extra = [store.create_job(spec(f"k{i}"), now=T0) for i in range(2)]
+    alone = store.claim_job_versions("d1", now=at(1.7), lease_seconds=60)
+    assert set(d1) | {j.id for j in extra} == set(alone)
 
 
 def test_versions_count_changes_and_ended_jobs_are_not_held(store: SqlStore) -> None:
