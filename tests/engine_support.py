@@ -46,9 +46,11 @@ def fast_settings(
     up: float = 50.0,
     db_url: str | None = None,
     owner: str = "test",
+    boot_seconds: float = 60,
     **sched: object,
 ) -> Settings:
-    """Settings for a daemon on ``root``: the sim market with rare preemptions by default."""
+    """Settings for a daemon on ``root``: the sim market with rare preemptions by default.
+    ``boot_seconds`` is simulated: a tenth of a real second at the default speed."""
     return Settings(
         data_dir=root,
         database_url=db_url or f"sqlite:///{root / 'spotd.db'}",
@@ -57,7 +59,7 @@ def fast_settings(
         providers=ProvidersSettings(
             sim=SimSettings(
                 seed=3, speed=speed, mean_up_hours=up, mean_down_hours=1.0,
-                boot_seconds=60, epoch=EPOCH,
+                boot_seconds=boot_seconds, epoch=EPOCH,
             )
         ),
     )

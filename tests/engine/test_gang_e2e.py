@@ -37,7 +37,19 @@ SHOW_ENV = (
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Daemon]:
-    d = Daemon(fast_settings(tmp_path, speed=600, cooldown_hours=50.0, replan_seconds=3600))
+    yield from _daemon(tmp_path, boot_seconds=60)
+
+
+@pytest.fixture
+def slow_boot_daemon(tmp_path: Path) -> Iterator[Daemon]:
+    """Nodes boot in 5 real seconds, not 0.1: time for a test to stall one before it
+    is up, however loaded the machine."""
+    yield from _daemon(tmp_path, boot_seconds=3000)
+
+
+def _daemon(tmp_path: Path, *, boot_seconds: float) -> Iterator[Daemon]:
+    d = Daemon(fast_settings(tmp_path, speed=600, cooldown_hours=50.0, replan_seconds=3600,
+                             boot_seconds=boot_seconds))  # fmt: skip
     d.start()
     try:
         yield d
@@ -116,8 +128,9 @@ def test_every_node_gets_the_roster_its_rank_and_the_fabric_env(daemon: Daemon) 
 
 
 def test_a_node_that_never_boots_ends_the_gang_as_lost_and_it_is_relaunched(
-    daemon: Daemon,
+    slow_boot_daemon: Daemon,
 ) -> None:
+    daemon = slow_boot_daemon
     client = client_of(daemon)
     spec = gang_spec("print('ran', flush=True)", gang={"timeout": "8s"},
                      preflight={"timeout": "30s"})  # fmt: skip
