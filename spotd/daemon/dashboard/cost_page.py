@@ -15,18 +15,14 @@ that ends "now" is kept under that name, not under the time it was built at.
 
 from __future__ import annotations
 
-import logging
 import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from spotd.billing import reports
+from spotd.daemon.dashboard.kept import KeptBuilds
 from spotd.engine.reconcile import Engine
-
-log = logging.getLogger(__name__)
 
 DEFAULT_DAYS = 7
 """The window when the form names no start: the week before its end."""
@@ -93,8 +89,6 @@ def _minute(at: datetime | None) -> str:
 @dataclass
 class _Built:
     report: reports.Report
-    at: float
-    """When it was built, monotonic seconds."""
     charts: dict[str, bytes] | None = None
     """Drawn at the first ask of one, or beside the report by a build behind the page."""
     drawing: threading.Lock = field(default_factory=threading.Lock)
@@ -108,15 +102,15 @@ class _Built:
 
 
 class CostReports:
-    """Reports and charts by window, each refreshed behind the answer once
-    :data:`KEEP_SECONDS` old."""
+    """Reports and charts by window, each built behind the answer and refreshed once
+    :data:`KEEP_SECONDS` old (:class:`~spotd.daemon.dashboard.kept.KeptBuilds`)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._built: dict[str, _Built] = {}
-        self._building: set[str] = set()
-        self._lock = threading.Lock()
-        self._builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spotd-cost")
+        self._kept: KeptBuilds[str, _Built] = KeptBuilds(
+            KEEP_SECONDS, max_items=MAX_WINDOWS, name="spotd-cost", max_pending=MAX_PENDING,
+            failure="the cost page's report of %s could not be built",
+        )  # fmt: skip
 
     def report(self, window: Window) -> reports.Report:
         """The report of ``window``, from the ledger."""
@@ -125,11 +119,8 @@ class CostReports:
     def ready(self, window: Window) -> reports.Report | None:
         """The report of ``window`` if one is kept, else None and its build started
         behind the answer (the page asks again until it is there)."""
-        with self._lock:
-            kept = self._built.get(window.key)
-            if kept is None or time.monotonic() - kept.at > KEEP_SECONDS:
-                self._start_build(window)
-        return None if kept is None else kept.report
+        built = self._kept.ready(window.key, lambda: self._build(window))
+        return None if built is None else built.report
 
     def chart(self, window: Window, name: str) -> bytes | None:
         """The PNG of chart ``name`` (one of ``reports.CHART_NAMES``), None for no such."""
@@ -138,41 +129,12 @@ class CostReports:
         return self._get(window).chart(name)
 
     def _get(self, window: Window) -> _Built:
-        with self._lock:
-            kept = self._built.get(window.key)
-            if kept is not None and time.monotonic() - kept.at > KEEP_SECONDS:
-                self._start_build(window)
-        return kept if kept is not None else self._build(window)
-
-    def _start_build(self, window: Window) -> None:
-        """A build of ``window`` behind the answer, unless one is due (the lock is held).
-
-        One build runs at a time, and at most :data:`MAX_PENDING` wait: a reader asking
-        for one window after another cannot make the daemon build them all at once.
-        A window turned away is asked for again by its page's script.
-        """
-        if window.key not in self._building and len(self._building) < MAX_PENDING:
-            self._building.add(window.key)
-            self._builder.submit(self._build_behind, window)
-
-    def _build_behind(self, window: Window) -> None:
-        try:
-            self._build(window).chart(reports.CHART_NAMES[0])
-        except Exception:
-            # The page keeps the report it has; the next ask tries again.
-            log.exception("the cost page's report of %s could not be built", window.key)
+        return self._kept.get(window.key, lambda: self._build(window))
 
     def _build(self, window: Window) -> _Built:
-        try:
-            since, until = window.resolved(self._engine.clock.now())
-            report = reports.build_report(self._engine.store, since=since, until=until)
-            built = _Built(report, time.monotonic())
-            with self._lock:
-                self._built.pop(window.key, None)
-                self._built[window.key] = built  # the newest last: dropped last
-                while len(self._built) > MAX_WINDOWS:
-                    del self._built[next(iter(self._built))]
-            return built
-        finally:
-            with self._lock:
-                self._building.discard(window.key)
+        """``window``'s report and its charts: built behind the page, they are drawn
+        before the page's images ask for them."""
+        since, until = window.resolved(self._engine.clock.now())
+        built = _Built(reports.build_report(self._engine.store, since=since, until=until))
+        built.chart(reports.CHART_NAMES[0])
+        return built

@@ -20,13 +20,13 @@ from spotd.daemon.dashboard.auth import HOME_PATH, page_guard, part_guard
 from spotd.daemon.dashboard.cost_page import JOBS_SHOWN, KEEP_SECONDS, CostReports, window_of
 from spotd.daemon.dashboard.job_page import job_detail, notices_by_attempt
 from spotd.daemon.dashboard.jobs import JobFilter, job_table
+from spotd.daemon.dashboard.kept import KeptBuilds
 from spotd.daemon.dashboard.market_page import (
     MarketFilter,
     history_svg,
     market_page,
     pool_history,
 )
-from spotd.daemon.dashboard.redraw import KeptDrawings
 from spotd.daemon.dashboard.render import SECURITY_HEADERS, page
 from spotd.daemon.dashboard.session import COOKIE_PATH, SESSION_COOKIE, Sessions
 from spotd.daemon.dashboard.timeline import timeline_svg
@@ -61,7 +61,9 @@ def create_pages_routers(engine: Engine, sessions: Sessions) -> DashboardRoutes:
     drawn: TtlCache[tuple[str, str, str], str] = TtlCache(60.0, max_items=64)
     # A pool's history: the chart kept is answered at once, and redrawn behind the
     # answer once 30 s old (a drawing takes about 0.4 s).
-    histories: KeptDrawings[Pool] = KeptDrawings(30.0, max_items=64, name="spotd-charts")
+    histories: KeptBuilds[Pool, str] = KeptBuilds(
+        30.0, max_items=64, name="spotd-charts", failure="the dashboard could not redraw %s"
+    )
     clock = clock_label(engine.clock)
 
     def shown(name: str, request: Request, **context: Any) -> Response:

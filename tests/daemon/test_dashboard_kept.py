@@ -1,4 +1,5 @@
-"""Kept drawings: answered at once, redrawn behind the answer once old."""
+"""KeptBuilds values (drawings, reports): answered at once, built again behind the answer
+once old."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import time
 
 import pytest
 
-from spotd.daemon.dashboard.redraw import KeptDrawings
+from spotd.daemon.dashboard.kept import KeptBuilds
+
+FAILURE = "the dashboard could not redraw %s"
 
 
 def test_a_fresh_drawing_is_answered_without_drawing_again() -> None:
-    kept: KeptDrawings[str] = KeptDrawings(60.0, max_items=4, name="t")
+    kept: KeptBuilds[str, str] = KeptBuilds(60.0, max_items=4, name="t", failure=FAILURE)
     calls: list[str] = []
 
     def draw() -> str:
@@ -24,7 +27,7 @@ def test_a_fresh_drawing_is_answered_without_drawing_again() -> None:
 
 
 def test_an_old_drawing_is_answered_and_redrawn_behind_the_answer() -> None:
-    kept: KeptDrawings[str] = KeptDrawings(0.0, max_items=4, name="t")
+    kept: KeptBuilds[str, str] = KeptBuilds(0.0, max_items=4, name="t", failure=FAILURE)
     assert kept.get("a", lambda: "old") == "old"
     time.sleep(0.01)
     started, release = threading.Event(), threading.Event()
@@ -39,12 +42,12 @@ def test_an_old_drawing_is_answered_and_redrawn_behind_the_answer() -> None:
     assert started.wait(5)
     assert kept.get("a", slow) == "old"  # one redrawing at a time: no second one queued
     release.set()
-    kept.redrawn().result(5)
+    kept.settled().result(5)
     assert kept.get("a", lambda: "newer") == "new"
 
 
 def test_a_failed_redrawing_keeps_the_old_drawing(caplog: pytest.LogCaptureFixture) -> None:
-    kept: KeptDrawings[str] = KeptDrawings(0.0, max_items=4, name="t")
+    kept: KeptBuilds[str, str] = KeptBuilds(0.0, max_items=4, name="t", failure=FAILURE)
     kept.get("a", lambda: "old")
     time.sleep(0.01)
 
@@ -52,16 +55,43 @@ def test_a_failed_redrawing_keeps_the_old_drawing(caplog: pytest.LogCaptureFixtu
         raise RuntimeError("matplotlib fell over")
 
     assert kept.get("a", broken) == "old"
-    kept.redrawn().result(5)
+    kept.settled().result(5)
     assert "could not redraw" in caplog.text
     assert kept.get("a", lambda: "again") == "old"  # the failed one is due again
-    kept.redrawn().result(5)
+    kept.settled().result(5)
     assert kept.get("a", lambda: "later") == "again"
 
 
 def test_the_oldest_kept_drawing_goes_first() -> None:
-    kept: KeptDrawings[str] = KeptDrawings(60.0, max_items=2, name="t")
+    kept: KeptBuilds[str, str] = KeptBuilds(60.0, max_items=2, name="t", failure=FAILURE)
     for key in ("a", "b", "c"):
         kept.get(key, lambda k=key: k)  # type: ignore[misc]
     assert kept.get("a", lambda: "drawn again") == "drawn again"
     assert kept.get("c", lambda: "not drawn") == "c"
+
+
+def test_ready_answers_none_and_builds_behind_the_answer() -> None:
+    kept: KeptBuilds[str, str] = KeptBuilds(60.0, max_items=4, name="t", failure=FAILURE)
+    assert kept.ready("a", lambda: "built") is None
+    kept.settled().result(5)
+    assert kept.ready("a", lambda: "not built") == "built"
+
+
+def test_at_most_max_pending_builds_are_due_at_once() -> None:
+    kept: KeptBuilds[str, str] = KeptBuilds(
+        60.0, max_items=8, name="t", failure=FAILURE, max_pending=2
+    )
+    release = threading.Event()
+
+    def slow(key: str) -> str:
+        release.wait(5)
+        return key
+
+    for key in ("a", "b", "c"):
+        assert kept.ready(key, lambda k=key: slow(k)) is None  # type: ignore[misc]
+    release.set()
+    kept.settled().result(5)
+    assert kept.ready("a", lambda: "x") == "a" and kept.ready("b", lambda: "x") == "b"
+    assert kept.ready("c", lambda: "c later") is None, "turned away, built when asked again"
+    kept.settled().result(5)
+    assert kept.ready("c", lambda: "x") == "c later"
