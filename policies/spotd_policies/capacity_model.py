@@ -152,13 +152,10 @@ def longest_outage_hours(series: Sequence[CapacitySeries], window_hours: float) 
     samples = round(window_hours / step)
     if matrix.shape[1] < samples:
         return None
-    anyone = _any_up(matrix[:, -samples:])
     # Every spell counts, the first one too (cut by the window, it lasted at least that).
-    bounds = np.flatnonzero(np.diff(anyone.astype(np.int8))) + 1
-    edges = np.concatenate(([0], bounds, [samples]))
-    lengths = np.diff(edges)
-    down = ~anyone[edges[:-1]]
-    return float(lengths[down].max()) * step if down.any() else 0.0
+    spells = spells_of(_any_up(matrix[:, -samples:]), step, keep_first=True)
+    down = spells.hours[~spells.up]
+    return float(down.max()) if down.size else 0.0
 
 
 @dataclass(frozen=True, slots=True)

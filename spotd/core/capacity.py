@@ -32,8 +32,8 @@ _GRID_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)
 class Spells:
     """Alternating spells of a series: whether each was up, how long, and whether it ended.
 
-    The first spell is left out where more followed: its start is before the
-    series, so its length is unknown. The last one is still going on.
+    The first spell is left out where more followed (unless asked for): its start
+    is before the series, so its length is unknown. The last one is still going on.
     """
 
     up: BoolArray
@@ -76,8 +76,9 @@ def trailing_run(values: BoolArray) -> int:
     return n - 1 - int(changes[-1]) if changes.size else n
 
 
-def spells_of(up: BoolArray, step_hours: float) -> Spells:
-    """Spells of a sampled series (see :class:`Spells`)."""
+def spells_of(up: BoolArray, step_hours: float, *, keep_first: bool = False) -> Spells:
+    """Spells of a sampled series (see :class:`Spells`); ``keep_first`` keeps the first
+    spell too, as long as the series saw it (at least that long)."""
     n = int(up.shape[0])
     if n == 0:
         return Spells(np.zeros(0, dtype=np.bool_), np.zeros(0), np.zeros(0, dtype=np.bool_))
@@ -86,7 +87,7 @@ def spells_of(up: BoolArray, step_hours: float) -> Spells:
     state = up[bounds[:-1]]
     ended = np.ones(lengths.shape[0], dtype=np.bool_)
     ended[-1] = False
-    keep = slice(1, None) if lengths.shape[0] > 1 else slice(None)
+    keep = slice(1, None) if lengths.shape[0] > 1 and not keep_first else slice(None)
     return Spells(state[keep], lengths[keep], ended[keep])
 
 

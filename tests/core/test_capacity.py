@@ -26,6 +26,11 @@ def test_spells_leave_out_the_unknown_start_and_keep_the_present_open() -> None:
     assert s.up.tolist() == [False, True, False, True]
     assert s.hours.tolist() == [1.5, 1.5, 0.5, 0.5]
     assert s.ended.tolist() == [True, True, True, False]
+    # Asked for, the first spell is kept as long as the series saw it.
+    whole = spells_of(up, step_hours=0.5, keep_first=True)
+    assert whole.up.tolist() == [True, False, True, False, True]
+    assert whole.hours.tolist() == [1.0, 1.5, 1.5, 0.5, 0.5]
+    assert whole.ended.tolist() == [True, True, True, True, False]
 
 
 @given(st.lists(st.booleans(), min_size=1, max_size=60))
