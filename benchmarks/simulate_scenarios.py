@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -47,13 +48,17 @@ def tables(
     rows: list[tuple[str, list[str], float]] = []
     for job in report.jobs:
         out.append(f"\n{job_title(report, job)} ({job.seconds:.1f} s)\n")
-        out.append("| " + " | ".join(COLUMNS) + " |")
-        out.append("|" + "---|" * len(COLUMNS))
-        out.extend("| " + " | ".join(row) + " |" for row in table_rows(job))
+        out.extend(_markdown(COLUMNS, table_rows(job)))
         out.append(f"\n{_goal(job)}")
         if judge is not None:
             rows += _closure_rows(f"{report.scenario.name} / {job.prepared.job.name}", job, judge)
     return "\n".join(out), rows
+
+
+def _markdown(columns: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The lines of a Markdown table."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
 
 
 def _closure_rows(name: str, job: JobReport, judge: str) -> list[tuple[str, list[str], float]]:
@@ -85,9 +90,7 @@ def _closure_rows(name: str, job: JobReport, judge: str) -> list[tuple[str, list
 def closure_table(judge: str, rows: list[tuple[str, list[str], float]]) -> str:
     """The closure rows as one Markdown table, then the mean closure of each split."""
     out = [f"\nClosure of {judge}: (best baseline - {judge}) / (best baseline - optimum)\n"]
-    out.append("| " + " | ".join(CLOSURE_COLUMNS) + " |")
-    out.append("|" + "---|" * len(CLOSURE_COLUMNS))
-    out.extend("| " + " | ".join(cells) + " |" for _, cells, _ in rows)
+    out.extend(_markdown(CLOSURE_COLUMNS, [cells for _, cells, _ in rows]))
     out.append("")
     for label in dict.fromkeys(label for label, _, _ in rows):
         shares = [s for lab, _, s in rows if lab == label]
