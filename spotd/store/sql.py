@@ -735,11 +735,12 @@ def _room_for(conn: Connection, owner: str, now: Any, share_of: int) -> int:
     taken by the others.
     """
     renewing = select(func.count()).where(LEASES.c.lease_until >= now)
-    peers = max(1, min(share_of, int(conn.execute(renewing).scalar_one())))
     active = select(func.count()).where(JOBS.c.status.in_(_ACTIVE))
     held = select(func.count()).where(JOBS.c.owner == owner, JOBS.c.status.in_(_ACTIVE))
-    fair = -(-int(conn.execute(active).scalar_one()) // peers)
-    return max(0, fair - int(conn.execute(held).scalar_one()))
+    counts = select(renewing.scalar_subquery(), active.scalar_subquery(), held.scalar_subquery())
+    n_renewing, n_active, n_held = (int(n) for n in conn.execute(counts).one())  # one round trip
+    peers = max(1, min(share_of, n_renewing))
+    return max(0, -(-n_active // peers) - n_held)
 
 
 def _free_for(owner: str, now: Any) -> ColumnElement[bool]:
