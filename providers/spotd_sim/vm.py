@@ -122,6 +122,9 @@ class _Vm:
                 )
             except OSError as exc:
                 log.write(f"spotd-sim: cannot start {list(spec.command)}: {exc}\n".encode())
+                # Written out before the node says it ended: whoever reads the end
+                # reads the log next, and must find why.
+                log.flush()
                 # The shell's codes: 127 command not found, 126 cannot run it.
                 code = 127 if isinstance(exc, FileNotFoundError) else 126
                 self._end(InstanceState.EXITED, exit_code=code, reason=str(exc))
