@@ -424,9 +424,11 @@ def test_missing_command_gives_127(tmp_path: Path) -> None:
 
 
 def test_aws_token_is_refreshed_before_expiry(metadata: MetadataFake) -> None:
-    watcher = AwsNoticeWatcher(base_url=metadata.url, token_ttl_seconds=1)
+    # A 4 s token is renewed 1 s before it runs out (a quarter of its life): a poll
+    # delayed less than that by a loaded machine still reaches IMDS in time.
+    watcher = AwsNoticeWatcher(base_url=metadata.url, token_ttl_seconds=4)
     try:
-        end = time.monotonic() + 1.7
+        end = time.monotonic() + 4.5
         while time.monotonic() < end:
             assert watcher.check() is None
             time.sleep(0.1)

@@ -41,7 +41,9 @@ def _engine(tmp_path: Path, provider: FakeProvider, **teams: TeamLimits) -> Engi
     from spotd_sim import SimClock
 
     store = open_store(f"sqlite:///{tmp_path / 'q.db'}")
-    clock = SimClock(tmp_path / "clock", 3600.0)
+    # Mid-month: at an hour a second, a test run on a month's last day would cross
+    # into the next month, and the monthly budgets start again.
+    clock = SimClock(tmp_path / "clock", 3600.0, sim_epoch=datetime(2026, 6, 15, tzinfo=UTC))
     settings = EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck", teams=teams)
     return Engine(store, {provider.name: provider}, CheapestPolicy(), clock, settings)
 

@@ -4,13 +4,14 @@ whose version, agents' reports, instances, budget or re-planning time calls for 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Collection, Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from engine_support import FakeProvider, run_until, spec
+from engine_support import FakeProvider, StepClock, run_until, spec
 
+from spotd.core.contracts import Clock
 from spotd.core.states import JobStatus, Transition, transition
 from spotd.core.values import (
     AttemptEnd,
@@ -38,14 +39,27 @@ class CountingPolicy(CheapestPolicy):
         return super().place(ctx, offerings)
 
 
+Quiet = tuple[Engine, FakeProvider, list[list[str]]]
+
+
 @pytest.fixture
-def quiet(tmp_path: Path) -> Iterator[tuple[Engine, FakeProvider, list[list[str]]]]:
+def quiet(tmp_path: Path) -> Iterator[Quiet]:
     """An engine on the scripted provider; the third item lists each read of job records."""
     from spotd_sim import SimClock
 
+    yield from _quiet(tmp_path, SimClock(tmp_path / "c", 3600.0))
+
+
+@pytest.fixture
+def stepped(tmp_path: Path) -> Iterator[Quiet]:
+    """As ``quiet``, on a clock that moves only when the test moves it."""
+    yield from _quiet(tmp_path, StepClock())
+
+
+def _quiet(tmp_path: Path, clock: Clock) -> Iterator[Quiet]:
     provider = FakeProvider()
     store = open_store(f"sqlite:///{tmp_path / 'q.db'}")
-    eng = Engine(store, {"fake": provider}, CountingPolicy(), SimClock(tmp_path / "c", 3600.0),
+    eng = Engine(store, {"fake": provider}, CountingPolicy(), clock,
                  EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"))  # fmt: skip
     loads: list[list[str]] = []
     read = store.jobs_by_id
@@ -67,7 +81,7 @@ def _running(eng: Engine, n: int = 1) -> list[JobRecord]:
 
 
 def test_a_steady_pass_reads_and_steps_no_running_job(
-    quiet: tuple[Engine, FakeProvider, list[list[str]]],
+    quiet: Quiet,
 ) -> None:
     eng, _, loads = quiet
     _running(eng, 3)
@@ -82,7 +96,7 @@ def test_a_steady_pass_reads_and_steps_no_running_job(
 
 
 def test_a_notice_on_the_provider_wakes_the_job(
-    quiet: tuple[Engine, FakeProvider, list[list[str]]],
+    quiet: Quiet,
 ) -> None:
     eng, provider, loads = quiet
     job, other = _running(eng, 2)
@@ -97,7 +111,7 @@ def test_a_notice_on_the_provider_wakes_the_job(
 
 
 def test_a_report_wakes_the_job_and_a_heartbeat_does_not(
-    quiet: tuple[Engine, FakeProvider, list[list[str]]],
+    quiet: Quiet,
 ) -> None:
     eng, _, loads = quiet
     (job,) = _running(eng)
@@ -116,7 +130,7 @@ def test_a_report_wakes_the_job_and_a_heartbeat_does_not(
 
 
 def test_a_change_made_elsewhere_wakes_the_job(
-    quiet: tuple[Engine, FakeProvider, list[list[str]]],
+    quiet: Quiet,
 ) -> None:
     eng, provider, _ = quiet
     (job,) = _running(eng)
@@ -136,24 +150,26 @@ def test_a_change_made_elsewhere_wakes_the_job(
     assert eng.store.attempts(again.id)[0].end_reason is AttemptEnd.LOST
 
 
-def test_a_quiet_job_still_stops_at_its_budget(
-    quiet: tuple[Engine, FakeProvider, list[list[str]]],
-) -> None:
+def test_a_quiet_job_still_stops_at_its_budget(stepped: Quiet) -> None:
     """The budget is weighed again when the spend could reach it, not on every pass:
     the job fails as over budget all the same, at the first pass past it."""
-    eng, _, loads = quiet
-    # 1.0 USD an hour, and the clock runs an hour a second: 3 USD in about 3 s.
+    eng, _, loads = stepped
+    clock = eng.clock
+    assert isinstance(clock, StepClock)
+    # 1.0 USD an hour, and two minutes a pass: 3 USD in 90 passes. (A clock of its
+    # own: on the shared fast one, a slow machine's passes would be too few to count.)
     job = eng.submit(spec(budget={"max_usd": 3.0}))
     run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=5)
-    started = time.monotonic()
+    started = clock.now()
     loads.clear()
     passes = 0
     while eng.store.get_job(job.id).status is JobStatus.RUNNING:
-        assert time.monotonic() - started < 10, "never stopped at its budget"
+        assert passes < 200, "never stopped at its budget"
+        clock.at += timedelta(minutes=2)
         eng.tick()
         passes += 1
-        time.sleep(0.02)
     done = eng.store.get_job(job.id)
     assert done.status is JobStatus.FAILED and done.failure is not None
     assert str(done.failure) == "over-budget"
+    assert clock.now() - started <= timedelta(hours=3, minutes=4), "at the first pass past it"
     assert len(loads) < passes / 2, (len(loads), passes)

@@ -102,8 +102,10 @@ def _engine(tmp_path: Path, provider: FakeProvider, policy_name: str = "cheapest
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     return Engine(store, {"fake": provider}, load_policy(policy_name),
                   SimClock(tmp_path / "clock", 3600.0),
+                  # 100 h of cooldown is 100 real s at 3600x: a refused pool stays
+                  # refused however slowly the machine runs the test's passes.
                   EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck",
-                                 replan_seconds=3600.0))  # fmt: skip
+                                 replan_seconds=3600.0, cooldown_hours=100.0))  # fmt: skip
 
 
 def test_a_capacity_refusal_lowers_the_pools_offered_capacity(tmp_path: Path) -> None:
