@@ -300,7 +300,6 @@ class HistoryStore(Protocol):
         ...
 
 
-
 class LedgerStore(Protocol):
     """The ledger: every billed line of every job (:mod:`spotd.billing.ledger`)."""
 
@@ -354,7 +353,20 @@ class Store(JobStore, HistoryStore, LedgerStore, Protocol):
         ...
 
 
-class EngineStore(Store, Protocol):
+class SessionStore(Protocol):
+    """The dashboard's logged-out sessions, shared by the daemons on one database."""
+
+    def end_session(self, session_id: str, *, until: datetime) -> None:
+        """Refuse session ``session_id`` from now on; it expires at ``until`` anyway
+        (ended sessions past it are forgotten)."""
+        ...
+
+    def session_ended(self, session_id: str) -> bool:
+        """Whether session ``session_id`` was logged out of."""
+        ...
+
+
+class EngineStore(Store, SessionStore, Protocol):
     """The store as the engine reads it: the contract, and reads that keep a pass
     proportional to what changed (:class:`spotd.store.SqlStore` has them)."""
 

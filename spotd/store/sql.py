@@ -60,7 +60,7 @@ from spotd.core.values import (
     Pool,
     PricePoint,
 )
-from spotd.store import history, ledger_sql
+from spotd.store import history, ledger_sql, sessions
 from spotd.store.rows import attempt_record, chunks, event_record, job_record
 from spotd.store.tables import ATTEMPTS, EVENTS, JOBS, LEASES, LEDGER, UtcDateTime
 
@@ -613,6 +613,18 @@ class SqlStore:
         """Record that notification ``key`` goes out; True only for the first claimer."""
         with self._write() as conn:
             return ledger_sql.claim(conn, key, at)
+
+    # dashboard sessions
+
+    def end_session(self, session_id: str, *, until: datetime) -> None:
+        """Refuse dashboard session ``session_id`` from now on (:mod:`spotd.store.sessions`)."""
+        with self._write() as conn:
+            sessions.end(conn, session_id, until, datetime.now(UTC))
+
+    def session_ended(self, session_id: str) -> bool:
+        """Whether dashboard session ``session_id`` was logged out of."""
+        with self._read() as conn:
+            return sessions.ended(conn, session_id)
 
 
 # -- statements used inside a transaction ------------------------------------

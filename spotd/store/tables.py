@@ -221,6 +221,16 @@ class PublishedOfferingsRow(SQLModel, table=True):
     """The offerings as zlib-compressed JSON (see :mod:`spotd.store.board`)."""
 
 
+class EndedSessionRow(SQLModel, table=True):
+    """A dashboard session its user logged out of, refused until its cookie expires."""
+
+    __tablename__ = "ended_sessions"
+
+    session_id: str = Field(primary_key=True)
+    until: datetime = Field(sa_type=UtcDateTime, index=True)
+    """When the session's cookie expires anyway: the row is of no use after it."""
+
+
 def _table(name: str) -> Table:
     return SQLModel.metadata.tables[name]
 
@@ -239,6 +249,8 @@ LEASES = _table("owner_leases")
 """Core view of :class:`OwnerLeaseRow`."""
 PUBLISHED = _table("published_offerings")
 """Core view of :class:`PublishedOfferingsRow`."""
+ENDED_SESSIONS = _table("ended_sessions")
+"""Core view of :class:`EndedSessionRow`."""
 
 
 class LedgerRow(SQLModel, table=True):

@@ -40,6 +40,16 @@ HF_TOKEN = "{JOB_SECRET}"
 """
 
 
+class Unasked:
+    """For Sessions that only issue cookies or build routes: the store is never asked."""
+
+    def end_session(self, session_id: str, *, until: datetime) -> None:
+        raise AssertionError("not asked")
+
+    def session_ended(self, session_id: str) -> bool:
+        raise AssertionError("not asked")
+
+
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Setup, str]]:
     """A daemon with an SMTP password and a job secret, and one job that ran (calm market)."""
@@ -67,7 +77,7 @@ def dashboard_gets(job: str) -> tuple[list[str], list[str]]:
     filled in: (pages, parts). Read from the app, so a route added later is covered."""
     # Only the routes are read: an engine with a clock is enough to build them.
     engine: Any = SimpleNamespace(clock=WallClock())
-    routes = create_pages_routers(engine, Sessions("x"))
+    routes = create_pages_routers(engine, Sessions("x", Unasked()))
     fill = {"{ref}": job, "{name}": "daily"}
     pool = "?provider=sim-aws&region=us-east-1&zone=us-east-1a&instance_type=g5.xlarge"
     query = {"/dashboard/market/pool": pool, "/dashboard/market/history.svg": pool}
@@ -91,7 +101,7 @@ def test_without_the_session_pages_redirect_to_the_login_and_parts_answer_401(
 ) -> None:
     pages, parts = dashboard_gets(daemon[1])
     assert len(pages) >= 6 and len(parts) >= 6, (pages, parts)
-    forged = Sessions("another daemon's token").issue()
+    forged = Sessions("another daemon's token", Unasked()).issue()
     for cookie in ({}, {"Cookie": f"spotd_session={forged}"},
                    {"Cookie": f"spotd_session={api_token(daemon[0])}"}):  # fmt: skip
         for path in pages:
@@ -194,6 +204,29 @@ def test_logout_needs_this_site_and_its_form_token(
     assert re.search(r'spotd_session="?"?;.*Max-Age=0', done.headers["set-cookie"]), done.headers
 
 
+def test_a_copy_of_the_cookie_is_refused_after_its_logout(
+    daemon: tuple[Setup, str], client: httpx.Client
+) -> None:
+    base = str(client.base_url).rstrip("/")
+    session = login(client, api_token(daemon[0]))
+    other = login(client, api_token(daemon[0]))  # the same user, another browser
+    cookie = {"Cookie": f"spotd_session={session}"}
+    field = form_token(client.get("/dashboard/jobs", headers=cookie).text)
+    done = client.post("/dashboard/logout", data={"form_token": field},
+                       headers={**cookie, "Origin": base})  # fmt: skip
+    assert done.status_code == 303
+    # The browser dropped the cookie; a copy kept elsewhere is refused all the same.
+    page = client.get("/dashboard/jobs", headers=cookie)
+    assert page.status_code == 303 and page.headers["location"].startswith("/dashboard/login")
+    assert client.get("/dashboard/fragments/jobs", headers=cookie).status_code == 401
+    again = client.post("/dashboard/logout", data={"form_token": field},
+                        headers={**cookie, "Origin": base})  # fmt: skip
+    assert again.status_code == 403, "an ended session cannot log out again"
+    # Another session of the same token is not touched.
+    still = client.get("/dashboard/jobs", headers={"Cookie": f"spotd_session={other}"})
+    assert still.status_code == 200
+
+
 def test_the_bearer_api_is_unchanged_and_a_session_does_not_open_it(
     daemon: tuple[Setup, str], client: httpx.Client
 ) -> None:
@@ -204,18 +237,37 @@ def test_the_bearer_api_is_unchanged_and_a_session_does_not_open_it(
     assert client.get("/v1/jobs", headers={"Cookie": f"spotd_session={session}"}).status_code == 401
 
 
-def test_a_session_is_signed_by_the_token_and_expires() -> None:
-    sessions = Sessions("t" * 32)
-    value = sessions.issue(now=1000.0)
-    assert sessions.valid(value, now=1000.0 + SESSION_SECONDS - 1)
-    assert not sessions.valid(value, now=1000.0 + SESSION_SECONDS + 1)
-    assert Sessions("t" * 32).valid(value, now=2000.0), "another daemon with the token takes it"
-    assert not Sessions("u" * 32).valid(value, now=2000.0)
-    expiry, signature = value.split(".")
-    assert not sessions.valid(f"{int(expiry) + 3600}.{signature}", now=2000.0), "forged expiry"
-    for junk in ("", ".", "abc", "1.2.3", f"x{value}"):
-        assert not sessions.valid(junk, now=2000.0)
-    assert "t" * 32 not in value
+def test_a_session_is_signed_by_the_token_and_expires(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        sessions = Sessions("t" * 32, store)
+        value = sessions.issue(now=1000.0)
+        assert sessions.valid(value, now=1000.0 + SESSION_SECONDS - 1)
+        assert not sessions.valid(value, now=1000.0 + SESSION_SECONDS + 1)
+        assert Sessions("t" * 32, store).valid(value, now=2000.0), "another daemon, same token"
+        assert not Sessions("u" * 32, store).valid(value, now=2000.0)
+        expiry, session_id, signature = value.split(".")
+        longer = f"{int(expiry) + 3600}.{session_id}.{signature}"
+        assert not sessions.valid(longer, now=2000.0), "forged expiry"
+        assert not sessions.valid(f"{expiry}.{'0' * 32}.{signature}", now=2000.0), "forged id"
+        assert sessions.issue(now=1000.0) != value, "each login a session of its own"
+        for junk in ("", ".", "..", "abc", "1.2", "1.2.3", f"x{value}", f"{value}.x"):
+            assert not sessions.valid(junk, now=2000.0)
+        assert "t" * 32 not in value
+    finally:
+        store.close()
+
+
+def test_a_session_is_refused_when_the_store_cannot_say_it_was_not_ended(tmp_path: Path) -> None:
+    store = open_store(f"sqlite:///{tmp_path / 's.db'}")
+    sessions = Sessions("t" * 32, store)
+    value = sessions.issue()
+    assert sessions.valid(value)
+    (tmp_path / "s.db").unlink()
+    store.close()
+    store.engine.dispose()
+    (tmp_path / "s.db").mkdir()  # the database file is now a folder: every read fails
+    assert not sessions.valid(value)
 
 
 def test_the_same_origin_check_and_the_next_page() -> None:

@@ -758,7 +758,7 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 
 # -- schema ----------------------------------------------------------------------
 
-LATEST = "0010"
+LATEST = "0011"
 
 
 def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:

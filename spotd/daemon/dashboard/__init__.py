@@ -20,8 +20,9 @@ __all__ = ["install_dashboard"]
 
 def install_dashboard(app: FastAPI, engine: Engine, token: str) -> None:
     """Add the dashboard's routes to ``app``: its pages behind a session signed with
-    ``token``, and its own stylesheet and script (no secret in them: served to all)."""
-    sessions = Sessions(token)
+    ``token`` (logouts kept in the engine's store), and its own stylesheet and
+    script (no secret in them: served to all)."""
+    sessions = Sessions(token, engine.store)
     app.include_router(create_auth_router(sessions))
     routes = create_pages_routers(engine, sessions)
     app.include_router(routes.pages)

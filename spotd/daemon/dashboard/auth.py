@@ -96,6 +96,8 @@ def create_auth_router(sessions: Sessions) -> APIRouter:
         session = request.cookies.get(SESSION_COOKIE)
         if not sessions.logout_allowed(session, form.get("form_token", "")):
             raise HTTPException(status_code=403, detail="logout form token missing or wrong")
+        assert session is not None  # logout_allowed checked it
+        sessions.end(session)
         done = RedirectResponse(LOGIN_PATH, status_code=303, headers=SECURITY_HEADERS)
         done.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH, secure=True, httponly=True,
                            samesite="strict")  # fmt: skip

@@ -1,9 +1,12 @@
 """The dashboard's login session: a signed cookie, and the checks on its state changes.
 
-The cookie never holds the API token. It holds an expiry and an HMAC of that
-expiry keyed by the token, so any daemon that shares the token (several daemons
-on one database) accepts it, and changing the token ends every session. The
-HMAC is compared in constant time, as the token is at login.
+The cookie never holds the API token. It holds an expiry, a random session id
+and an HMAC of both keyed by the token, so any daemon that shares the token
+(several daemons on one database) accepts it, and changing the token ends every
+session. The HMAC is compared in constant time, as the token is at login. A
+logout records the session id in the store (:class:`~spotd.core.contracts.SessionStore`)
+until the cookie expires: a copy of the cookie, kept elsewhere, is refused from
+then on by every daemon on the database.
 
 A browser sends the cookie only to this site (``SameSite=Strict``), never to
 scripts (``HttpOnly``) and only over a secure context (``Secure``: HTTPS, or a
@@ -17,11 +20,18 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
+
+from spotd.core.contracts import SessionStore
+from spotd.core.errors import StoreError
+
+log = logging.getLogger(__name__)
 
 SESSION_COOKIE = "spotd_session"
 """The cookie that holds a signed session."""
@@ -37,25 +47,42 @@ _LOGOUT_PURPOSE = b"spotd-dashboard-logout:"
 
 @dataclass(frozen=True)
 class Sessions:
-    """Signs and checks session cookies with the API token as the key."""
+    """Signs and checks session cookies with the API token as the key; ``ended``
+    holds the sessions logged out of."""
 
     token: str
+    ended: SessionStore
 
     def issue(self, now: float | None = None) -> str:
-        """A new session's cookie value: ``<expiry>.<hmac>``."""
+        """A new session's cookie value: ``<expiry>.<session id>.<hmac>``."""
         expiry = int((time.time() if now is None else now) + SESSION_SECONDS)
-        return f"{expiry}.{self._sign(_SESSION_PURPOSE, str(expiry))}"
+        signed = f"{expiry}.{secrets.token_hex(16)}"
+        return f"{signed}.{self._sign(_SESSION_PURPOSE, signed)}"
 
     def valid(self, value: str | None, now: float | None = None) -> bool:
-        """Whether ``value`` is a session this token signed that has not expired."""
-        if not value or value.count(".") != 1:
+        """Whether ``value`` is a session this token signed, not expired and not
+        logged out of. The store is asked last: a forged or stale cookie costs no read."""
+        parts = _parts(value)
+        if parts is None:
             return False
-        expiry, signature = value.split(".")
-        if not expiry.isdigit():
+        expiry, session_id, signature = parts
+        expected = self._sign(_SESSION_PURPOSE, f"{expiry}.{session_id}")
+        fresh = expiry > (time.time() if now is None else now)
+        if not (hmac.compare_digest(signature, expected) and fresh):
             return False
-        expected = self._sign(_SESSION_PURPOSE, expiry)
-        fresh = int(expiry) > (time.time() if now is None else now)
-        return hmac.compare_digest(signature, expected) and fresh
+        try:
+            return not self.ended.session_ended(session_id)
+        except StoreError as exc:
+            # Refused, not let in: whether it was logged out of is not known.
+            log.warning("dashboard session not checked, the store failed: %s", exc)
+            return False
+
+    def end(self, value: str) -> None:
+        """Log out of the session ``value`` (a valid one) wherever its cookie is."""
+        parts = _parts(value)
+        assert parts is not None, "only a valid session is ended"
+        expiry, session_id, _ = parts
+        self.ended.end_session(session_id, until=datetime.fromtimestamp(expiry, UTC))
 
     def logout_form_token(self, session: str) -> str:
         """The form token of the logout button: bound to the session it ends."""
@@ -74,6 +101,16 @@ class Sessions:
     def _sign(self, purpose: bytes, message: str) -> str:
         mac = hmac.new(self.token.encode(), purpose + message.encode(), hashlib.sha256)
         return mac.hexdigest()
+
+
+def _parts(value: str | None) -> tuple[int, str, str] | None:
+    """A session cookie's expiry, session id and signature; None if it has not that shape."""
+    if not value or value.count(".") != 2:
+        return None
+    expiry, session_id, signature = value.split(".")
+    if not expiry.isdigit() or not session_id or not signature:
+        return None
+    return int(expiry), session_id, signature
 
 
 def login_form_token() -> str:
