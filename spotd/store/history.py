@@ -18,10 +18,9 @@ from sqlalchemy import (
     insert,
     select,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 
 from spotd.core.values import InstanceReport, Market, Offering, Pool, PricePoint
-from spotd.store.tables import PRICES, REPORTS
+from spotd.store.tables import PRICES, REPORTS, conflict_insert
 
 REPORT_FIELDS = (
     "heartbeat_at",
@@ -104,9 +103,7 @@ def upsert_report(conn: Connection, report: InstanceReport) -> None:
     values.update(changed)
     postgres = conn.dialect.name == "postgresql"
     values["revision"] = _next_revision(postgres)
-    # Both dialects have INSERT ... ON CONFLICT DO UPDATE, with the same API.
-    dialect_insert = postgresql.insert if postgres else sqlite.insert
-    stmt = dialect_insert(REPORTS).values(**values)
+    stmt = conflict_insert(conn, REPORTS).values(**values)
     update: dict[str, Any] = {f: _merged(f, v) for f, v in changed.items()}
     update["revision"] = _next_revision(postgres)
     conn.execute(

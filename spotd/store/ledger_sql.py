@@ -8,10 +8,9 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Connection, Row, delete, insert, select
-from sqlalchemy.dialects import postgresql, sqlite
 
 from spotd.core.values import EntryKind, LedgerEntry
-from spotd.store.tables import LEDGER, NOTIFICATIONS
+from spotd.store.tables import LEDGER, NOTIFICATIONS, conflict_insert
 
 _FIELDS = tuple(c.name for c in LEDGER.columns if c.name != "id")
 
@@ -53,9 +52,8 @@ def claim(conn: Connection, key: str, at: datetime) -> bool:
     racing claimers, exactly one gets the key back from RETURNING (the row
     count of such an insert is not reliable through every driver).
     """
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     stmt = (
-        dialect_insert(NOTIFICATIONS)
+        conflict_insert(conn, NOTIFICATIONS)
         .values(key=key, at=at)
         .on_conflict_do_nothing(index_elements=["key"])
         .returning(NOTIFICATIONS.c.key)

@@ -12,17 +12,15 @@ from __future__ import annotations
 from datetime import datetime
 
 from sqlalchemy import Connection, delete, exists, select
-from sqlalchemy.dialects import postgresql, sqlite
 
-from spotd.store.tables import ENDED_SESSIONS
+from spotd.store.tables import ENDED_SESSIONS, conflict_insert
 
 
 def end(conn: Connection, session_id: str, until: datetime, now: datetime) -> None:
     """Record ``session_id`` as ended (twice is once: two tabs logging out together),
     and forget the sessions that expired before ``now``."""
     conn.execute(delete(ENDED_SESSIONS).where(ENDED_SESSIONS.c.until < now))
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    stmt = dialect_insert(ENDED_SESSIONS).values(session_id=session_id, until=until)
+    stmt = conflict_insert(conn, ENDED_SESSIONS).values(session_id=session_id, until=until)
     conn.execute(stmt.on_conflict_do_nothing(index_elements=["session_id"]))
 
 

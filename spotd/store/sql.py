@@ -39,7 +39,6 @@ from sqlalchemy import (
     union,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
@@ -62,7 +61,15 @@ from spotd.core.values import (
 )
 from spotd.store import history, ledger_sql, sessions
 from spotd.store.rows import attempt_record, chunks, event_record, job_record
-from spotd.store.tables import ATTEMPTS, EVENTS, JOBS, LEASES, LEDGER, UtcDateTime
+from spotd.store.tables import (
+    ATTEMPTS,
+    EVENTS,
+    JOBS,
+    LEASES,
+    LEDGER,
+    UtcDateTime,
+    conflict_insert,
+)
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 """The alembic script folder, found next to this module so it works from a wheel."""
@@ -682,8 +689,7 @@ def _job_rows() -> Select[Any]:
 
 
 def _renew_owner(conn: Connection, owner: str, until: Any) -> None:
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    stmt = dialect_insert(LEASES).values(owner=owner, lease_until=until)
+    stmt = conflict_insert(conn, LEASES).values(owner=owner, lease_until=until)
     conn.execute(stmt.on_conflict_do_update(index_elements=["owner"], set_={"lease_until": until}))
 
 

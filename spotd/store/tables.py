@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Connection,
     DateTime,
     Dialect,
     ForeignKey,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
 
@@ -229,6 +231,14 @@ class EndedSessionRow(SQLModel, table=True):
     session_id: str = Field(primary_key=True)
     until: datetime = Field(sa_type=UtcDateTime, index=True)
     """When the session's cookie expires anyway: the row is of no use after it."""
+
+
+def conflict_insert(conn: Connection, table: Table) -> postgresql.Insert | sqlite.Insert:
+    """An INSERT into ``table`` in the connection's dialect, for its ON CONFLICT clause:
+    PostgreSQL and SQLite both have one, with the same API in SQLAlchemy."""
+    if conn.dialect.name == "postgresql":
+        return postgresql.insert(table)
+    return sqlite.insert(table)
 
 
 def _table(name: str) -> Table:
