@@ -77,6 +77,28 @@ def test_ready_answers_none_and_builds_behind_the_answer() -> None:
     assert kept.ready("a", lambda: "not built") == "built"
 
 
+def test_then_runs_after_the_value_is_kept_and_only_behind_the_answer() -> None:
+    """The cost page's figures are shown while their charts are still being drawn."""
+    drawing, done = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    def then(value: str) -> None:
+        drawing.set()
+        assert done.wait(5)
+        seen.append(value)
+
+    kept: KeptBuilds[str, str] = KeptBuilds(60.0, max_items=4, name="t", failure=FAILURE,
+                                            then=then)  # fmt: skip
+    assert kept.ready("a", lambda: "report") is None
+    assert drawing.wait(5)
+    assert kept.ready("a", lambda: "not built") == "report", "kept before then ends"
+    done.set()
+    kept.settled().result(5)
+    assert seen == ["report"]
+    assert kept.get("b", lambda: "asked") == "asked"
+    assert seen == ["report"], "a value built in the ask is not followed by then"
+
+
 def test_at_most_max_pending_builds_are_due_at_once() -> None:
     kept: KeptBuilds[str, str] = KeptBuilds(
         60.0, max_items=8, name="t", failure=FAILURE, max_pending=2

@@ -90,7 +90,7 @@ def _minute(at: datetime | None) -> str:
 class _Built:
     report: reports.Report
     charts: dict[str, bytes] | None = None
-    """Drawn at the first ask of one, or beside the report by a build behind the page."""
+    """Drawn at the first ask of one, or right after a build behind the page kept the report."""
     drawing: threading.Lock = field(default_factory=threading.Lock)
 
     def chart(self, name: str) -> bytes | None:
@@ -110,6 +110,9 @@ class CostReports:
         self._kept: KeptBuilds[str, _Built] = KeptBuilds(
             KEEP_SECONDS, max_items=MAX_WINDOWS, name="spotd-cost", max_pending=MAX_PENDING,
             failure="the cost page's report of %s could not be built",
+            # The figures are shown as soon as the report is kept; the charts are
+            # drawn next, before the page's images ask for them.
+            then=lambda built: built.chart(reports.CHART_NAMES[0]),
         )  # fmt: skip
 
     def report(self, window: Window) -> reports.Report:
@@ -132,9 +135,7 @@ class CostReports:
         return self._kept.get(window.key, lambda: self._build(window))
 
     def _build(self, window: Window) -> _Built:
-        """``window``'s report and its charts: built behind the page, they are drawn
-        before the page's images ask for them."""
+        """``window``'s report (its charts are drawn at the first ask of one, or right
+        after a build behind the page)."""
         since, until = window.resolved(self._engine.clock.now())
-        built = _Built(reports.build_report(self._engine.store, since=since, until=until))
-        built.chart(reports.CHART_NAMES[0])
-        return built
+        return _Built(reports.build_report(self._engine.store, since=since, until=until))

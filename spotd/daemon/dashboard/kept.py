@@ -28,7 +28,9 @@ class KeptBuilds(Generic[K, V]):
     """Up to ``max_items`` values by key, each built again behind the answer once
     ``fresh_seconds`` old: one build at a time, in one background thread, with at
     most ``max_pending`` due at once (the one running included; None: no bound).
-    ``failure`` is the log line of a build that failed, ``%s`` standing for the key."""
+    ``failure`` is the log line of a build that failed, ``%s`` standing for the key.
+    ``then``, given, is called with a value built behind the answer once it is kept,
+    in the same thread: work that can wait until the value is shown."""
 
     def __init__(
         self,
@@ -38,8 +40,10 @@ class KeptBuilds(Generic[K, V]):
         name: str,
         failure: str,
         max_pending: int | None = None,
+        then: Callable[[V], object] | None = None,
     ) -> None:
         self._fresh = fresh_seconds
+        self._then = then
         self._failure = failure
         self._max = max_items
         self._max_pending = max_pending
@@ -86,7 +90,9 @@ class KeptBuilds(Generic[K, V]):
 
     def _build(self, key: K, build: Callable[[], V]) -> None:
         try:
-            self._keep(key, build())
+            value = self._keep(key, build())
+            if self._then is not None:
+                self._then(value)
         except Exception:
             # The old value stays; the next ask that finds it old tries again.
             log.exception(self._failure, key)
