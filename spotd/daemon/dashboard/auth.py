@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import RedirectResponse
+from starlette.concurrency import run_in_threadpool
 
 from spotd.daemon.dashboard.render import SECURITY_HEADERS, page
 from spotd.daemon.dashboard.session import (
@@ -94,10 +95,13 @@ def create_auth_router(sessions: Sessions) -> APIRouter:
         if not same_origin(request.headers):
             raise HTTPException(status_code=403, detail="cross-site logout refused")
         session = request.cookies.get(SESSION_COOKIE)
-        if not sessions.logout_allowed(session, form.get("form_token", "")):
+        # Both read or write the store: in a worker thread, not on the event loop.
+        allowed = await run_in_threadpool(sessions.logout_allowed, session,
+                                          form.get("form_token", ""))  # fmt: skip
+        if not allowed:
             raise HTTPException(status_code=403, detail="logout form token missing or wrong")
         assert session is not None  # logout_allowed checked it
-        sessions.end(session)
+        await run_in_threadpool(sessions.end, session)
         done = RedirectResponse(LOGIN_PATH, status_code=303, headers=SECURITY_HEADERS)
         done.delete_cookie(SESSION_COOKIE, path=COOKIE_PATH, secure=True, httponly=True,
                            samesite="strict")  # fmt: skip
