@@ -912,8 +912,11 @@ def _require_attempt(conn: Connection, attempt_id: int) -> None:
 
 
 if TYPE_CHECKING:
-    from spotd.core.contracts import HistoryStore, JobStore, LedgerStore, Store
+    from spotd.core.contracts import HistoryStore, JobStore, LedgerStore, SessionStore, Store
 
-    # mypy proves here that SqlStore fits the whole Store contract, each part included.
-    def _fits(store: SqlStore) -> tuple[Store, JobStore, HistoryStore, LedgerStore]:
-        return store, store, store, store
+    # mypy proves here that SqlStore fits the whole Store contract, each part included,
+    # and the dashboard's SessionStore.
+    def _fits(
+        store: SqlStore,
+    ) -> tuple[Store, JobStore, HistoryStore, LedgerStore, SessionStore]:
+        return store, store, store, store, store
