@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime, time, timedelta
@@ -47,6 +48,39 @@ from pydantic import (
 )
 
 from spotd.core.errors import JobSpecError
+from spotd.core.limits import (
+    MAX_ARG_BYTES,
+    MAX_BUDGET_USD,
+    MAX_BUSBW_GBPS,
+    MAX_CHECKPOINT_GB,
+    MAX_CODE_BYTES,
+    MAX_CODE_FILES,
+    MAX_COMMAND_ARGS,
+    MAX_COMMAND_BYTES,
+    MAX_COMPUTE_HOURS,
+    MAX_DURATION,
+    MAX_EMAIL_CHARS,
+    MAX_EMAILS,
+    MAX_ENV_BYTES,
+    MAX_ENV_NAME_CHARS,
+    MAX_ENV_VARS,
+    MAX_EXIT_CODES,
+    MAX_FABRIC_ENV_BYTES,
+    MAX_GBPS_PER_GPU,
+    MAX_GPU_MODELS,
+    MAX_GPU_NAME_CHARS,
+    MAX_GPUS_PER_NODE,
+    MAX_IMAGE_CHARS,
+    MAX_MODEL_SIZE_B,
+    MAX_NODES,
+    MAX_PATH_BYTES,
+    MAX_PATTERN_CHARS,
+    MAX_PATTERNS,
+    MAX_PRICE_PER_GPU_HOUR,
+    MAX_RUN_HOURS,
+    MAX_SETUP_LINES,
+    MIN_CHECKPOINT_GB,
+)
 from spotd.core.network import Fabric
 from spotd.core.toml_lines import KeyLines
 
@@ -65,7 +99,6 @@ __all__ = [
     "spec_to_json",
 ]
 
-MAX_GPUS_PER_NODE = 16
 SHELL = "/bin/sh"
 
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
@@ -88,6 +121,10 @@ _TOML_POS_RE = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)
 # path has absolute paths already and never resolves anything.
 _CTX_BASE_DIR = "base_dir"
 _CTX_FROM_TOML = "from_toml"
+# Passed by spec_from_json only: a spec the store kept is read whatever its size. The
+# bounds of spotd.core.limits may be newer than it, and one stored spec that no longer
+# reads would stop every read of the jobs beside it (a listing, a reconcile pass).
+_CTX_STORED = "stored"
 
 
 # --------------------------------------------------------------------------
@@ -142,8 +179,112 @@ def _non_empty_str(value: str) -> str:
     return value
 
 
+# --------------------------------------------------------------------------
+# Bounds (the figures and why: spotd.core.limits)
+# --------------------------------------------------------------------------
+
+
+def _submitted(info: ValidationInfo) -> bool:
+    """Whether the bounds of :mod:`spotd.core.limits` apply: to every spec but one read
+    back from the store (see ``_CTX_STORED``)."""
+    return not (isinstance(info.context, Mapping) and info.context.get(_CTX_STORED))
+
+
+def _utf8_bytes(value: str) -> int:
+    # surrogatepass: a JSON body may carry a lone surrogate; it is counted, not a crash.
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def _env_bytes(env: Mapping[str, str]) -> int:
+    """What ``env`` weighs in an exec: each ``NAME=value`` with its NUL."""
+    return sum(len(name) + _utf8_bytes(value) + 2 for name, value in env.items())
+
+
+def _at_most(bound: float) -> AfterValidator:
+    """At most ``bound``, said as pydantic's own ``le`` is (``must be <= 4096, got ...``)."""
+
+    def check(value: float, info: ValidationInfo) -> float:
+        if value > bound and _submitted(info):
+            raise ValueError(f"must be <= {_number(bound)}, got {_number(value)}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _at_least(bound: float) -> AfterValidator:
+    """At least ``bound``, said as pydantic's own ``ge`` is (``must be >= 1e-06, got ...``)."""
+
+    def check(value: float, info: ValidationInfo) -> float:
+        if value < bound and _submitted(info):
+            raise ValueError(f"must be >= {_number(bound)}, got {_number(value)}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _at_most_chars(bound: int) -> AfterValidator:
+    """A string of at most ``bound`` characters: names, which are ASCII."""
+
+    def check(value: str, info: ValidationInfo) -> str:
+        if len(value) > bound and _submitted(info):
+            raise ValueError(f"must be at most {bound} characters, got {len(value)}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _at_most_bytes(bound: int) -> AfterValidator:
+    """A string of at most ``bound`` bytes of UTF-8: what exec and the kernel count."""
+
+    def check(value: str, info: ValidationInfo) -> str:
+        size = _utf8_bytes(value)
+        if size > bound and _submitted(info):
+            raise ValueError(f"must be at most {bound} bytes (UTF-8), got {size}")
+        return value
+
+    return AfterValidator(check)
+
+
+def _at_most_items(bound: int, items: str) -> BeforeValidator:
+    """An array or table of at most ``bound`` items, counted before any item is
+    checked: a million bad items would otherwise be a million problems."""
+
+    def check(value: object, info: ValidationInfo) -> object:
+        if isinstance(value, list | tuple | dict) and len(value) > bound and _submitted(info):
+            raise ValueError(f"must have at most {bound} {items}, got {len(value)}")
+        return value
+
+    return BeforeValidator(check)
+
+
+def _path_at_most(path: str, info: ValidationInfo, *, written: str | None = None) -> str:
+    """``path`` if within the bound of a path. ``written``: what the spec said, when
+    ``path`` is that made absolute (the bound is on what the nodes are given)."""
+    size = _utf8_bytes(path)
+    if size > MAX_PATH_BYTES and _submitted(info):
+        made = " once made absolute" if written is not None and written != path else ""
+        raise ValueError(f"must be at most {MAX_PATH_BYTES} bytes (UTF-8), got {size}{made}")
+    return path
+
+
+def _env_at_most(bound: int) -> AfterValidator:
+    """Variables that weigh at most ``bound`` bytes in an exec (:func:`_env_bytes`)."""
+
+    def check(value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        size = _env_bytes(value)
+        if size > bound and _submitted(info):
+            raise ValueError(
+                f"must add up to at most {bound} bytes (each NAME=value with a NUL, "
+                f"as exec counts them), got {size}"
+            )
+        return value
+
+    return AfterValidator(check)
+
+
 PositiveFloat = Annotated[float, Strict(), AllowInfNan(False), Gt(0)]
 """A finite float > 0; TOML integers are accepted, booleans and strings are not."""
+
 
 def _check_sha256(value: str) -> str:
     if not _SHA256_RE.fullmatch(value):
@@ -168,22 +309,39 @@ def _check_setup_line(value: str) -> str:
     return value
 
 
-StrictStr = Annotated[str, Strict()]
-EnvName = Annotated[str, Strict(), AfterValidator(_check_env_name)]
-EnvValue = Annotated[str, Strict(), AfterValidator(_no_nul)]
-Email = Annotated[str, Strict(), AfterValidator(_check_email)]
-Glob = Annotated[str, Strict(), AfterValidator(_check_glob)]
+EnvName = Annotated[
+    str, Strict(), _at_most_chars(MAX_ENV_NAME_CHARS), AfterValidator(_check_env_name)
+]
+EnvValue = Annotated[str, Strict(), AfterValidator(_no_nul), _at_most_bytes(MAX_ARG_BYTES)]
+EnvTable = Annotated[
+    dict[EnvName, EnvValue],
+    _at_most_items(MAX_ENV_VARS, "variables"),
+    _env_at_most(MAX_ENV_BYTES),
+]
+FabricEnvTable = Annotated[
+    dict[EnvName, EnvValue],
+    _at_most_items(MAX_ENV_VARS, "variables"),
+    _env_at_most(MAX_FABRIC_ENV_BYTES),
+]
+Arg = Annotated[str, Strict(), _at_most_bytes(MAX_ARG_BYTES)]
+"""One string a node execs: an item of ``command``, a ``setup`` line."""
+Email = Annotated[str, Strict(), _at_most_chars(MAX_EMAIL_CHARS), AfterValidator(_check_email)]
+Glob = Annotated[str, Strict(), _at_most_chars(MAX_PATTERN_CHARS), AfterValidator(_check_glob)]
+GpuName = Annotated[str, Strict(), _at_most_chars(MAX_GPU_NAME_CHARS)]
 
 
-def _parse_duration(value: object, *, auto: bool = False) -> timedelta:
+def _parse_duration(value: object, *, auto: bool = False, bounded: bool = True) -> timedelta:
     """``"90s"``, ``"15m"``, ``"1h30m"``, ``"2h"``, an int of seconds, or a timedelta.
 
     ``auto``: the field also takes ``"auto"``, so the error names it too.
+    ``bounded``: at most :data:`~spotd.core.limits.MAX_DURATION` (false for a stored spec).
     """
     either = '"auto" or ' if auto else ""
     if isinstance(value, timedelta):
         if value.microseconds or value.total_seconds() <= 0:
             raise ValueError(f"must be a whole number of seconds > 0, got {value}")
+        if bounded and value > MAX_DURATION:
+            raise ValueError(f"{_LONGEST}, got {value}")
         return value
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ValueError(
@@ -203,10 +361,23 @@ def _parse_duration(value: object, *, auto: bool = False) -> timedelta:
         seconds = hours * 3600 + minutes * 60 + secs
     if seconds <= 0:
         raise ValueError(f"must be > 0 seconds, got {_describe(value)}")
+    if bounded and seconds > MAX_DURATION.total_seconds():
+        raise ValueError(f"{_LONGEST}, got {_describe(value)}")
     try:
         return timedelta(seconds=seconds)
     except OverflowError:
         raise ValueError(f"is too long, got {_describe(value)}") from None
+
+
+_LONGEST = (
+    f"must be at most {MAX_DURATION.days} days "
+    f'("{MAX_DURATION.days * 24}h" or {MAX_DURATION.days * 86400} seconds)'
+)
+"""How :func:`_parse_duration` says a duration is over the bound, before what it got."""
+
+
+def _duration(value: object, info: ValidationInfo) -> timedelta:
+    return _parse_duration(value, bounded=_submitted(info))
 
 
 def _absolute(value: str, info: ValidationInfo) -> str:
@@ -261,16 +432,16 @@ class _Spec(BaseModel):
 class Resources(_Spec):
     """The GPUs a job needs: which models, how many per node, how many nodes."""
 
-    gpus: tuple[StrictStr, ...]
+    gpus: Annotated[tuple[GpuName, ...], _at_most_items(MAX_GPU_MODELS, "models")]
     """Acceptable GPU models in order of preference, upper case, no duplicates.
 
     One run never mixes models: every node of an attempt has the same one.
     """
     gpus_per_node: Annotated[int, Strict(), Field(ge=1, le=MAX_GPUS_PER_NODE)]
-    nodes: Annotated[int, Strict(), Field(ge=1)] = 1
-    model_size_b: PositiveFloat | None = None
+    nodes: Annotated[int, Strict(), Field(ge=1), _at_most(MAX_NODES)] = 1
+    model_size_b: Annotated[PositiveFloat, _at_most(MAX_MODEL_SIZE_B)] | None = None
     """Billions of parameters; sets the scale-out bandwidth a multi-node run needs."""
-    min_gbps_per_gpu: PositiveFloat | None = None
+    min_gbps_per_gpu: Annotated[PositiveFloat, _at_most(MAX_GBPS_PER_GPU)] | None = None
     """Scale-out bandwidth per GPU in Gbit/s; overrides the model-size rule."""
 
     @field_validator("gpus")
@@ -291,19 +462,15 @@ class Resources(_Spec):
         return self.nodes * self.gpus_per_node
 
 
-MAX_RUN_HOURS = 120 * 24.0
-"""The longest ``max_run_hours`` (GCP's limit on a maximum run duration: 120 days)."""
-
-
 class MarketSpec(_Spec):
     """Where and how capacity may be bought."""
 
     type: MarketMode = MarketMode.SPOT
-    providers: tuple[Glob, ...] = ("*",)
+    providers: Annotated[tuple[Glob, ...], _at_most_items(MAX_PATTERNS, "patterns")] = ("*",)
     """Glob patterns over provider names (``aws``, ``sim-*``), lower-cased."""
-    regions: tuple[Glob, ...] = ("*",)
+    regions: Annotated[tuple[Glob, ...], _at_most_items(MAX_PATTERNS, "patterns")] = ("*",)
     """Glob patterns over region names (``us-east-*``), lower-cased."""
-    max_price_per_gpu_hour: PositiveFloat | None = None
+    max_price_per_gpu_hour: Annotated[PositiveFloat, _at_most(MAX_PRICE_PER_GPU_HOUR)] | None = None
     """Highest price in USD per GPU-hour the job accepts, None for no limit."""
     max_run_hours: Annotated[PositiveFloat, Le(MAX_RUN_HOURS)] | None = None
     """Longest one attempt's nodes may live; a provider with such a limit (GCP's
@@ -332,7 +499,9 @@ class CheckpointSpec(_Spec):
     """An fsspec URI or an absolute path; None lets the daemon pick a per-job folder."""
     interval: Literal["auto"] | timedelta = "auto"
     """How often to checkpoint; ``"auto"`` lets the policy choose from the preemption rate."""
-    size_gb: PositiveFloat = 1.0
+    size_gb: Annotated[PositiveFloat, _at_least(MIN_CHECKPOINT_GB), _at_most(MAX_CHECKPOINT_GB)] = (
+        1.0
+    )
     """Expected size of one checkpoint in GB; prices the time to write and read it."""
     on_notice: bool = Field(default=True, strict=True)
     """The job writes a checkpoint when the agent signals a preemption notice (the
@@ -347,6 +516,8 @@ class CheckpointSpec(_Spec):
             return None
         _non_empty_str(value)
         _no_nul(value)
+        # Before the protocols are looked for: an endless text is not read through.
+        _path_at_most(value, info)
         if value != value.strip():
             raise ValueError(f"must not start or end with spaces, got {value!r}")
         parts = value.split("::")
@@ -368,15 +539,15 @@ class CheckpointSpec(_Spec):
                 "(expected one fsspec knows, like file, s3, gs, az)"
             )
         if not protocols:
-            return _absolute(value, info)
+            return _path_at_most(_absolute(value, info), info, written=value)
         return value
 
     @field_validator("interval", mode="before")
     @classmethod
-    def _parse_interval(cls, value: object) -> Literal["auto"] | timedelta:
+    def _parse_interval(cls, value: object, info: ValidationInfo) -> Literal["auto"] | timedelta:
         if value == "auto":
             return "auto"
-        return _parse_duration(value, auto=True)
+        return _parse_duration(value, auto=True, bounded=_submitted(info))
 
     @field_serializer("interval", when_used="json")
     def _interval_seconds(self, value: Literal["auto"] | timedelta) -> str | int:
@@ -390,7 +561,7 @@ class CheckpointSpec(_Spec):
 class DeadlineSpec(_Spec):
     """When the job must be done, and how long it needs."""
 
-    compute_hours: PositiveFloat | None = None
+    compute_hours: Annotated[PositiveFloat, _at_most(MAX_COMPUTE_HOURS)] | None = None
     """Estimated compute time on the GPUs asked for, in hours."""
     finish_by: datetime | None = None
     """Latest acceptable end, timezone-aware, stored in UTC."""
@@ -435,7 +606,7 @@ def _whole_seconds(value: timedelta) -> int:
 
 Duration = Annotated[
     timedelta,
-    BeforeValidator(_parse_duration),
+    BeforeValidator(_duration),
     PlainSerializer(_whole_seconds, return_type=int, when_used="json"),
 ]
 """A duration written as ``checkpoint.interval`` is (``"90s"``, ``"1h30m"``, seconds)."""
@@ -456,7 +627,7 @@ class PreflightSpec(_Spec):
     """The checks every new gang passes before the job's command starts."""
 
     enabled: bool = Field(default=True, strict=True)
-    min_busbw_gbps: PositiveFloat | None = None
+    min_busbw_gbps: Annotated[PositiveFloat, _at_most(MAX_BUSBW_GBPS)] | None = None
     """Lowest all-reduce bus bandwidth in GB/s the gang must show; None takes the
     fabric's figure from spotd's table (for NCCL on GPUs; a CPU gang has none)."""
     timeout: Duration = timedelta(minutes=5)
@@ -466,14 +637,14 @@ class PreflightSpec(_Spec):
 class BudgetSpec(_Spec):
     """The most the job may cost."""
 
-    max_usd: PositiveFloat
+    max_usd: Annotated[PositiveFloat, _at_most(MAX_BUDGET_USD)]
     """Total spend in USD over every attempt; the job stops when it would go over."""
 
 
 class NotifySpec(_Spec):
     """Who hears about the job."""
 
-    email: tuple[Email, ...] = ()
+    email: Annotated[tuple[Email, ...], _at_most_items(MAX_EMAILS, "addresses")] = ()
     on_end: bool = Field(default=False, strict=True)
     """Email a report to ``email`` when the job ends."""
 
@@ -486,12 +657,12 @@ class CodeRef(_Spec):
     whatever the folder on the submitting machine holds later.
     """
 
-    uri: Annotated[str, Strict()]
+    uri: Annotated[str, Strict(), _at_most_bytes(MAX_PATH_BYTES)]
     """fsspec URI of the ``.tar.gz``."""
     sha256: Annotated[str, Strict(), AfterValidator(_check_sha256)]
-    size_bytes: Annotated[int, Strict(), Field(ge=0)]
+    size_bytes: Annotated[int, Strict(), Field(ge=0), _at_most(MAX_CODE_BYTES)]
     """Size of the archive."""
-    files: Annotated[int, Strict(), Field(ge=0)]
+    files: Annotated[int, Strict(), Field(ge=0), _at_most(MAX_CODE_FILES)]
 
 
 class RetrySpec(_Spec):
@@ -514,7 +685,10 @@ class RetrySpec(_Spec):
     """Times the job is started again, from its last checkpoint, after its command exits
     non-zero with a code ``restart_on_exit_codes`` covers; past it (and by default,
     0) such an exit fails the job (cause ``user-command-failed``)."""
-    restart_on_exit_codes: tuple[Annotated[int, Strict(), Field(ge=-255, le=255)], ...] = ()
+    restart_on_exit_codes: Annotated[
+        tuple[Annotated[int, Strict(), Field(ge=-255, le=255)], ...],
+        _at_most_items(MAX_EXIT_CODES, "codes"),
+    ] = ()
     """Exit codes that are restarted (an NCCL timeout's, a GPU Xid error's, 137 for a
     SIGKILL); empty restarts every non-zero code. A gang is restarted when any of its
     failed nodes exited with a listed code."""
@@ -525,19 +699,25 @@ class JobSpec(_Spec):
 
     name: Annotated[str, Strict()]
     """1-63 characters of ``[A-Za-z0-9._-]``, starting with a letter or digit."""
-    command: tuple[StrictStr, ...]
+    command: tuple[Arg, ...]
     """argv of the command; a shell string in TOML becomes ``("/bin/sh", "-c", s)``."""
-    env: dict[EnvName, EnvValue] = Field(default_factory=dict)
+    env: EnvTable = Field(default_factory=dict)
     workdir: Annotated[str, Strict()] | None = None
     """Absolute working directory of the command; None lets the daemon decide. A folder
     that exists on the submitting machine is packed and shipped (see ``code``)."""
     code: CodeRef | None = None
     """The shipped ``workdir``: set by ``spotd submit``; the nodes run in its unpacked copy."""
-    image: Annotated[str, Strict(), AfterValidator(_check_image)] | None = None
+    image: (
+        Annotated[str, Strict(), _at_most_chars(MAX_IMAGE_CHARS), AfterValidator(_check_image)]
+        | None
+    ) = None
     """A container image the command runs in on every node; None runs it on the node itself."""
-    setup: tuple[Annotated[str, Strict(), AfterValidator(_check_setup_line)], ...] = ()
+    setup: Annotated[
+        tuple[Annotated[Arg, AfterValidator(_check_setup_line)], ...],
+        _at_most_items(MAX_SETUP_LINES, "lines"),
+    ] = ()
     """Shell command lines run once per node, in order, before the job (and its gang)."""
-    secrets: tuple[EnvName, ...] = ()
+    secrets: Annotated[tuple[EnvName, ...], _at_most_items(MAX_ENV_VARS, "names")] = ()
     """Names of values the daemon holds (``[secrets]`` in its config) that the job's
     environment gets on the node, and nothing else ever shows."""
     retry: RetrySpec = RetrySpec()
@@ -555,7 +735,7 @@ class JobSpec(_Spec):
     notify: NotifySpec = NotifySpec()
     gang: GangSpec = GangSpec()
     preflight: PreflightSpec = PreflightSpec()
-    fabric_env: dict[Fabric, dict[EnvName, EnvValue]] = Field(default_factory=dict)
+    fabric_env: dict[Fabric, FabricEnvTable] = Field(default_factory=dict)
     """Per fabric kind, variables merged over spotd's table (an empty value removes one)."""
 
     @field_validator("name")
@@ -580,7 +760,7 @@ class JobSpec(_Spec):
 
     @field_validator("command", mode="before")
     @classmethod
-    def _shell_string(cls, value: object) -> object:
+    def _shell_string(cls, value: object, info: ValidationInfo) -> object:
         if isinstance(value, str):
             if value.strip() == "":
                 raise ValueError("must not be empty: give a shell command or an argv array")
@@ -590,17 +770,25 @@ class JobSpec(_Spec):
                 f"expected an array of strings (argv) or a shell command string, "
                 f"got {_describe(value)}"
             )
+        if len(value) > MAX_COMMAND_ARGS and _submitted(info):
+            raise ValueError(f"must have at most {MAX_COMMAND_ARGS} items, got {len(value)}")
         return value
 
     @field_validator("command")
     @classmethod
-    def _check_argv(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+    def _check_argv(cls, value: tuple[str, ...], info: ValidationInfo) -> tuple[str, ...]:
         if not value:
             raise ValueError('must not be empty, like ["python3", "train.py"]')
         if value[0].strip() == "":
             raise ValueError("the program (first item) must not be empty")
         for arg in value:
             _no_nul(arg)
+        size = sum(_utf8_bytes(arg) + 1 for arg in value)
+        if size > MAX_COMMAND_BYTES and _submitted(info):
+            raise ValueError(
+                f"must add up to at most {MAX_COMMAND_BYTES} bytes (each item with a NUL, "
+                f"as exec counts them), got {size}"
+            )
         return value
 
     @field_validator("workdir")
@@ -610,7 +798,7 @@ class JobSpec(_Spec):
             return None
         _non_empty_str(value)
         _no_nul(value)
-        return _absolute(value, info)
+        return _path_at_most(_absolute(value, info), info, written=value)
 
     @field_validator("secrets")
     @classmethod
@@ -691,9 +879,7 @@ def load_job_file(path: str | Path) -> JobSpec:
         # utf-8-sig: a BOM from a Windows editor is harmless, so drop it.
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise JobSpecError(
-            source, [f"not UTF-8 text (bad byte at offset {exc.start})"]
-        ) from None
+        raise JobSpecError(source, [f"not UTF-8 text (bad byte at offset {exc.start})"]) from None
     return parse_job_toml(text, source=source, base_dir=file.absolute().parent)
 
 
@@ -718,6 +904,10 @@ def parse_job_toml(text: str, *, source: str, base_dir: Path) -> JobSpec:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise JobSpecError(source, [_toml_syntax_problem(exc)]) from None
+    except ValueError:
+        # Not a TOMLDecodeError: Python's own limit on reading an integer's digits.
+        limit = sys.get_int_max_str_digits()
+        raise JobSpecError(source, [f"invalid TOML: an integer of over {limit} digits"]) from None
     except RecursionError:
         raise JobSpecError(source, ["invalid TOML: arrays or tables nested too deeply"]) from None
     context = {_CTX_BASE_DIR: Path(base_dir).absolute(), _CTX_FROM_TOML: True}
@@ -738,10 +928,12 @@ def spec_from_json(text: str, *, source: str = "stored job spec") -> JobSpec:
     """Read back what :func:`spec_to_json` wrote; the result equals the original.
 
     Raises :class:`JobSpecError` when ``text`` is not a valid spec (for
-    instance one stored by a version with other rules).
+    instance one stored by a version with other rules). The bounds of
+    :mod:`spotd.core.limits` are not checked again: a job stored before them
+    is still read, as it was submitted.
     """
     try:
-        return JobSpec.model_validate_json(text)
+        return JobSpec.model_validate_json(text, context={_CTX_STORED: True})
     except ValidationError as exc:
         problems = [_problem(error, None) for error in exc.errors(include_url=False)]
         raise JobSpecError(source, problems) from None
@@ -839,16 +1031,23 @@ def _describe(value: object) -> str:
     if isinstance(value, date | time):
         return f"{kind} {value.isoformat()}"
     if isinstance(value, int):
-        text = str(value) if abs(value) < 10**30 else "(a huge number)"
-        return f"{kind} {text}"
+        return f"{kind} {_integer(value)}"
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
     return f"{kind} {text}"
 
 
+def _integer(value: int) -> str:
+    # Python will not write an int of over 4300 digits, and no one reads one of 40.
+    return str(value) if abs(value) < 10**40 else "(a huge number)"
+
+
 def _number(value: object) -> str:
-    if isinstance(value, float) and value.is_integer():
+    """A number for a bound's message: ``4096``, ``0.5``, ``1e+308``."""
+    if isinstance(value, int):
+        return _integer(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
         return str(int(value))
     return str(value)
 

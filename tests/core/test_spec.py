@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import sys
 from datetime import UTC, date, datetime, time, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -11,7 +13,9 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
+from spotd.core import limits
 from spotd.core.errors import JobSpecError
 from spotd.core.spec import (
     SHELL,
@@ -382,6 +386,234 @@ def test_spec_from_json_rejects_garbage() -> None:
 
 
 # --------------------------------------------------------------------------
+# Bounds: every number and size has one a real job can use (spotd.core.limits)
+# --------------------------------------------------------------------------
+
+
+def job(top: str = "", resources: str = "", tables: str = "") -> str:
+    """MINIMAL with ``top`` keys from line 3, then ``[resources]`` (its header on line 3
+    when ``top`` is empty) with ``resources`` keys after its own, then ``tables``."""
+    return (
+        f'name = "t"\ncommand = ["python3", "train.py"]\n{top}'
+        f'[resources]\ngpus = ["H100"]\ngpus_per_node = 8\n{resources}{tables}'
+    )
+
+
+def strings(*items: str) -> str:
+    """A TOML array of the (plain) strings ``items``."""
+    return "[" + ", ".join(f'"{item}"' for item in items) + "]"
+
+
+def env_lines(count: int, size: int) -> str:
+    return "".join(f'V{i} = "{"x" * size}"\n' for i in range(count))
+
+
+BIG = "x" * 900 * 1024
+LONGEST = 'must be at most 366 days ("8784h" or 31622400 seconds)'
+ENV_SUM = "must add up to at most {} bytes (each NAME=value with a NUL, as exec counts them)"
+CODE = f'[code]\nuri = "s3://b/c.tar.gz"\nsha256 = "{"0" * 64}"\n'
+SECRETS = [f"S{i}" for i in range(1025)]
+
+BOUND_CASES: list[tuple[str, str, str]] = [
+    # (id, job file, its one problem)
+    # The issue's four: each was accepted, then broke or stalled the job's passes.
+    ("size_gb=1e308", job(tables="[checkpoint]\nsize_gb = 1e308\n"),
+     "checkpoint.size_gb (line 7): must be <= 1000000, got 1e+308"),
+    ("nodes=10**30", job(resources=f"nodes = {10**30}\n"),
+     f"resources.nodes (line 6): must be <= 4096, got {10**30}"),
+    ("env-900KB", job(tables=f'[env]\nBIG = "{BIG}"\n'),
+     "env.BIG (line 7): must be at most 32768 bytes (UTF-8), got 921600"),
+    ("interval=99999999h", job(tables='[checkpoint]\ninterval = "99999999h"\n'),
+     f"checkpoint.interval (line 7): {LONGEST}, got string '99999999h'"),
+    ("interval=10**20", job(tables=f"[checkpoint]\ninterval = {10**20}\n"),
+     f"checkpoint.interval (line 7): {LONGEST}, got integer {10**20}"),
+    # Numbers
+    ("size_gb-least", job(tables="[checkpoint]\nsize_gb = 1e-7\n"),
+     "checkpoint.size_gb (line 7): must be >= 1e-06, got 1e-07"),
+    ("nodes", job(resources="nodes = 4097\n"),
+     "resources.nodes (line 6): must be <= 4096, got 4097"),
+    ("model_size_b", job(resources="model_size_b = 100000.5\n"),
+     "resources.model_size_b (line 6): must be <= 100000, got 100000.5"),
+    ("min_gbps_per_gpu", job(resources="min_gbps_per_gpu = 1e5\n"),
+     "resources.min_gbps_per_gpu (line 6): must be <= 10000, got 100000"),
+    ("max_price_per_gpu_hour", job(tables="[market]\nmax_price_per_gpu_hour = 1001\n"),
+     "market.max_price_per_gpu_hour (line 7): must be <= 1000, got 1001"),
+    ("max_run_hours", job(tables="[market]\nmax_run_hours = 2881\n"),
+     "market.max_run_hours (line 7): must be <= 2880, got 2881"),
+    ("compute_hours", job(tables="[deadline]\ncompute_hours = 1e15\n"),
+     "deadline.compute_hours (line 7): must be <= 8784, got 1000000000000000"),
+    ("max_usd", job(tables="[budget]\nmax_usd = 2e9\n"),
+     "budget.max_usd (line 7): must be <= 1000000000, got 2000000000"),
+    ("min_busbw_gbps", job(tables="[preflight]\nmin_busbw_gbps = 10000.5\n"),
+     "preflight.min_busbw_gbps (line 7): must be <= 10000, got 10000.5"),
+    ("priority", job(top="priority = 1000001\n"),
+     "priority (line 3): must be <= 1000000, got 1000001"),
+    ("launch_failures", job(tables="[retry]\nlaunch_failures = 1001\n"),
+     "retry.launch_failures (line 7): must be <= 1000, got 1001"),
+    ("master_port", job(tables="[gang]\nmaster_port = 65536\n"),
+     "gang.master_port (line 7): must be <= 65535, got 65536"),
+    ("code.size_bytes", job(tables=f"{CODE}size_bytes = {2**40 + 1}\nfiles = 1\n"),
+     f"code.size_bytes (line 9): must be <= {2**40}, got {2**40 + 1}"),
+    ("code.files", job(tables=f"{CODE}size_bytes = 1\nfiles = 100000001\n"),
+     "code.files (line 10): must be <= 100000000, got 100000001"),
+    ("nan", job(tables="[checkpoint]\nsize_gb = nan\n"),
+     "checkpoint.size_gb (line 7): expected a finite number, got nan"),
+    ("inf", job(tables="[budget]\nmax_usd = inf\n"),
+     "budget.max_usd (line 7): expected a finite number, got float inf"),
+    # Durations: one bound, said alike however the duration is written
+    ("interval-seconds", job(tables="[checkpoint]\ninterval = 31622401\n"),
+     f"checkpoint.interval (line 7): {LONGEST}, got integer 31622401"),
+    ("gang.timeout", job(tables='[gang]\ntimeout = "8784h0m1s"\n'),
+     f"gang.timeout (line 7): {LONGEST}, got string '8784h0m1s'"),
+    ("preflight.timeout", job(tables="[preflight]\ntimeout = 99999999999\n"),
+     f"preflight.timeout (line 7): {LONGEST}, got integer 99999999999"),
+    # What a node execs
+    ("env-name", job(tables=f'[env]\n{"N" * 256} = "1"\n'),
+     f"env.{'N' * 256} (line 7): must be at most 255 characters, got 256"),
+    ("env-value-in-utf8", job(tables=f'[env]\nV = "{"é" * 16385}"\n'),
+     "env.V (line 7): must be at most 32768 bytes (UTF-8), got 32770"),
+    ("env-variables", job(tables="[env]\n" + env_lines(1025, 1)),
+     "env (line 6): must have at most 1024 variables, got 1025"),
+    ("env-in-all", job(tables="[env]\n" + env_lines(9, 32000)),
+     f"env (line 6): {ENV_SUM.format(262144)}, got 288036"),
+    ("fabric_env-value", job(tables=f'[fabric_env.efa]\nFI_X = "{BIG}"\n'),
+     "fabric_env.efa.FI_X (line 7): must be at most 32768 bytes (UTF-8), got 921600"),
+    ("fabric_env-in-all", job(tables="[fabric_env.roce]\n" + env_lines(3, 30000)),
+     f"fabric_env.roce (line 6): {ENV_SUM.format(65536)}, got 90012"),
+    ("secrets", job(top=f"secrets = {strings(*SECRETS)}\n"),
+     "secrets (line 3): must have at most 1024 names, got 1025"),
+    ("command-items", job().replace('"train.py"', ", ".join(['"t"'] * 4096)),
+     "command (line 2): must have at most 4096 items, got 4097"),
+    ("command-item", job().replace('"train.py"', f'"{BIG}"'),
+     "command[1] (line 2): must be at most 32768 bytes (UTF-8), got 921600"),
+    ("shell-command", job().replace('["python3", "train.py"]', f'"{BIG}"'),
+     "command[2] (line 2): must be at most 32768 bytes (UTF-8), got 921600"),
+    ("command-in-all", job().replace('"train.py"', ", ".join([f'"{"x" * 30000}"'] * 5)),
+     "command (line 2): must add up to at most 131072 bytes (each item with a NUL, as exec "
+     "counts them), got 150013"),
+    ("setup-line", job(top=f"setup = {strings(BIG)}\n"),
+     "setup[0] (line 3): must be at most 32768 bytes (UTF-8), got 921600"),
+    ("setup-lines", job(top=f"setup = {strings(*['true'] * 257)}\n"),
+     "setup (line 3): must have at most 256 lines, got 257"),
+    # Paths, names and lists
+    ("workdir", job(top=f'workdir = "{"/d" * 2048}"\n'),
+     "workdir (line 3): must be at most 4095 bytes (UTF-8), got 4096"),
+    ("workdir-as-resolved", job(top=f'workdir = "{"d/" * 2044}"\n'),
+     "workdir (line 3): must be at most 4095 bytes (UTF-8), got 4097 once made absolute"),
+    ("checkpoint.uri", job(tables=f'[checkpoint]\nuri = "s3://b/{"k" * 4089}"\n'),
+     "checkpoint.uri (line 7): must be at most 4095 bytes (UTF-8), got 4096"),
+    ("code.uri", job(tables=CODE.replace("c.tar.gz", "c" * 4089) + "size_bytes = 1\nfiles = 1\n"),
+     "code.uri (line 7): must be at most 4095 bytes (UTF-8), got 4096"),
+    ("image", job(top=f'image = "{"i" * 513}"\n'),
+     "image (line 3): must be at most 512 characters, got 513"),
+    ("gpu-name", job().replace('["H100"]', strings("H" * 64)),
+     "resources.gpus[0] (line 4): must be at most 63 characters, got 64"),
+    ("gpus", job().replace('["H100"]', strings(*["H100"] * 65)),
+     "resources.gpus (line 4): must have at most 64 models, got 65"),
+    ("providers", job(tables=f"[market]\nproviders = {strings(*['aws'] * 65)}\n"),
+     "market.providers (line 7): must have at most 64 patterns, got 65"),
+    ("region-pattern", job(tables=f"[market]\nregions = {strings('r' * 256)}\n"),
+     "market.regions[0] (line 7): must be at most 255 characters, got 256"),
+    ("emails", job(tables=f"[notify]\nemail = {strings(*['a@b.io'] * 65)}\n"),
+     "notify.email (line 7): must have at most 64 addresses, got 65"),
+    ("email", job(tables=f"[notify]\nemail = {strings('a' * 250 + '@b.io')}\n"),
+     "notify.email[0] (line 7): must be at most 254 characters, got 255"),
+    ("exit-codes", job(tables=f"[retry]\nrestart_on_exit_codes = {[1] * 512}\n"),
+     "retry.restart_on_exit_codes (line 7): must have at most 511 codes, got 512"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"), [c[1:] for c in BOUND_CASES], ids=[c[0] for c in BOUND_CASES]
+)
+def test_every_field_is_bounded_and_its_problem_names_the_field_and_the_bound(
+    text: str, problem: str
+) -> None:
+    assert problems_of(text) == [problem]
+
+
+def test_figures_at_the_bounds_are_accepted() -> None:
+    # Each figure a bound names is one a real job may use: here most of them at once.
+    top = (
+        f'workdir = "{"/d" * 2047}w"\nimage = "{"i" * 512}"\n'
+        f"setup = {strings('s' * 32768, *['true'] * 255)}\n"
+        f"secrets = {strings(*SECRETS[:1024])}\n"
+    )
+    resources = "nodes = 4096\nmodel_size_b = 100000\nmin_gbps_per_gpu = 10000\n"
+    tables = (
+        # 8 variables of 2 + 1 + 32764 + 1 bytes: 262144, what [env] may hold in all.
+        "[env]\n" + env_lines(8, 32764)
+        + f"[market]\nproviders = {strings(*['*'] * 64)}\nregions = {strings('r' * 255)}\n"
+        + "max_price_per_gpu_hour = 1000\nmax_run_hours = 2880\n"
+        + '[checkpoint]\ninterval = "8784h"\nsize_gb = 1e6\n'
+        + "[deadline]\ncompute_hours = 8784\n[budget]\nmax_usd = 1e9\n"
+        + f"[retry]\nrestart_on_exit_codes = {list(range(-255, 256))}\n"
+        + f"[notify]\nemail = {strings(*['a' * 249 + '@b.io'] * 64)}\n"
+        + '[gang]\ntimeout = 31622400\n[preflight]\ntimeout = "8784h"\n'
+        + "min_busbw_gbps = 10000\n"
+        + "[fabric_env.infiniband]\n" + env_lines(2, 32764)
+        + CODE.replace("c.tar.gz", "c" * 4088) + f"size_bytes = {2**40}\nfiles = 100000000\n"
+    )  # fmt: skip
+    text = job(top, resources, tables)
+    text = text.replace('["H100"]', strings("H100", *["G" * 63] * 63), 1)
+    # 4096 items, one of 32768 bytes.
+    text = text.replace('"train.py"', ", ".join([f'"{"a" * 32768}"', *['"t"'] * 4094]), 1)
+    spec = parse(text)
+    assert (spec.resources.nodes, spec.checkpoint.size_gb) == (4096, 1e6)
+    assert spec.checkpoint.interval == timedelta(days=366)
+    assert spec.gang.timeout == spec.preflight.timeout == timedelta(days=366)
+    assert len(spec.command) == 4096
+    assert sum(len(k) + len(v) + 2 for k, v in spec.env.items()) == 262144
+    assert len(spec.workdir or "") == 4095
+    assert len(spec.notify.email) == 64
+    assert spec_from_json(spec_to_json(spec)) == spec
+
+
+def test_a_json_submit_meets_the_same_bounds() -> None:
+    # POST /v1/jobs validates its body with the same model, with no job file.
+    body: dict[str, Any] = {
+        "name": "t",
+        "command": ["python3", "train.py"],
+        "env": {"BIG": BIG},
+        "resources": {"gpus": ["H100"], "gpus_per_node": 8, "nodes": 10**30},
+        "checkpoint": {"size_gb": 1e308, "interval": 10**20},
+    }
+    with pytest.raises(ValidationError) as info:
+        JobSpec.model_validate(body)
+    said = {".".join(map(str, e["loc"])): e["msg"] for e in info.value.errors()}
+    assert said == {
+        "env.BIG": "Value error, must be at most 32768 bytes (UTF-8), got 921600",
+        "resources.nodes": f"Value error, must be <= 4096, got {10**30}",
+        "checkpoint.interval": f"Value error, {LONGEST}, got integer {10**20}",
+        "checkpoint.size_gb": "Value error, must be <= 1000000, got 1e+308",
+    }
+    body["checkpoint"] = {"interval": "99999999h"}
+    with pytest.raises(ValidationError, match="must be at most 366 days"):
+        JobSpec.model_validate(body)
+
+
+def test_a_stored_spec_beyond_the_bounds_is_still_read() -> None:
+    # A job stored before the bounds stays readable: one spec that no longer read would
+    # stop every read of the jobs beside it, a listing or a reconcile pass.
+    stored = json.loads(spec_to_json(parse(MINIMAL)))
+    stored["resources"]["nodes"] = 10**30
+    stored["checkpoint"].update(size_gb=1e308, interval=99999999 * 3600)
+    stored["env"] = {"BIG": BIG}
+    spec = spec_from_json(json.dumps(stored))
+    assert spec.resources.nodes == 10**30
+    assert spec.checkpoint.size_gb == 1e308
+    assert spec.checkpoint.interval == timedelta(hours=99999999)
+    assert spec.env == {"BIG": BIG}
+    assert spec_from_json(spec_to_json(spec)) == spec
+
+
+def test_an_integer_too_long_for_python_to_read_is_a_spec_error() -> None:
+    assert problems_of(job(resources=f"nodes = {'1' * 5000}\n")) == [
+        f"invalid TOML: an integer of over {sys.get_int_max_str_digits()} digits"
+    ]
+
+
+# --------------------------------------------------------------------------
 # The line locator
 # --------------------------------------------------------------------------
 
@@ -593,11 +825,17 @@ env_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,10}", fullmatch=True)
 no_nul_text = st.text(
     st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=20
 )
-positive = st.floats(min_value=1e-6, max_value=1e9)
+
+
+def positive(bound: float) -> st.SearchStrategy[float]:
+    """Finite floats > 0 up to ``bound`` (one of spotd.core.limits), the bound included."""
+    return st.floats(min_value=1e-6, max_value=bound) | st.just(bound)
+
+
 durations = (
     st.just("auto")
-    | st.integers(1, 10**7)
-    | st.tuples(st.integers(0, 99), st.integers(0, 59), st.integers(0, 59))
+    | st.integers(1, int(limits.MAX_DURATION.total_seconds()))
+    | st.tuples(st.integers(0, 8783), st.integers(0, 59), st.integers(0, 59))
     .filter(any)
     .map(lambda hms: "".join(f"{n}{u}" for n, u in zip(hms, "hms", strict=True) if n))
 )
@@ -629,22 +867,22 @@ def valid_docs(draw: st.DrawFn) -> dict[str, Any]:
         "gpus": draw(st.lists(st.sampled_from(["H100", "h100", "A100", "L40S"]), min_size=1)),
         "gpus_per_node": draw(st.integers(1, 16)),
     }
-    put(resources, "nodes", st.integers(1, 64))
-    put(resources, "model_size_b", positive)
-    put(resources, "min_gbps_per_gpu", positive)
+    put(resources, "nodes", st.integers(1, limits.MAX_NODES))
+    put(resources, "model_size_b", positive(limits.MAX_MODEL_SIZE_B))
+    put(resources, "min_gbps_per_gpu", positive(limits.MAX_GBPS_PER_GPU))
     doc["resources"] = resources
     market: dict[str, Any] = {}
     put(market, "type", st.sampled_from(["spot", "on-demand", "auto"]))
     put(market, "providers", st.lists(st.sampled_from(["*", "aws", "sim-*", "GCP"]), min_size=1))
     put(market, "regions", st.lists(st.sampled_from(["*", "us-east-*", "eu?"]), min_size=1))
-    put(market, "max_price_per_gpu_hour", positive)
+    put(market, "max_price_per_gpu_hour", positive(limits.MAX_PRICE_PER_GPU_HOUR))
     checkpoint: dict[str, Any] = {}
     put(checkpoint, "uri", paths | st.sampled_from(["s3://b/k", "file:///x", "memory://m"]))
     put(checkpoint, "interval", durations)
-    put(checkpoint, "size_gb", positive)
+    put(checkpoint, "size_gb", positive(limits.MAX_CHECKPOINT_GB))
     put(checkpoint, "on_notice", st.booleans())
     deadline: dict[str, Any] = {}
-    put(deadline, "compute_hours", positive)
+    put(deadline, "compute_hours", positive(limits.MAX_COMPUTE_HOURS))
     put(deadline, "finish_by", aware)
     notify: dict[str, Any] = {}
     put(notify, "email", st.lists(emails, max_size=3))
@@ -656,7 +894,7 @@ def valid_docs(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         doc["deadline"] = deadline
     if draw(st.booleans()):
-        doc["budget"] = {"max_usd": draw(positive)}
+        doc["budget"] = {"max_usd": draw(positive(limits.MAX_BUDGET_USD))}
     return doc
 
 

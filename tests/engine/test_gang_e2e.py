@@ -158,14 +158,14 @@ def test_a_preflight_below_its_threshold_fails_cools_and_moves_the_job(
     daemon: Daemon,
 ) -> None:
     client = client_of(daemon)
-    spec = gang_spec("print('ran')", preflight={"min_busbw_gbps": 1_000_000})
+    spec = gang_spec("print('ran')", preflight={"min_busbw_gbps": 10_000})
     job = client.submit(spec)
     job = wait_for(client, job.id, lambda j: len(j.attempts) >= 2, 120)
     first, second = job.attempts[0], job.attempts[1]
     assert first.end_reason == AttemptEnd.PREFLIGHT_FAILED
     assert first.gang is not None and first.gang.preflight is not None
     assert not first.gang.preflight.passed
-    assert first.gang.preflight.min_busbw_gbps == 1_000_000
+    assert first.gang.preflight.min_busbw_gbps == 10_000
     assert (second.provider, second.region) != (first.provider, first.region)
     failed = next(e for e in client.events(job.id) if e.cause == "preflight-failed")
     assert "preflight failed, bus bandwidth" in failed.detail
