@@ -55,6 +55,7 @@ __all__ = [
     "join",
     "latest_complete",
     "list_complete",
+    "list_files",
     "mark_complete",
     "read_bytes",
     "write_bytes",
@@ -250,6 +251,21 @@ def list_complete(uri: str) -> list[CheckpointInfo]:
             found.append(CheckpointInfo(uri=folder, step=int(match.group(1))))
     found.sort(key=lambda info: info.step)
     return found
+
+
+def list_files(folder_uri: str) -> list[str]:
+    """The URIs of the files directly inside ``folder_uri``, sorted; ``[]`` when it does
+    not exist. Any other failure raises :class:`~spotd.core.errors.CheckpointError`."""
+    fs, folder = _fs(folder_uri)
+    try:
+        entries = fs.ls(folder, detail=True)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise CheckpointError(f"{folder_uri}: cannot list: {exc}") from exc
+    names = (str(e["name"]).rstrip("/").rsplit("/", 1)[-1] for e in entries
+             if e.get("type") == "file")  # fmt: skip
+    return [join(folder_uri, name) for name in sorted(names)]
 
 
 def _marker_exists(fs: Any, folder_path: str, folder_uri: str) -> bool:

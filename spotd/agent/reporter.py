@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
@@ -60,6 +61,9 @@ def path_of(report: AgentReport) -> str:
         return JOIN_PATH
     return HEARTBEAT_PATH
 
+
+_STOP_POLL_SECONDS = 0.1
+"""How often a drain with a ``stop`` event looks at it."""
 
 _BEATS = (AgentReport, HeartbeatReport)
 """Reports of which only the latest queued one matters."""
@@ -164,10 +168,22 @@ class ReportQueue:
             self._queue.append(report)
             self._cond.notify_all()
 
-    def drain(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` s until every queued report went; True if they did."""
+    def drain(self, timeout: float, *, stop: threading.Event | None = None) -> bool:
+        """Wait up to ``timeout`` s until every queued report went, or until ``stop`` is
+        set; True if they all went."""
+        if stop is None:
+            with self._cond:
+                return self._cond.wait_for(lambda: not self._queue, timeout=timeout)
+        # ``stop`` is set from a signal handler, which cannot notify the condition
+        # safely: look at it a few times a second instead.
+        deadline = time.monotonic() + timeout
         with self._cond:
-            return self._cond.wait_for(lambda: not self._queue, timeout=timeout)
+            while self._queue and not stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(min(left, _STOP_POLL_SECONDS))
+            return not self._queue
 
     def close(self) -> None:
         """Stop sending (what is still queued is dropped) and join the thread."""

@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType
 
-from spotd.agent.config import AgentConfig
+from spotd.agent.config import TOKEN_VARIABLE, AgentConfig
 from spotd.agent.container import job_argv
 from spotd.agent.files import read_progress, write_notice
 from spotd.agent.gang import Join
@@ -42,6 +42,8 @@ from spotd.core.agent_wire import (
 )
 from spotd.core.contracts import AddressSource, NoticeWatcher
 from spotd.core.errors import ConfigError
+from spotd.environ import forget
+from spotd.exits import KeptExit, keep_exit
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +94,16 @@ class _Agent:
         self.stopping = threading.Event()
         self.proc: subprocess.Popen[bytes] | None = None
         self.noticed: set[str] = set()
+        self.notice: NoticeReport | None = None
+        """The preemption notice, kept with the exit."""
         self.signalled = False
         self.start_lock = threading.Lock()
         self.aborted = threading.Event()
         """Set by SIGTERM or SIGINT to the agent: the node is going."""
+        self.ended = False
+        """The job ended (or never could start): the agent only reports now."""
+        self.leaving = threading.Event()
+        """Set by a signal after the job ended: stop waiting for the daemon."""
         self.watch_thread = threading.Thread(
             target=self._watch, name="spotd-agent-watch", daemon=True
         )
@@ -114,10 +122,12 @@ class _Agent:
         self.watch_thread.start()
         self.beat_thread.start()
         try:
+            # Through the report too: a node that goes while the daemon has not taken
+            # the exit yet ends the agent with the job's own code, not the signal's.
             with _forwarding_signals(self._on_signal):
                 code, phase = self._start_and_wait()
-            self._stop_threads()
-            self._finish(code, phase)
+                self._stop_threads()
+                self._finish(code, phase)
         finally:
             self.stopping.set()
             if self.outbox is not None:
@@ -179,14 +189,20 @@ class _Agent:
         self.beat_thread.join()
 
     def _finish(self, code: int, phase: ExitPhase = "command") -> None:
-        """Report the exit, then release the provider's event (after the report:
-        on Azure the acknowledgement may end the VM at once)."""
+        """Keep the exit where the daemon finds it, report it, then release the
+        provider's event (after the report: on Azure the acknowledgement may end
+        the VM at once). A signal to the agent cuts the wait for the report short:
+        the node is going, and the kept exit outlives it."""
+        self.ended = True
+        report = ExitReport(exit_code=code, phase=phase, detail=self.exit_detail,
+                            **self._speaker())  # fmt: skip
+        self._keep_exit(report)
         if self.outbox is not None:
-            self.outbox.put(ExitReport(exit_code=code, phase=phase, detail=self.exit_detail,
-                                       **self._speaker()))  # fmt: skip
-            if not self.outbox.drain(self.config.report_timeout_seconds):
-                log.warning("daemon did not take the reports within %.0f s; going on",
-                            self.config.report_timeout_seconds)
+            self.outbox.put(report)
+            if not self.outbox.drain(self.config.report_timeout_seconds, stop=self.leaving):
+                log.warning("daemon did not take the reports within %.0f s or the node "
+                            "is going; the exit is kept for it",
+                            self.config.report_timeout_seconds)  # fmt: skip
         if "preemption" in self.noticed:
             self.watcher.job_ended()
         # A GCP long poll may still hang in the watch thread: leave its client to
@@ -194,6 +210,20 @@ class _Agent:
         self.watch_thread.join(timeout=1.0)
         if not self.watch_thread.is_alive():
             self.watcher.close()
+
+    def _keep_exit(self, report: ExitReport) -> None:
+        """Write the exit beside the job's checkpoints (:mod:`spotd.exits`), so that a
+        daemon that is down now still learns it after this node is gone."""
+        root = self.job_env.get("SPOTD_CHECKPOINT_URI", "")
+        if not root:
+            return
+        try:
+            stopped = self.signalled or self.aborted.is_set()
+            keep_exit(root, KeptExit(exit=report, notice=self.notice, stopped=stopped))
+        except Exception as exc:
+            # The report may still go; a node that cannot write here fails its
+            # preflight's checkpoint check anyway.
+            log.warning("cannot keep the exit in %s: %s", root, exc)
 
     def _watch(self) -> None:
         while not self.stopping.is_set():
@@ -222,10 +252,12 @@ class _Agent:
                 except OSError as exc:
                     log.error("cannot write the notice file: %s", exc)
                 self._signal_job()
-        if self.outbox is not None:
-            self.outbox.put(NoticeReport(
-                kind=notice.kind, deadline=notice.deadline, detail=notice.detail, **self._speaker()
-            ))
+        report = NoticeReport(
+            kind=notice.kind, deadline=notice.deadline, detail=notice.detail, **self._speaker()
+        )
+        if notice.kind == "preemption":
+            self.notice = report
+        self._put(report)
 
     def _signal_job(self) -> None:
         # Signal before reporting: the checkpoint is what the notice window is for.
@@ -244,6 +276,9 @@ class _Agent:
         at once; before the job started, give up starting it. The watch thread
         writes the notice file when the provider announces one."""
         self.aborted.set()
+        if self.ended:
+            self.leaving.set()
+            return
         if self.proc is None:
             return
         if signum == self.config.checkpoint_signum:
@@ -391,4 +426,6 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"spotd agent: {exc}\n{USAGE}", file=sys.stderr)
         return EXIT_USAGE
+    # Read once: the job, a child of this process, must not find it in our /proc environ.
+    forget([TOKEN_VARIABLE])
     return run_agent(config)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import overload
 
 from spotd.core.values import (
     AttemptEnd,
@@ -21,6 +22,7 @@ from spotd.core.values import (
     InstanceState,
     Pool,
 )
+from spotd.exits import KeptExit
 
 # Attempt ends that say something about the pool, so it is avoided for a while.
 POOL_TROUBLE = frozenset(
@@ -127,6 +129,14 @@ def restartable(codes: Sequence[int], restart_on: Sequence[int]) -> bool:
     return not restart_on or any(code in restart_on for code in codes)
 
 
+@overload
+def with_report(instance: Instance, report: InstanceReport | None) -> Instance: ...
+
+
+@overload
+def with_report(instance: None, report: InstanceReport | None) -> None: ...
+
+
 def with_report(instance: Instance | None, report: InstanceReport | None) -> Instance | None:
     """The provider's view of an instance, corrected by what its agent said.
 
@@ -137,7 +147,11 @@ def with_report(instance: Instance | None, report: InstanceReport | None) -> Ins
     """
     if instance is None or report is None:
         return instance
-    if report.exit_code is not None and instance.state is not InstanceState.PREEMPTED:
+    # Exit 0 is the job's own end even on a node taken back later (a job that finished
+    # while no daemon heard it, then lost its VM); any other exit there is the preemption.
+    if report.exit_code is not None and (
+        instance.state is not InstanceState.PREEMPTED or report.exit_code == 0
+    ):
         # The provider's own notice counts as much as the agent's report of one: the
         # job may exit on the signal before the agent's watcher has seen the notice.
         noticed = instance.state is InstanceState.NOTICE or (
@@ -151,6 +165,25 @@ def with_report(instance: Instance | None, report: InstanceReport | None) -> Ins
     if report.notice_at is not None and report.notice_kind != "rebalance":
         return replace(instance, state=InstanceState.NOTICE)
     return instance
+
+
+def with_kept_exit(instance: Instance, kept: KeptExit) -> Instance:
+    """An ended node, corrected by the exit its agent kept when no daemon took it.
+
+    Weighed as the agent's report would be (:func:`with_report`), except that an exit
+    with no notice and no stop passed on to the job is the job's own ending even on a
+    node the provider shows preempted: the market took it back after the job ended.
+    """
+    code = kept.exit.exit_code
+    if kept.notice is None and not kept.stopped:
+        return replace(instance, state=InstanceState.EXITED, exit_code=code)
+    notice = kept.notice
+    report = InstanceReport(
+        instance.id, instance.pool.provider, kept.exit.job_id, kept.exit.attempt,
+        exit_code=code, notice_at=notice.at if notice else None,
+        notice_kind=notice.kind if notice else None,
+    )  # fmt: skip
+    return with_report(instance, report)
 
 
 def region_key(pool: Pool) -> tuple[str, str, str]:

@@ -63,6 +63,7 @@ from spotd.engine.attempts import (
     failed_launches,
     open_attempt,
     restartable,
+    with_kept_exit,
     with_report,
 )
 from spotd.engine.context import placement_context
@@ -74,6 +75,7 @@ from spotd.engine.gang import (
     preflight_summary,
 )
 from spotd.engine.placements import attempt_tags, reap_placements, release
+from spotd.engine.reports import StoreReports
 from spotd.engine.shipping import shipping_environment
 from spotd.engine.teams import TeamBook, TeamLimits, pass_order
 from spotd.engine.waiting import Cooling, WaitingReason, gist_of, submit_warning, waiting_reason
@@ -85,6 +87,7 @@ from spotd.engine.watch import (
     budget_check_at,
     changed_instances,
 )
+from spotd.exits import kept_exits
 from spotd.market.cache import MarketCache, OfferingIndex, unoffered_gpus
 from spotd.market.stats import HistoryStats, expected_preemptions
 
@@ -805,6 +808,7 @@ class Engine:
     def _attempt_ended(
         self, job: JobRecord, attempt: AttemptRecord, instances: Sequence[Instance | None]
     ) -> None:
+        instances = self._with_kept_exits(job, attempt, instances)
         ended = [i for i in instances if i is not None and i.ended]
         # EXITED without a code: the VM shut down but nobody said how the job
         # ended. That is neither success nor the user's failure: recover it.
@@ -845,6 +849,42 @@ class Engine:
                 end=AttemptEnd.LOST,
                 detail=f"{attempt.pool}: node(s) gone without notice",
             )
+
+    def _with_kept_exits(
+        self, job: JobRecord, attempt: AttemptRecord, instances: Sequence[Instance | None]
+    ) -> Sequence[Instance | None]:
+        """``instances``, with the exits kept beside the checkpoints (:mod:`spotd.exits`)
+        by nodes that ended without reporting one, stored as if reported.
+
+        A job that finished while the daemon was down ended on its node all the
+        same: its node's word, not the provider's view of a VM taken back later,
+        says how.
+        """
+        reports = attempt_reports(attempt, self._reports(job.id))
+        ids = attempt.instance_ids
+        unheard = {iid for iid, i in zip(ids, instances, strict=True)
+                   if (i is None or i.ended) and _no_exit(reports.get(iid))}  # fmt: skip
+        if not unheard:
+            return instances
+        try:
+            kept = kept_exits(checkpoint_uri(job, self.settings), job.id, attempt.seq)
+        except CheckpointError as exc:
+            log.warning("job %s: cannot read the exits its nodes kept: %s", job.id, exc)
+            return instances
+        heard = unheard & kept.keys()
+        if not heard:
+            return instances
+        book = StoreReports(self.store)
+        for iid in heard:
+            notice, exit_ = kept[iid].notice, kept[iid].exit
+            if notice is not None:
+                book.notice(notice)
+            book.exited(exit_)
+        log.info("job %s: exits kept by %s while no daemon heard them", job.id, sorted(heard))
+        return [
+            with_kept_exit(i or _gone(iid, attempt), kept[iid]) if iid in heard else i
+            for iid, i in zip(ids, instances, strict=True)
+        ]
 
     def _command_failed(
         self, job: JobRecord, attempt: AttemptRecord, failed: Sequence[Instance]
@@ -1304,3 +1344,12 @@ class Engine:
             return False
         owner = next((a for a in attempts if str(a.seq) == tags.get(TAG_ATTEMPT)), None)
         return owner is None or not owner.open
+
+
+def _no_exit(report: InstanceReport | None) -> bool:
+    return report is None or report.exit_code is None
+
+
+def _gone(instance_id: str, attempt: AttemptRecord) -> Instance:
+    """A node the provider no longer lists, as an ended instance of its attempt."""
+    return Instance(instance_id, attempt.pool, attempt.market, InstanceState.TERMINATED)

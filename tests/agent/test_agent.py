@@ -48,6 +48,7 @@ from spotd.core.agent_wire import (
 )
 from spotd.core.errors import ConfigError
 from spotd.daemon.agent_routes import create_agent_router
+from spotd.exits import kept_exits
 from spotd_aws.notice import AwsNoticeWatcher
 from spotd_azure.notice import AzureNoticeWatcher
 from spotd_gcp.notice import GcpNoticeWatcher
@@ -408,6 +409,61 @@ def test_sigterm_to_agent_is_forwarded_to_the_job(tmp_path: Path) -> None:
     assert job.marker.read_text() == str(int(signal.SIGTERM))
 
 
+def test_an_exit_the_daemon_never_took_is_kept_and_outlives_the_node(tmp_path: Path) -> None:
+    """The daemon is down when the job ends: the agent keeps the exit beside the job's
+    checkpoints, and the node going meanwhile (SIGTERM) ends the agent with the job's
+    own code, not the signal's."""
+    job = Job(tmp_path, seconds=0.1, code=0)
+    ckpt = tmp_path / "ckpt"
+    env = {**os.environ, "SPOTD_AGENT_JOB_ID": JOB_ID, "SPOTD_AGENT_ATTEMPT": str(ATTEMPT),
+           "SPOTD_AGENT_INSTANCE_ID": "i-7", "SPOTD_AGENT_DAEMON_URL": closed_port_url(),
+           "SPOTD_AGENT_TOKEN": AGENT_TOKEN, "SPOTD_AGENT_REPORT_TIMEOUT_SECONDS": "600",
+           "SPOTD_CHECKPOINT_URI": str(ckpt)}  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "spotd.agent", "--", *job.argv], env=env,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert wait_for(lambda: bool(kept_exits(str(ckpt), JOB_ID, ATTEMPT)), timeout=20)
+        assert proc.poll() is None, "the agent should still be trying to report"
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    kept = kept_exits(str(ckpt), JOB_ID, ATTEMPT)["i-7"]
+    assert (kept.exit.exit_code, kept.exit.phase, kept.notice, kept.stopped) == (
+        0, "command", None, False
+    )
+
+
+def test_a_preempted_jobs_kept_exit_carries_the_notice(
+    tmp_path: Path, metadata: MetadataFake
+) -> None:
+    job = Job(tmp_path)
+    ckpt = tmp_path / "ckpt"
+    agent = AgentThread(make_config("aws", job.argv, metadata_url=metadata.url,
+                                    daemon_url=closed_port_url(), report_timeout_seconds=0.2,
+                                    job_env={**os.environ, "SPOTD_CHECKPOINT_URI": str(ckpt)}))
+    assert wait_for(job.ready.exists)
+    metadata.schedule_aws_action()
+    assert agent.join() == 143
+    kept = kept_exits(str(ckpt), JOB_ID, ATTEMPT)[AWS_INSTANCE_ID]
+    assert kept.exit.exit_code == 143
+    assert kept.notice is not None and kept.notice.kind == "preemption"
+    assert kept.stopped, "the agent passed the notice on to the job"
+
+
+def test_the_job_cannot_read_the_agent_token_from_its_parent(tmp_path: Path) -> None:
+    peek = ("import os; environ = open(f'/proc/{os.getppid()}/environ', 'rb').read(); "
+            f"print('PEEK', {AGENT_TOKEN!r}.encode() in environ, b'SPOTD_AGENT_JOB_ID' in environ)")
+    env = {**os.environ, "SPOTD_AGENT_JOB_ID": JOB_ID, "SPOTD_AGENT_ATTEMPT": "1",
+           "SPOTD_AGENT_TOKEN": AGENT_TOKEN}  # fmt: skip
+    argv = [sys.executable, "-m", "spotd.agent", "--", sys.executable, "-c", peek]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "PEEK False True" in done.stdout, "the parent is the agent, without its token"
+
+
 def test_on_exit_runs_after_the_job(tmp_path: Path) -> None:
     job = Job(tmp_path, seconds=0.1, code=5)
     done = tmp_path / "on-exit"
@@ -638,7 +694,10 @@ def test_router_authenticates_each_attempt(daemon: str, reports: MemoryReports) 
         assert client.post("/v1/agent/notice", json=body, headers=daemon_token).status_code == 401
         unknown = {**body, "attempt": 9}
         assert client.post("/v1/agent/notice", json=unknown, headers=auth).status_code == 401
+        # The token is checked first: a body must name its attempt for that.
         assert client.post("/v1/agent/notice", json={"job_id": JOB_ID},
+                           headers=auth).status_code == 401
+        assert client.post("/v1/agent/notice", json={"job_id": JOB_ID, "attempt": ATTEMPT},
                            headers=auth).status_code == 422
         assert client.post("/v1/agent/notice", json=body, headers=auth).status_code == 204
         assert client.post("/v1/agent/heartbeat", json=body, headers=auth).status_code == 204

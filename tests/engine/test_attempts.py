@@ -35,8 +35,12 @@ def report(**fields: object) -> InstanceReport:
         # A rebalance recommendation is no notice.
         (InstanceState.RUNNING, {"exit_code": 1, "notice_at": NOW, "notice_kind": "rebalance"},
          InstanceState.EXITED),
-        # A job that finished during the notice finished.
+        # A job that finished during the notice finished...
         (InstanceState.NOTICE, {"exit_code": 0}, InstanceState.EXITED),
+        # ...and so did one whose node the market took back after it ended; any other
+        # exit of a node the provider saw preempted is the preemption.
+        (InstanceState.PREEMPTED, {"exit_code": 0}, InstanceState.EXITED),
+        (InstanceState.PREEMPTED, {"exit_code": 3}, InstanceState.PREEMPTED),
         (InstanceState.RUNNING, {"notice_at": NOW, "notice_kind": "preemption"},
          InstanceState.NOTICE),
         (InstanceState.RUNNING, {}, InstanceState.RUNNING),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from engine_support import FakeProvider, StepClock, fast_settings, run_until, spec
 
-from spotd.core.agent_wire import PreflightCheck, PreflightFigures
+from spotd.core.agent_wire import ExitReport, NoticeReport, PreflightCheck, PreflightFigures
 from spotd.core.errors import (
     AuthError,
     CapacityError,
@@ -43,7 +43,9 @@ from spotd.engine.reconcile import (
     TAG_OWNER,
     Engine,
     EngineSettings,
+    checkpoint_uri,
 )
+from spotd.exits import KeptExit, keep_exit
 from spotd.store import open_store
 from spotd_policies.cheapest import CheapestPolicy
 
@@ -605,6 +607,74 @@ def test_exit_after_a_notice_is_a_preemption(fake: tuple[Engine, FakeProvider]) 
     eng.tick()
     assert eng.store.get_job(job.id).status in (JobStatus.RECOVERING, JobStatus.PROVISIONING,
                                                 JobStatus.RUNNING)
+    assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.PREEMPTED
+
+
+def _keep(
+    eng: Engine, job: JobRecord, iid: str, code: int, *, noticed: bool = False,
+    stopped: bool = False,
+) -> None:  # fmt: skip
+    """What the node's agent wrote beside the checkpoints when no daemon took its exit."""
+    speaker = {"job_id": job.id, "attempt": 1, "instance_id": iid, "provider": "fake",
+               "at": eng.clock.now()}  # fmt: skip
+    notice = NoticeReport(kind="preemption", **speaker) if noticed else None
+    kept = KeptExit(exit=ExitReport(exit_code=code, **speaker), notice=notice, stopped=stopped)
+    keep_exit(checkpoint_uri(job, eng.settings), kept)
+
+
+@pytest.mark.parametrize("state", [InstanceState.PREEMPTED, InstanceState.TERMINATED, None])
+def test_a_job_that_finished_unheard_succeeds_whatever_became_of_its_node(
+    fake: tuple[Engine, FakeProvider], state: InstanceState | None
+) -> None:
+    """The job ended with 0 while no daemon listened; then the market took the node
+    back (or it was stopped, or it is gone). Its kept exit says it finished."""
+    eng, provider = fake
+    job, attempt = _running(eng)
+    iid = attempt.instance_ids[0]
+    _keep(eng, job, iid, 0)
+    if state is None:
+        del provider.states[iid]
+    else:
+        provider.states[iid] = state
+    job = run_until(eng, job.id, _terminal, timeout=5)
+    assert job.status is JobStatus.SUCCEEDED, eng.store.events(job.id)
+    (only,) = eng.store.attempts(job.id)
+    assert only.end_reason is AttemptEnd.SUCCEEDED
+    assert [r.exit_code for r in eng.store.reports(job.id)] == [0], "stored as if reported"
+
+
+@pytest.mark.parametrize(
+    ("state", "code", "noticed", "stopped", "end"),
+    [
+        (InstanceState.TERMINATED, 143, True, True, AttemptEnd.PREEMPTED),
+        (InstanceState.TERMINATED, 3, False, False, AttemptEnd.USER_FAILED),
+        # Killed by the node's own shutdown before its agent saw a notice.
+        (InstanceState.PREEMPTED, 143, False, True, AttemptEnd.PREEMPTED),
+        # Failed by itself, and only then was the node taken back.
+        (InstanceState.PREEMPTED, 3, False, False, AttemptEnd.USER_FAILED),
+    ],
+)  # fmt: skip
+def test_an_unheard_failure_or_preemption_counts_as_it_happened(
+    fake: tuple[Engine, FakeProvider], state: InstanceState, code: int, noticed: bool,
+    stopped: bool, end: AttemptEnd,
+) -> None:  # fmt: skip
+    eng, provider = fake
+    job, attempt = _running(eng)
+    iid = attempt.instance_ids[0]
+    _keep(eng, job, iid, code, noticed=noticed, stopped=stopped)
+    provider.states[iid] = state
+    run_until(eng, job.id, lambda j: j.status is not JobStatus.RUNNING, timeout=5)
+    assert eng.store.attempts(job.id)[0].end_reason is end
+
+
+def test_a_preempted_node_without_a_kept_exit_is_still_a_preemption(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    eng, provider = fake
+    job, attempt = _running(eng)
+    provider.states[attempt.instance_ids[0]] = InstanceState.PREEMPTED
+    provider.exit_codes[attempt.instance_ids[0]] = 0  # the VM's own code says nothing
+    run_until(eng, job.id, lambda j: j.status is not JobStatus.RUNNING, timeout=5)
     assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.PREEMPTED
 
 

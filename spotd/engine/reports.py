@@ -1,0 +1,110 @@
+"""What on-VM agents report, kept in the store where the engine reads it.
+
+The daemon's agent routes hand every authenticated report to
+:class:`StoreReports`; the engine hands it the exits that nodes kept beside
+their checkpoints (:mod:`spotd.exits`) when their reports never arrived, so
+both are stored alike.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from spotd.core.agent_wire import (
+    GPU_UTIL_THRESHOLD_PCT,
+    AgentReport,
+    ExitReport,
+    GpuReading,
+    HeartbeatReport,
+    JoinReport,
+    NoticeReport,
+    PreflightReport,
+    Roster,
+    Waiting,
+)
+from spotd.core.contracts import Store
+from spotd.core.values import InstanceReport, attempt_reports
+from spotd.engine.gang import roster_for
+
+
+class StoreReports:
+    """Each kind of agent report merged into its instance's report in ``store``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def heartbeat(self, report: HeartbeatReport) -> None:
+        """The agent is alive; its job's progress and a GPU sample."""
+        fields: dict[str, Any] = {
+            "heartbeat_at": report.at,
+            "step": report.step,
+            "total_steps": report.total_steps,
+            "checkpoint": report.checkpoint,
+        }
+        if report.gpus:
+            fields.update(gpu_fields(report.gpus))
+        self._store.save_report(_base(report, **fields))
+
+    def join(self, report: JoinReport) -> Roster | Waiting:
+        """A node joins its gang: the roster once the gang is whole, else how many joined."""
+        # The store keeps the first ask's time: the node asks until its gang is complete.
+        self._store.save_report(
+            _base(report, address=report.address, joined_at=report.at,
+                  ports=",".join(map(str, report.ports)))
+        )  # fmt: skip
+        attempt = next(
+            (a for a in self._store.attempts(report.job_id) if a.seq == report.attempt), None
+        )
+        if attempt is None:  # authorised a moment ago: only a deleted job gets here
+            return Waiting(joined=0, nodes=0)
+        own = attempt_reports(attempt, self._store.reports(report.job_id))
+        return roster_for(attempt, own, report.instance_id)
+
+    def preflight(self, report: PreflightReport) -> None:
+        """The gang's preflight ended on this node, with its figures."""
+        passed = report.figures.passed
+        self._store.save_report(
+            _base(report, preflight=report.figures.model_dump_json(),
+                  command_at=report.at if passed else None)
+        )  # fmt: skip
+
+    def notice(self, report: NoticeReport) -> None:
+        """The provider announced it takes the node back (or may)."""
+        self._store.save_report(
+            _base(report, notice_at=report.at, notice_kind=report.kind,
+                  notice_deadline=report.deadline)
+        )
+
+    def exited(self, report: ExitReport) -> None:
+        """The job (or the agent before it) ended on this node."""
+        self._store.save_report(
+            _base(report, exit_code=report.exit_code, exited_at=report.at,
+                  exit_phase=report.phase, exit_detail=report.detail or None)
+        )  # fmt: skip
+
+
+def gpu_fields(readings: Sequence[GpuReading]) -> dict[str, Any]:
+    """One GPU sample as report fields: the readings, and its share of the running sums.
+
+    The sums follow the node's lowest GPU: one idle GPU of eight is a bottleneck
+    for a synchronous job all the same.
+    """
+    lowest = min(r.util_pct for r in readings)
+    return {
+        "gpus": json.dumps([r.model_dump() for r in readings]),
+        "gpu_util_sum": lowest,
+        "gpu_samples": 1,
+        "gpu_low_samples": int(lowest < GPU_UTIL_THRESHOLD_PCT),
+    }
+
+
+def _base(report: AgentReport, **fields: Any) -> InstanceReport:
+    return InstanceReport(
+        instance_id=report.instance_id,
+        provider=report.provider,
+        job_id=report.job_id,
+        attempt=report.attempt,
+        **fields,
+    )
