@@ -93,5 +93,7 @@ KIND: ProviderKind[AwsSettings] = ProviderKind(
     agent_poll_seconds=5.0,
     instance_types=INSTANCE_TYPES,
     notice_watcher=notice_watcher,
+    # botocore's environment credentials (the key id alone is no secret).
+    secret_variables=("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"),
 )
 """The descriptor of the ``aws`` kind (entry point ``spotd.providers: aws``)."""

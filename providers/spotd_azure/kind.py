@@ -85,5 +85,7 @@ KIND: ProviderKind[AzureSettings] = ProviderKind(
     agent_poll_seconds=1.0,
     instance_types=INSTANCE_TYPES,
     notice_watcher=notice_watcher,
+    # azure-identity's EnvironmentCredential: a client secret, a certificate's password.
+    secret_variables=("AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PASSWORD", "AZURE_PASSWORD"),
 )
 """The descriptor of the ``azure`` kind (entry point ``spotd.providers: azure``)."""

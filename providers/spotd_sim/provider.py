@@ -48,6 +48,7 @@ from .addresses import next_address
 from .catalog import CatalogEntry
 from .clock import SimClock
 from .market import SimMarket
+from .nodeenv import node_environment
 from .procs import signal_group
 from .records import InstanceSpec, VmStatus
 from .statedir import (
@@ -425,7 +426,9 @@ class SimProvider:
             child = subprocess.Popen(
                 argv, start_new_session=True, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, pass_fds=(lock_fd,),
-                env={**os.environ, LOCK_FD_ENV: str(lock_fd)},
+                # A fresh machine's environment, not the daemon's: the node's processes,
+                # the job's ancestors, must not carry the daemon's keys and passwords.
+                env=node_environment(os.environ, {LOCK_FD_ENV: str(lock_fd)}),
             )  # fmt: skip
         with self._children_lock:
             self._children.append(child)

@@ -5,14 +5,22 @@ store's lock wait (SQLite's busy timeout, 30 s), so a daemon whose store is
 busy answers with its own error before the client gives up. A submit carries
 an ``Idempotency-Key`` and is retried once with it after a timeout: the daemon
 returns the job the first try stored, if it did, rather than a second job.
+
+A daemon restarting under the client: a refused connection, with an address
+file that no longer names a live daemon (left by one killed, or removed by one
+stopped after the client read it), is tried again at the address the next
+daemon writes, for up to :data:`RESTART_WAIT_SECONDS`. Nothing was sent on a
+refused connection, so the retry cannot do anything twice.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -35,22 +43,47 @@ _MARKET = TypeAdapter(MarketView)
 _LOGS = TypeAdapter(dict[str, dict[str, str]])
 
 
+@dataclass(frozen=True)
+class DaemonAddress:
+    """What a daemon's address file says: where it answers, and its pid."""
+
+    url: str
+    pid: int | None
+
+
+def read_address(address_file: Path) -> DaemonAddress | None:
+    """The address file's content; None when it is missing or unreadable (a daemon
+    writes it whole, by a rename, so a half-written one is not seen)."""
+    try:
+        info = json.loads(address_file.read_text())
+        url = _url(str(info["host"]), int(info["port"]))
+        pid = info.get("pid")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return DaemonAddress(url, pid if type(pid) is int else None)
+
+
+def _url(host: str, port: int) -> str:
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
 def daemon_url(settings: Settings) -> str:
     """The running daemon's base URL, from its address file or the configuration."""
-    host, port = settings.daemon.host, settings.daemon.port
-    try:
-        info = json.loads(settings.address_file.read_text())
-        host, port = info["host"], int(info["port"])
-    except (OSError, ValueError, KeyError):
-        pass
-    if ":" in host:
-        host = f"[{host}]"
-    return f"http://{host}:{port}"
+    address = read_address(settings.address_file)
+    if address is not None:
+        return address.url
+    return _url(settings.daemon.host, settings.daemon.port)
 
 
 TIMEOUT_SECONDS = 45.0
 """How long the client waits for an answer: more than the store's lock wait
 (``spotd.store.sql.SQLITE_BUSY_TIMEOUT_MS``, 30 s) and the work around it."""
+RESTART_WAIT_SECONDS = 10.0
+"""How long a refused client waits for a restarting daemon's address file: a
+daemon writes it some 3 s after its process starts (2 cores), and systemd starts
+a failed one again after 5 s (``RestartSec`` in deploy/spotd.service)."""
+RESTART_POLL_SECONDS = 0.1
+"""How often the address file is read again meanwhile."""
 PAGE_SIZE = 500
 """Jobs per page when the client reads a listing through (the daemon's most is 1000)."""
 
@@ -58,13 +91,19 @@ PAGE_SIZE = 500
 def daemon_alive(address_file: Path) -> bool | None:
     """Whether the daemon that wrote ``address_file`` still runs (by its pid);
     None when the file is missing or names no pid."""
-    try:
-        pid = int(json.loads(address_file.read_text())["pid"])
-    except (OSError, ValueError, KeyError, TypeError):
+    address = read_address(address_file)
+    if address is None or address.pid is None:
         return None
+    return pid_alive(address.pid)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this host."""
+    if pid <= 0:
+        return False  # 0 and below name process groups to os.kill, not a process
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):
         return False
     except PermissionError:
         return True  # another user's process: there all the same
@@ -75,7 +114,10 @@ class Client:
     """Typed calls to the daemon's API.
 
     ``address_file``: the daemon's, when known; an unreachable daemon's message
-    then says whether it is running.
+    then says whether it is running, and a refused connection is tried again at
+    the address a restarted daemon writes there, waiting up to ``restart_wait``
+    seconds for it. ``address``: what that file said when ``base_url`` was read
+    from it (:meth:`from_settings`).
     """
 
     def __init__(
@@ -85,6 +127,8 @@ class Client:
         *,
         timeout: float = TIMEOUT_SECONDS,
         address_file: Path | None = None,
+        address: DaemonAddress | None = None,
+        restart_wait: float = RESTART_WAIT_SECONDS,
     ) -> None:
         self._http = httpx.Client(
             base_url=base_url,
@@ -96,10 +140,16 @@ class Client:
         )
         self._timeout = timeout
         self._address_file = address_file
+        self._address = address
+        self._url = base_url
+        self._restart_wait = restart_wait
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Client:
-        """A client for the daemon that ``settings`` describe."""
+    def from_settings(
+        cls, settings: Settings, *, restart_wait: float = RESTART_WAIT_SECONDS
+    ) -> Client:
+        """A client for the daemon that ``settings`` describe (``restart_wait``: as
+        the constructor's)."""
         try:
             token = settings.token_file.read_text().strip()
         except OSError as exc:
@@ -107,13 +157,15 @@ class Client:
                 f"cannot read the API token at {settings.token_file} ({exc.strerror}); "
                 "is `spotd daemon` running with the same data_dir?"
             ) from exc
-        url = daemon_url(settings)
+        address = read_address(settings.address_file)
+        url = _url(settings.daemon.host, settings.daemon.port) if address is None else address.url
         if url.endswith(":0"):  # the daemon picks its port; only its address file tells it
             raise ApiError(
                 f"no spotd daemon is running with data_dir {settings.data_dir} (it writes "
                 f"{settings.address_file.name} there while it runs); start it with `spotd daemon`"
             )
-        return cls(url, token, address_file=settings.address_file)
+        return cls(url, token, address_file=settings.address_file, address=address,
+                   restart_wait=restart_wait)  # fmt: skip
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -121,12 +173,50 @@ class Client:
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._request(method, path, **kwargs)
         except httpx.TimeoutException as exc:
             raise ApiError(self._no_answer(method, path)) from exc
         except httpx.HTTPError as exc:
             raise ApiError(self._unreachable(exc)) from exc
         return self._read(method, path, response)
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """The request; refused, once more at a restarted daemon's address if one
+        comes (nothing was sent on a refused connection: no request runs twice)."""
+        try:
+            return self._http.request(method, path, **kwargs)
+        except httpx.ConnectError:
+            if not self._follow_restart():
+                raise
+        return self._http.request(method, path, **kwargs)
+
+    def _follow_restart(self) -> bool:
+        """Wait for the address file to name a live daemon other than the one that
+        refused, and take its address; False when none comes within the wait, or
+        when nothing says one is coming (no address file, then or now)."""
+        if self._address_file is None:
+            return False
+        deadline = time.monotonic() + self._restart_wait
+        while True:
+            now = read_address(self._address_file)
+            if now is not None and now.pid is not None and pid_alive(now.pid):
+                if self._refused_by(now):
+                    return False  # it runs but refuses: not a restart, and its log tells
+                self._take(now)
+                return True
+            if (now is None and self._address is None) or time.monotonic() >= deadline:
+                return False
+            time.sleep(RESTART_POLL_SECONDS)
+
+    def _refused_by(self, address: DaemonAddress) -> bool:
+        """Whether ``address`` is that of the daemon just asked."""
+        same_pid = self._address is None or self._address.pid == address.pid
+        return address.url == self._url and same_pid
+
+    def _take(self, address: DaemonAddress) -> None:
+        self._http.base_url = httpx.URL(address.url)
+        self._url = address.url
+        self._address = address
 
     def _no_answer(self, method: str, path: str) -> str:
         """A timeout: the daemon is there (it accepted the connection) but busy."""
@@ -140,11 +230,19 @@ class Client:
         url = self._http.base_url
         if self._healthy():
             return f"the spotd daemon at {url} is running but the request failed: {exc}"
-        alive = None if self._address_file is None else daemon_alive(self._address_file)
-        if alive:
+        address = None if self._address_file is None else read_address(self._address_file)
+        pid = None if address is None else address.pid
+        if pid is not None and pid_alive(pid):
             return (
                 f"the spotd daemon at {url} is running (its pid is in {self._address_file}) "
                 f"but does not answer: {exc}; see its log"
+            )
+        if pid is not None:  # its address file outlived it
+            return (
+                f"cannot reach a spotd daemon at {url} ({exc}): {self._address_file} names "
+                f"pid {pid}, which is not running: that daemon did not stop cleanly, and no "
+                f"new one wrote its address (waited {self._restart_wait:g} s for a new one); "
+                "start it with `spotd daemon`"
             )
         return f"cannot reach a spotd daemon at {url} ({exc}); start it with `spotd daemon`"
 
@@ -200,7 +298,7 @@ class Client:
         headers = {"Idempotency-Key": key}
         for _ in range(2):
             try:
-                response = self._http.post("/v1/jobs", json=body, headers=headers)
+                response = self._request("POST", "/v1/jobs", json=body, headers=headers)
                 break
             except httpx.TimeoutException:
                 continue  # the same key again: at most the one job the first try stored

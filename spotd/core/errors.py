@@ -88,6 +88,10 @@ class JobNotFound(StoreError):
     """No job has that id."""
 
 
+class BadCursor(StoreError):
+    """A job listing's cursor that the store did not make (its message never quotes it)."""
+
+
 class IllegalTransition(StoreError):
     """The transition table does not allow this change of status."""
 

@@ -122,6 +122,9 @@ class ProviderKind(Generic[S]):
     boot: BootCarrier | None = None
     """The boot-script carrier of its nodes; None: its nodes need no boot script
     from the daemon (the daemon then needs no ``[agent] daemon_url`` for it)."""
+    secret_variables: tuple[str, ...] = ()
+    """Environment variables in which its SDK takes credentials: the daemon keeps them
+    for its clients but out of what ``/proc`` shows of it (:func:`spotd.environ.hide`)."""
     nodes_have_gpus: bool = True
     """False: its nodes do not have the GPUs they are offered with (the simulator's run
     on the host), so the agent's preflight runs one process per node on gloo."""

@@ -6,16 +6,22 @@ models and the token are :mod:`spotd.core.agent_wire`'s): ``204`` on success (``
 missing or wrong token or an unknown attempt, ``422`` on a malformed body. What
 the daemon does with a report is up to the :class:`~spotd.core.agent_wire.AgentReports`
 it is given.
+
+The token is checked first, before the report is parsed (:mod:`spotd.daemon.guard`):
+a caller without it gets 401 whatever it sent, never a 422 that says how a report
+looks. An agent's token is its attempt's, so the check reads the attempt the body
+names (``job_id`` and ``attempt``, loosely, from the raw JSON); a body that names
+none cannot be checked against any token, and gets 401 too.
 """
 
 from __future__ import annotations
 
-import hmac
+import json
 from collections.abc import Callable
-from typing import Annotated
+from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import APIRouter, HTTPException, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from spotd.core.agent_wire import (
     EXIT_PATH,
@@ -24,7 +30,6 @@ from spotd.core.agent_wire import (
     NOTICE_PATH,
     PREFLIGHT_PATH,
     SECRETS_PATH,
-    AgentReport,
     AgentReports,
     ExitReport,
     HeartbeatReport,
@@ -37,65 +42,92 @@ from spotd.core.agent_wire import (
     Waiting,
     agent_token,
 )
+from spotd.daemon.guard import Check, bearer_token, checked_first, same_token
 
-# Module level: FastAPI resolves the string annotations below in module globals.
-_bearer = HTTPBearer(auto_error=False)
-_Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+AttemptTokenOf = Callable[[str, int], str | None]
+"""The client token an attempt was launched with, by job id and attempt; None: no such."""
+
+
+def claimed_attempt(body: bytes) -> tuple[str, int] | None:
+    """The job id and attempt a report's raw JSON names, or None when it names none.
+
+    Read with the same JSON parser and types as the report model will read them
+    (a string and an integer), so the attempt checked is the one the route acts for.
+    """
+    try:
+        report: Any = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(report, dict):
+        return None
+    job_id, attempt = report.get("job_id"), report.get("attempt")
+    # type() and not isinstance(): JSON's true is a bool, and a bool is an int.
+    if type(job_id) is not str or type(attempt) is not int:
+        return None
+    return job_id, attempt
+
+
+def agent_check(daemon_token: str, attempt_token_of: AttemptTokenOf) -> Check:
+    """The check of an agent's token against the attempt its report names: 401 unless
+    the token is that attempt's."""
+
+    async def check(request: Request) -> None:
+        given = bearer_token(request)
+        client_token = None
+        if given is not None:  # without a token, nothing of the request is read
+            claimed = claimed_attempt(await request.body())
+            if claimed is not None:
+                # Off the event loop: a store read, as the routes' own.
+                client_token = await run_in_threadpool(attempt_token_of, *claimed)
+        # One answer for "unknown attempt" and "wrong token": a caller learns
+        # nothing about which attempts exist.
+        if given is None or client_token is None:
+            raise HTTPException(status_code=401, detail="missing bearer token or unknown attempt")
+        if not same_token(given, agent_token(daemon_token, client_token)):
+            raise HTTPException(status_code=401, detail="wrong agent token for this attempt")
+
+    return check
 
 
 def create_agent_router(
     daemon_token: str,
     reports: AgentReports,
-    attempt_token_of: Callable[[str, int], str | None],
+    attempt_token_of: AttemptTokenOf,
 ) -> APIRouter:
     """The agent routes, delivering to ``reports``.
 
     ``attempt_token_of(job_id, attempt)`` returns the client token the attempt
     was launched with, or None when no such attempt exists.
     """
-    router = APIRouter(tags=["agent"])
-
-    def authorize(creds: HTTPAuthorizationCredentials | None, report: AgentReport) -> None:
-        client_token = attempt_token_of(report.job_id, report.attempt)
-        # One answer for "unknown attempt" and "wrong token": a caller learns
-        # nothing about which attempts exist.
-        if creds is None or client_token is None:
-            raise HTTPException(status_code=401, detail="missing bearer token or unknown attempt")
-        expected = agent_token(daemon_token, client_token)
-        if not hmac.compare_digest(creds.credentials.encode(), expected.encode()):
-            raise HTTPException(status_code=401, detail="wrong agent token for this attempt")
+    router = APIRouter(
+        tags=["agent"], route_class=checked_first(agent_check(daemon_token, attempt_token_of))
+    )
 
     @router.post(HEARTBEAT_PATH, status_code=204)
-    def heartbeat(report: HeartbeatReport, creds: _Credentials) -> None:
-        authorize(creds, report)
+    def heartbeat(report: HeartbeatReport) -> None:
         reports.heartbeat(report)
 
     @router.post(JOIN_PATH, response_model=Roster | Waiting)
-    def join(report: JoinReport, creds: _Credentials, response: Response) -> Roster | Waiting:
-        authorize(creds, report)
+    def join(report: JoinReport, response: Response) -> Roster | Waiting:
         answer = reports.join(report)
         if isinstance(answer, Waiting):
             response.status_code = 202
         return answer
 
     @router.post(PREFLIGHT_PATH, status_code=204)
-    def preflight(report: PreflightReport, creds: _Credentials) -> None:
-        authorize(creds, report)
+    def preflight(report: PreflightReport) -> None:
         reports.preflight(report)
 
     @router.post(NOTICE_PATH, status_code=204)
-    def notice(report: NoticeReport, creds: _Credentials) -> None:
-        authorize(creds, report)
+    def notice(report: NoticeReport) -> None:
         reports.notice(report)
 
     @router.post(SECRETS_PATH, response_model=Secrets)
-    def secrets(ask: SecretsAsk, creds: _Credentials) -> Secrets:
-        authorize(creds, ask)
+    def secrets(ask: SecretsAsk) -> Secrets:
         return reports.secrets(ask)
 
     @router.post(EXIT_PATH, status_code=204)
-    def exited(report: ExitReport, creds: _Credentials) -> None:
-        authorize(creds, report)
+    def exited(report: ExitReport) -> None:
         reports.exited(report)
 
     return router

@@ -5,43 +5,36 @@ token being the content of the daemon's token file (mode 0600). The web
 dashboard under ``/dashboard`` (:mod:`spotd.daemon.dashboard`) takes the same
 token at its login page and keeps a signed cookie instead.
 
+The token is checked before anything else of a request is read
+(:mod:`spotd.daemon.guard`): without it every route answers 401, whatever the
+request's body, parameters or headers.
+
 Limits (docs/operations.md, "API limits"): a request body over ``[daemon]
-max_body_bytes`` gets 413 unread (:mod:`spotd.daemon.limits`); ``GET /v1/jobs``
+max_body_bytes`` gets 413 unread, one that does not come within ``[daemon]
+body_timeout_seconds`` 408 (:mod:`spotd.daemon.limits`); ``GET /v1/jobs``
 answers one page of at most :data:`MAX_PAGE` jobs, newest first, with the cursor
 of the next; a submit with an ``Idempotency-Key`` its job already holds gets that
-job back (200) instead of a second one.
+job back (200) instead of a second one. A submit body has ``spec`` only, an
+unknown field is refused (422); a key or a cursor that cannot be one is
+refused (422) and quoted by its start only.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import APIRouter, FastAPI, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, SecretStr, ValidationError
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from spotd import __version__
-from spotd.core.agent_wire import (
-    GPU_UTIL_THRESHOLD_PCT,
-    AgentReport,
-    ExitReport,
-    GpuReading,
-    HeartbeatReport,
-    JoinReport,
-    NoticeReport,
-    PreflightReport,
-    Roster,
-    Secrets,
-    SecretsAsk,
-    Waiting,
-)
+from spotd.core.agent_wire import Secrets, SecretsAsk
 from spotd.core.contracts import Store
 from spotd.core.errors import (
+    BadCursor,
     IllegalTransition,
     JobNotFound,
     LostTransition,
@@ -51,11 +44,19 @@ from spotd.core.errors import (
 )
 from spotd.core.spec import JobSpec
 from spotd.core.states import TERMINAL, JobStatus
-from spotd.core.values import InstanceReport, JobRecord, attempt_reports
+from spotd.core.values import JobRecord
 from spotd.daemon.agent_routes import create_agent_router
 from spotd.daemon.dashboard import install_dashboard
+from spotd.daemon.guard import checked_first, token_check
 from spotd.daemon.joblogs import node_logs
-from spotd.daemon.limits import DEFAULT_MAX_BODY_BYTES, BodyLimit
+from spotd.daemon.limits import (
+    DEFAULT_BODY_TIMEOUT_SECONDS,
+    DEFAULT_MAX_BODY_BYTES,
+    BodyLimit,
+    cursor_problem,
+    idempotency_key_problem,
+    quoted_start,
+)
 from spotd.daemon.metrics import Outboxlike, create_metrics_router
 from spotd.daemon.planning import PlanView, plan_submitted
 from spotd.daemon.secrets import missing_secrets
@@ -70,19 +71,20 @@ from spotd.daemon.views import (
     job_view,
     market_view,
 )
-from spotd.engine.gang import roster_for
 from spotd.engine.reconcile import Engine
+from spotd.engine.reports import StoreReports
 
 DEFAULT_PAGE = 100
 """Jobs in one page of ``GET /v1/jobs`` when the request names no ``limit``."""
 MAX_PAGE = 1000
 """The most jobs one page holds: a page's views are built in memory at once."""
-MAX_IDEMPOTENCY_KEY = 200
-"""The longest ``Idempotency-Key`` kept (a UUID is 36 characters)."""
 
 
 class SubmitBody(BaseModel):
-    """A job spec, already parsed from TOML by the client."""
+    """A job spec, already parsed from TOML by the client; nothing else, as in the
+    spec itself: a field this daemon does not know is refused, not dropped."""
+
+    model_config = ConfigDict(extra="forbid")
 
     spec: dict[str, Any]
 
@@ -93,91 +95,19 @@ class LogsView(BaseModel):
     logs: dict[str, str]
 
 
-# Module level: FastAPI resolves the string annotations below in module globals.
-_bearer = HTTPBearer(auto_error=False)
-
-
-class StoreReports:
-    """What on-VM agents report, kept in the store where the engine reads it; and the
-    job's secrets they ask for, from the values the daemon holds (``held``)."""
+class DaemonReports(StoreReports):
+    """The agents' reports kept in the store (:class:`~spotd.engine.reports.StoreReports`),
+    and the job's secrets they ask for, from the values the daemon holds (``held``)."""
 
     def __init__(self, store: Store, held: Mapping[str, SecretStr] | None = None) -> None:
-        self._store = store
+        super().__init__(store)
         self._held = dict(held or {})
 
     def secrets(self, ask: SecretsAsk) -> Secrets:
+        """The values of the secrets the node's job names, as far as the daemon holds them."""
         names = self._store.get_job(ask.job_id).spec.secrets
         values = {n: self._held[n].get_secret_value() for n in names if n in self._held}
         return Secrets(values=values, missing=tuple(missing_secrets(names, self._held)))
-
-    def heartbeat(self, report: HeartbeatReport) -> None:
-        fields: dict[str, Any] = {
-            "heartbeat_at": report.at,
-            "step": report.step,
-            "total_steps": report.total_steps,
-            "checkpoint": report.checkpoint,
-        }
-        if report.gpus:
-            fields.update(gpu_fields(report.gpus))
-        self._store.save_report(_base(report, **fields))
-
-    def join(self, report: JoinReport) -> Roster | Waiting:
-        # The store keeps the first ask's time: the node asks until its gang is complete.
-        self._store.save_report(
-            _base(report, address=report.address, joined_at=report.at,
-                  ports=",".join(map(str, report.ports)))
-        )  # fmt: skip
-        attempt = next(
-            (a for a in self._store.attempts(report.job_id) if a.seq == report.attempt), None
-        )
-        if attempt is None:  # authorised a moment ago: only a deleted job gets here
-            return Waiting(joined=0, nodes=0)
-        own = attempt_reports(attempt, self._store.reports(report.job_id))
-        return roster_for(attempt, own, report.instance_id)
-
-    def preflight(self, report: PreflightReport) -> None:
-        passed = report.figures.passed
-        self._store.save_report(
-            _base(report, preflight=report.figures.model_dump_json(),
-                  command_at=report.at if passed else None)
-        )  # fmt: skip
-
-    def notice(self, report: NoticeReport) -> None:
-        self._store.save_report(
-            _base(report, notice_at=report.at, notice_kind=report.kind,
-                  notice_deadline=report.deadline)
-        )
-
-    def exited(self, report: ExitReport) -> None:
-        self._store.save_report(
-            _base(report, exit_code=report.exit_code, exited_at=report.at,
-                  exit_phase=report.phase, exit_detail=report.detail or None)
-        )  # fmt: skip
-
-
-def gpu_fields(readings: Sequence[GpuReading]) -> dict[str, Any]:
-    """One GPU sample as report fields: the readings, and its share of the running sums.
-
-    The sums follow the node's lowest GPU: one idle GPU of eight is a bottleneck
-    for a synchronous job all the same.
-    """
-    lowest = min(r.util_pct for r in readings)
-    return {
-        "gpus": json.dumps([r.model_dump() for r in readings]),
-        "gpu_util_sum": lowest,
-        "gpu_samples": 1,
-        "gpu_low_samples": int(lowest < GPU_UTIL_THRESHOLD_PCT),
-    }
-
-
-def _base(report: AgentReport, **fields: Any) -> InstanceReport:
-    return InstanceReport(
-        instance_id=report.instance_id,
-        provider=report.provider,
-        job_id=report.job_id,
-        attempt=report.attempt,
-        **fields,
-    )
 
 
 def create_app(
@@ -187,15 +117,18 @@ def create_app(
     outbox: Outboxlike | None = None,
     secrets: Mapping[str, SecretStr] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
 ) -> FastAPI:
     """The API over ``engine``, guarded by ``token``; agents use their own tokens.
 
     ``secrets`` are the values the daemon holds for jobs (``[secrets]``): a job
     naming one it lacks is refused at submit, and agents get their job's own.
-    A request body over ``max_body_bytes`` (``[daemon] max_body_bytes``) gets 413.
+    A request body over ``max_body_bytes`` (``[daemon] max_body_bytes``) gets 413,
+    one not all there within ``body_timeout_seconds`` (``[daemon]
+    body_timeout_seconds``) 408.
     """
     app = FastAPI(title="spotd", version=__version__)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes, timeout_seconds=body_timeout_seconds)
 
     def attempt_token_of(job_id: str, seq: int) -> str | None:
         try:
@@ -205,14 +138,8 @@ def create_app(
         return next((a.client_token for a in attempts if a.seq == seq), None)
 
     held = dict(secrets or {})
-    reports = StoreReports(engine.store, held)
+    reports = DaemonReports(engine.store, held)
     app.include_router(create_agent_router(token, reports, attempt_token_of))
-
-    def authorized(
-        creds: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    ) -> None:
-        if creds is None or not hmac.compare_digest(creds.credentials, token):
-            raise HTTPException(status_code=401, detail="missing or wrong bearer token")
 
     @app.exception_handler(JobNotFound)
     async def not_found(_: Request, exc: JobNotFound) -> JSONResponse:
@@ -222,16 +149,16 @@ def create_app(
     async def refused(_: Request, exc: SpotdError) -> JSONResponse:
         return JSONResponse(status_code=409, content={"detail": str(exc)})
 
-    auth = [Depends(authorized)]
+    guarded = checked_first(token_check(token))
     # Spend figures are not for anyone on the host: Prometheus sends the
     # token too (``authorization: credentials_file`` in its scrape config).
-    app.include_router(create_metrics_router(engine, outbox=outbox, dependencies=auth))
+    app.include_router(create_metrics_router(engine, outbox=outbox, route_class=guarded))
 
     @app.get("/v1/health")
     def health() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
 
-    app.include_router(create_jobs_router(engine, dependencies=auth, secrets=held))
+    app.include_router(create_jobs_router(engine, route_class=guarded, secrets=held))
     install_dashboard(app, engine, token)
     return app
 
@@ -240,11 +167,13 @@ def create_jobs_router(
     engine: Engine,
     *,
     dependencies: Sequence[Any] = (),
+    route_class: type[APIRoute] = APIRoute,
     secrets: Mapping[str, SecretStr] | None = None,
 ) -> APIRouter:
     """The job routes (submit, list, show, events, plan, cancel, logs) and the prices,
-    each guarded by ``dependencies``."""
-    router = APIRouter(dependencies=list(dependencies))
+    each guarded by ``route_class`` (:func:`~spotd.daemon.guard.checked_first`)
+    and ``dependencies``."""
+    router = APIRouter(dependencies=list(dependencies), route_class=route_class)
     clock = clock_label(engine.clock)
 
     def view(ref: str) -> JobView:
@@ -259,10 +188,11 @@ def create_jobs_router(
     def submit(
         body: SubmitBody,
         response: Response,
-        idempotency_key: Annotated[
-            str | None, Header(min_length=1, max_length=MAX_IDEMPOTENCY_KEY)
-        ] = None,
+        # Checked here, not by Header(max_length=...): FastAPI's 422 quotes a value whole.
+        idempotency_key: Annotated[str | None, Header()] = None,
     ) -> JobView:
+        if idempotency_key is not None:
+            _refuse_if(idempotency_key_problem(idempotency_key))
         try:
             spec = JobSpec.model_validate(body.spec)
         except ValidationError as exc:
@@ -301,6 +231,8 @@ def create_jobs_router(
     ) -> JobPageView:
         """One page of jobs, newest first; ``status`` (repeatable): a status, ``active``
         or ``ended``; ``team``: the spec's; ``cursor``: the ``next`` of the page before."""
+        if cursor is not None:
+            _check_cursor(cursor)
         return _job_page(engine, _statuses(status), team, limit, cursor)
 
     @router.get("/v1/jobs/{ref}")
@@ -346,10 +278,9 @@ def _job_page(
 ) -> JobPageView:
     try:
         page = engine.store.jobs_page(statuses=statuses, team=team, limit=limit, cursor=cursor)
-    except StoreError as exc:
-        if cursor is not None and "cursor" in str(exc):
-            raise HTTPException(status_code=422, detail=str(exc)) from exc
-        raise
+    except BadCursor as exc:
+        refused = _cursor_detail(cursor or "", "not one this daemon made")
+        raise HTTPException(status_code=422, detail=refused) from exc
     # One read of the page's attempts and one of its ledger lines, not two per job:
     # per-job reads were most of the 16 s `spotd status` took with 320 active jobs.
     ids = [j.id for j in page.jobs]
@@ -358,6 +289,26 @@ def _job_page(
     now = engine.clock.now()
     views = [job_view(j, attempts[j.id], now, ledger=ledger[j.id]) for j in page.jobs]
     return JobPageView(jobs=views, next=page.next)
+
+
+def _refuse_if(problem: str | None) -> None:
+    """A 422 that says ``problem``, if there is one."""
+    if problem is not None:
+        raise HTTPException(status_code=422, detail=problem)
+
+
+def _check_cursor(cursor: str) -> None:
+    """422 for a cursor that by its look is none (too long, characters none has)."""
+    problem = cursor_problem(cursor)
+    if problem is not None:
+        raise HTTPException(status_code=422, detail=_cursor_detail(cursor, problem))
+
+
+def _cursor_detail(cursor: str, problem: str) -> str:
+    return (
+        f"cursor: {quoted_start(cursor)} is not a job listing cursor ({problem}); "
+        "pass back the `next` of a page as it came"
+    )
 
 
 def _repeated(engine: Engine, job: JobRecord, spec: JobSpec, key: str | None) -> JobView:

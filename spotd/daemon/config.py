@@ -62,6 +62,8 @@ class DaemonSettings(BaseModel):
     """How often to look for instances no open attempt owns, and stop them."""
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     """Largest request body the API reads (1 MiB); a larger one gets 413 unread."""
+    body_timeout_seconds: float = Field(default=10.0, gt=0)
+    """How long a request's body may take to come in full; after that, 408 and a close."""
 
 
 class SchedulingSettings(BaseModel):

@@ -69,6 +69,7 @@ from datetime import datetime, timedelta
 from typing import Protocol
 
 from fastapi import APIRouter, Response, params
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -640,10 +641,13 @@ def create_metrics_router(
     *,
     outbox: Outboxlike | None = None,
     dependencies: Sequence[params.Depends] = (),
+    route_class: type[APIRoute] = APIRoute,
 ) -> APIRouter:
-    """``GET /metrics`` over ``engine``; ``dependencies`` can require the bearer token."""
+    """``GET /metrics`` over ``engine``; ``route_class`` (a
+    :func:`~spotd.daemon.guard.checked_first` one) or ``dependencies`` can require
+    the bearer token."""
     registry = build_registry(engine, spend_fn, outbox=outbox)
-    router = APIRouter()
+    router = APIRouter(route_class=route_class)
 
     # A plain def: FastAPI runs it in its thread pool, off the event loop,
     # since the collector queries the database.

@@ -23,18 +23,21 @@ from types import FrameType
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import make_url
+from starlette.types import ASGIApp
 
 from spotd.core.clock import DatabaseClock
 from spotd.core.contracts import AgentHost
 from spotd.daemon.api import create_app
 from spotd.daemon.config import Settings
-from spotd.daemon.secrets import load_secrets
+from spotd.daemon.http11 import MAX_HEAD_BYTES, DaemonHttp
+from spotd.daemon.secrets import load_secrets, secret_variables
 from spotd.daemon.tokens import ensure_token
 from spotd.daemon.wiring import build_engine, build_mailer_for
 from spotd.engine.reconcile import Engine
+from spotd.environ import forget, hide
 from spotd.mail import schedule_mail
 from spotd.mail.webhook_worker import build_dispatcher, schedule_webhooks
-from spotd.registry import find_kind_of
+from spotd.registry import find_kind_of, provider_kinds
 from spotd.store.board import SqlOfferingBoard
 from spotd.store.coordination import Coordinator
 from spotd.store.sql import make_engine
@@ -48,6 +51,16 @@ class _ThreadServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+
+def api_server_config(app: ASGIApp) -> uvicorn.Config:
+    """uvicorn's configuration for the API: its HTTP protocol named, not left to what
+    is installed, so that a request head over :data:`MAX_HEAD_BYTES` gets 431 and a
+    malformed request 400, each drained before the close (:mod:`spotd.daemon.http11`)."""
+    return uvicorn.Config(
+        app, http=DaemonHttp, h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+        log_level="warning", lifespan="off",
+    )  # fmt: skip
 
 
 def quiet_scheduler_log(verbose: bool = False) -> None:
@@ -68,6 +81,16 @@ def start_summary(settings: Settings, config_file: Path | None, providers: list[
         f"config: {source}; database: {database}; providers: {', '.join(providers) or 'none'}; "
         f"email: {email}; webhooks: {hooks}"
     )
+
+
+def _clear_secrets() -> None:
+    """Once the daemon has read them, its secrets leave what ``/proc`` shows of it
+    (:mod:`spotd.environ`): spotd's own variables go, the cloud SDKs' keys stay for
+    their clients. A job on the daemon's host could read them there otherwise."""
+    cleared = forget(secret_variables(Settings, os.environ))
+    cleared += hide(name for kind in provider_kinds() for name in kind.secret_variables)
+    if cleared:
+        log.info("secrets read and cleared from the environment: %s", ", ".join(cleared))
 
 
 class Daemon:
@@ -119,13 +142,12 @@ class Daemon:
         token = ensure_token(self.settings.token_file)
         sock = self._bind()
         outbox = self.mailer.outbox if self.mailer is not None else None
-        config = uvicorn.Config(
-            create_app(self.engine, token, outbox=outbox,
-                       secrets=load_secrets(self.settings.secrets),
-                       max_body_bytes=self.settings.daemon.max_body_bytes),
-            log_level="warning", lifespan="off",
+        app = create_app(
+            self.engine, token, outbox=outbox, secrets=load_secrets(self.settings.secrets),
+            max_body_bytes=self.settings.daemon.max_body_bytes,
+            body_timeout_seconds=self.settings.daemon.body_timeout_seconds,
         )  # fmt: skip
-        self._server = _ThreadServer(config)
+        self._server = _ThreadServer(api_server_config(app))
         self._server_thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [sock]}, name="spotd-api", daemon=True
         )
@@ -179,6 +201,7 @@ class Daemon:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self.start()
+        _clear_secrets()
         while not done.wait(0.5):
             pass
         self.stop()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import tomllib
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -75,3 +76,54 @@ def _read_file(path: Path) -> dict[str, SecretStr]:
 def missing_secrets(names: tuple[str, ...], held: Mapping[str, SecretStr]) -> list[str]:
     """The names among ``names`` the daemon holds no value for."""
     return [n for n in names if n not in held]
+
+
+def secret_variables(model: type[BaseModel], environ: Mapping[str, str]) -> list[str]:
+    """The variables of ``environ`` that hold a secret of the settings ``model`` (read
+    from ``SPOTD_*`` as :class:`~spotd.daemon.config.Settings` reads them): every
+    ``SPOTD_SECRET_*``, a secret field's own variable, one holding a table or
+    collection that contains a secret (as JSON), and anything under such a
+    collection (``SPOTD_WEBHOOKS__<NAME>__URL``)."""
+    tails = ["__".join(path).upper() for path in _secret_paths(model, ())]
+    found = []
+    for name in environ:
+        key = name.upper()
+        if key.startswith(ENV_PREFIX) and len(key) > len(ENV_PREFIX):
+            found.append(name)
+            continue
+        rest = key.removeprefix("SPOTD_")
+        if rest != key and any(_covers(rest, tail) for tail in tails):
+            found.append(name)
+    return sorted(found)
+
+
+def _covers(variable: str, secret: str) -> bool:
+    """Whether the settings variable ``variable`` (less its prefix) holds ``secret``:
+    it is the secret's, a table above it, or a key below it."""
+    return (secret == variable or secret.startswith(variable + "__")
+            or variable.startswith(secret + "__"))  # fmt: skip
+
+
+def _secret_paths(model: type[BaseModel], path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The field paths of ``model`` whose value is or contains a ``SecretStr``; a
+    collection's path stands for everything under it."""
+    found: list[tuple[str, ...]] = []
+    for name, info in model.model_fields.items():
+        here = (*path, name)
+        annotation = info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            found += _secret_paths(annotation, here)
+        elif _holds_secret(annotation, set()):
+            found.append(here)
+    return found
+
+
+def _holds_secret(annotation: object, seen: set[type]) -> bool:
+    if annotation is SecretStr:
+        return True
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if annotation in seen:
+            return False
+        seen.add(annotation)
+        return any(_holds_secret(f.annotation, seen) for f in annotation.model_fields.values())
+    return any(_holds_secret(arg, seen) for arg in typing.get_args(annotation))

@@ -44,7 +44,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError, StatementError
 
 from spotd.core.contracts import JobPage
-from spotd.core.errors import JobNotFound, LostTransition, StoreError
+from spotd.core.errors import BadCursor, JobNotFound, LostTransition, StoreError
 from spotd.core.spec import JobSpec, spec_to_json
 from spotd.core.states import ACTIVE, WAITING_CAUSE, JobStatus, Transition
 from spotd.core.values import (
@@ -658,9 +658,9 @@ def _read_cursor(cursor: str) -> tuple[datetime, str]:
         at, job_id = json.loads(raw)
         when = datetime.fromisoformat(at)
     except (ValueError, TypeError) as exc:
-        raise StoreError(f"not a job listing cursor: {cursor!r}") from exc
+        raise BadCursor(f"not a job listing cursor ({len(cursor)} characters)") from exc
     if when.tzinfo is None or not isinstance(job_id, str):
-        raise StoreError(f"not a job listing cursor: {cursor!r}")
+        raise BadCursor(f"not a job listing cursor ({len(cursor)} characters)")
     return when, job_id
 
 

@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -211,3 +211,117 @@ def test_an_unreachable_daemon_is_told_by_its_address_file(tmp_path: Path) -> No
     address.write_text(json.dumps({"host": "127.0.0.1", "port": port, "pid": 2**22 + 1}))
     assert daemon_alive(address) is False
     assert daemon_alive(tmp_path / "missing.json") is None
+
+
+# -- a daemon restarting under the client ------------------------------------------
+
+DEAD_PID = 2**22 + 1
+"""Over Linux's largest pid_max: no process has it."""
+
+
+class _Restarted(BaseHTTPRequestHandler):
+    """The daemon after its restart: knows one job."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body = SUBMITTED.model_copy(update={"id": "j-1"}).model_dump_json().encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.do_GET()
+
+
+@pytest.fixture
+def restarted() -> Iterator[int]:
+    """A server standing for the restarted daemon: its port."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Restarted)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield int(server.server_address[1])
+    server.shutdown()
+    server.server_close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # nobody listens once it is closed
+
+
+def _settings(root: Path, *, port: int | None, pid: int) -> Settings:
+    (root / "token").write_text("t")
+    if port is not None:
+        _write_address(root / "daemon.json", port, pid)
+    return Settings(data_dir=root, daemon=DaemonSettings(port=0))
+
+
+def _write_address(path: Path, port: int, pid: int) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"host": "127.0.0.1", "port": port, "pid": pid}))
+    tmp.replace(path)
+
+
+def _later(seconds: float, act: Callable[[], None]) -> threading.Thread:
+    thread = threading.Timer(seconds, act)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("old", ["stale", "removed"])
+def test_a_client_refused_by_a_stale_address_follows_the_restarted_daemon(
+    tmp_path: Path, restarted: int, old: str
+) -> None:
+    """Read just before the daemon went: the old port refuses, the new file is read."""
+    settings = _settings(tmp_path, port=_free_port(), pid=DEAD_PID if old == "stale" else 1)
+    client = Client.from_settings(settings)
+    address = settings.address_file
+    if old == "removed":  # the old daemon stopped cleanly after the client read its file
+        address.unlink()
+    writer = _later(0.3, lambda: _write_address(address, restarted, os.getpid()))
+    started = time.monotonic()
+    try:
+        assert client.job("j-1").id == "j-1"
+    finally:
+        writer.join()
+        client.close()
+    assert time.monotonic() - started < 20, "a generous bound: found as soon as it is written"
+
+
+def test_a_submit_follows_a_restart_with_its_key(tmp_path: Path, restarted: int) -> None:
+    settings = _settings(tmp_path, port=_free_port(), pid=DEAD_PID)
+    client = Client.from_settings(settings)
+    writer = _later(0.2, lambda: _write_address(settings.address_file, restarted, os.getpid()))
+    try:
+        assert client.submit(_spec(), idempotency_key="k-1").id == "j-1"
+    finally:
+        writer.join()
+        client.close()
+
+
+def test_a_stale_address_file_is_named_when_no_daemon_comes_back(tmp_path: Path) -> None:
+    port = _free_port()
+    settings = _settings(tmp_path, port=port, pid=DEAD_PID)
+    client = Client.from_settings(settings, restart_wait=0.3)
+    with pytest.raises(ApiError) as failed:
+        client.job("j-1")
+    message = str(failed.value)
+    assert f"{settings.address_file} names pid {DEAD_PID}, which is not running" in message
+    assert "did not stop cleanly" in message and "start it with `spotd daemon`" in message
+    assert "waited 0.3 s for a new one" in message
+
+
+def test_a_client_that_never_read_an_address_file_does_not_wait(tmp_path: Path) -> None:
+    """No daemon, no address file: nothing says one is on its way."""
+    client = Client(f"http://127.0.0.1:{_free_port()}", "t", timeout=2,
+                    address_file=tmp_path / "daemon.json", restart_wait=30)  # fmt: skip
+    started = time.monotonic()
+    with pytest.raises(ApiError, match="cannot reach a spotd daemon"):
+        client.job("j-1")
+    assert time.monotonic() - started < 10

@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 from daemon_support import STEPS, TRAINER, Daemon, Setup, make_setup, wait_for
 
-from spotd.core.states import JobStatus
-from spotd.core.values import JobRecord
+from spotd.core.states import FailureCause, JobStatus
+from spotd.core.values import AttemptEnd, JobRecord
 from spotd.daemon.config import load_settings
 from spotd.daemon.wiring import build_providers
+from spotd.exits import kept_exits
 from spotd.store import SqlStore, open_store
 
 
@@ -98,6 +99,66 @@ def test_sigkill_and_restart_finishes_the_job(setup: Setup, store: SqlStore, poi
     wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=90)
     assert daemon.stop() == 0, "SIGTERM should drain and exit cleanly"
     assert_clean_finish(setup, store, job_id)
+
+
+FINISH_ON_CUE = """
+import pathlib, sys, time
+go = pathlib.Path(sys.argv[1])
+while not go.exists():
+    time.sleep(0.05)
+print("finished")
+sys.exit(int(go.read_text()))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_job_that_ends_while_the_daemon_is_down_ends_once(tmp_path: Path, code: int) -> None:
+    """The job ends while no daemon listens, then the market takes its node back before
+    the daemon returns: the job ends as it did, with its own exit code, and is not run
+    again as if preempted."""
+    setup = make_setup(tmp_path, seed=5, up=500.0)
+    script, go = tmp_path / "finish.py", tmp_path / "go"
+    script.write_text(FINISH_ON_CUE)
+    job_file = tmp_path / "finish.toml"
+    job_file.write_text(f'name = "finish"\ncommand = ["{sys.executable}", "{script}", "{go}"]\n'
+                        '[resources]\ngpus = ["A100"]\ngpus_per_node = 1\n'
+                        '[checkpoint]\nuri = "ckpt"\n'
+                        '[retry]\nmax_restarts_on_errors = 0\n')  # fmt: skip
+    store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
+    try:
+        daemon = Daemon(setup)
+        job_id = json.loads(setup.cli("submit", str(job_file), "--json").stdout)["id"]
+        wait_for(store, job_id, lambda j, _: j.status is JobStatus.RUNNING)
+        daemon.kill()
+        go.write_text(str(code))
+        # The agent keeps the exit, then goes on trying to report it...
+        deadline = time.monotonic() + 30
+        while not kept_exits(str(tmp_path / "ckpt"), job_id, 1):
+            assert time.monotonic() < deadline, "the node never kept its exit"
+            time.sleep(0.05)
+        # ...when the market takes the node back.
+        (attempt,) = store.attempts(job_id)
+        _, providers = build_providers(load_settings(setup.config))
+        provider, iid = providers[attempt.pool.provider], attempt.instance_ids[0]
+        provider.reclaim(iid)
+        while not provider.describe([iid])[0].ended:
+            assert time.monotonic() < deadline + 30, "the node was never taken back"
+            time.sleep(0.05)
+        daemon = Daemon(setup)
+        job = wait_for(store, job_id, lambda j, _: j.status.terminal)
+        assert daemon.stop() == 0
+        attempts, events = store.attempts(job_id), store.events(job_id)
+    finally:
+        store.close()
+    assert len(attempts) == 1, "\n".join(f"{e.cause}: {e.detail}" for e in events)
+    if code == 0:
+        assert job.status is JobStatus.SUCCEEDED, events
+        assert attempts[0].end_reason is AttemptEnd.SUCCEEDED
+    else:
+        assert job.status is JobStatus.FAILED, events
+        assert job.failure is FailureCause.USER_COMMAND_FAILED
+        assert f"exited with {code}" in events[-1].detail
 
 
 def test_submit_refuses_what_would_fail_later_naming_file_field_and_why(tmp_path: Path) -> None:
@@ -272,6 +333,61 @@ def test_jobs_do_not_inherit_the_daemons_secrets(setup: Setup) -> None:
     assert "PATH=" in output, "the job's environment was printed"
     for value in secrets.values():
         assert value not in output
+
+
+SCAN_ENVIRONS = """
+import pathlib, sys
+wanted = sys.argv[1:]
+for proc in pathlib.Path("/proc").iterdir():
+    try:
+        environ = (proc / "environ").read_bytes()
+    except OSError:
+        continue  # gone, or not ours to read
+    for value in wanted:
+        if value.encode() in environ:
+            print("found", value, "in", proc.name)
+print("scanned")
+"""
+
+
+def test_no_process_a_job_can_read_shows_the_daemons_secrets(setup: Setup) -> None:
+    """A job on the simulated market runs on the daemon's host: it reads every process's
+    ``/proc/PID/environ`` that it may (its own elders, the VM process, the daemon). None
+    shows a secret the daemon was started with, though the daemon still holds them."""
+    secrets = {
+        "AWS_SECRET_ACCESS_KEY": "aws-dummy-5e2a", "SPOTD_EMAIL__PASSWORD": "smtp-dummy-90",
+        "AZURE_CLIENT_SECRET": "az-dummy-c7", "SPOTD_SECRET_HF_TOKEN": "hf-dummy-3b",
+    }  # fmt: skip
+    script = setup.root / "scan.py"
+    script.write_text(SCAN_ENVIRONS)
+    job = setup.root / "scan.toml"
+    argv = ", ".join(f'"{v}"' for v in [sys.executable, str(script), *secrets.values()])
+    job.write_text(f'name = "scan"\ncommand = [{argv}]\n'
+                   '[resources]\ngpus = ["A100"]\ngpus_per_node = 1\n')  # fmt: skip
+    named = setup.root / "named.toml"
+    named.write_text(f'name = "named"\nsecrets = ["HF_TOKEN"]\ncommand = ["{sys.executable}", '
+                     '"-c", "import os; print(os.environ[\'HF_TOKEN\'][::-1])"]\n'
+                     '[resources]\ngpus = ["A100"]\ngpus_per_node = 1\n')  # fmt: skip
+    store = open_store(f"sqlite:///{setup.root / 'spotd.db'}")
+    daemon = Daemon(setup, env={**os.environ, **secrets})
+    try:
+        outputs = []
+        for spec in (job, named):
+            job_id = json.loads(setup.cli("submit", str(spec), "--json").stdout)["id"]
+            wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=120)
+            outputs.append(setup.cli("logs", job_id).stdout)
+        daemon_environ = Path(f"/proc/{daemon.proc.pid}/environ").read_bytes()
+    finally:
+        assert daemon.stop() == 0
+        store.close()
+    output, named_output = outputs
+    assert "scanned" in output, output
+    assert "found" not in output, output
+    assert secrets["SPOTD_SECRET_HF_TOKEN"][::-1] in named_output, "the daemon kept the value"
+    for value in secrets.values():
+        assert value.encode() not in daemon_environ
+    # Where the secret was, an empty value of the same length: the daemon read it first.
+    assert b"SPOTD_SECRET_HF_TOKEN=\0" in daemon_environ
 
 
 def test_the_daemon_says_at_start_what_it_read(setup: Setup) -> None:

@@ -21,7 +21,7 @@ from sqlmodel import SQLModel
 import spotd.store.sql as sql
 from spotd.billing.ledger import ledger_so_far
 from spotd.core.contracts import Store
-from spotd.core.errors import JobNotFound, LostTransition, StoreError
+from spotd.core.errors import BadCursor, JobNotFound, LostTransition, StoreError
 from spotd.core.spec import JobSpec, parse_job_toml
 from spotd.core.states import FailureCause, JobStatus, Transition
 from spotd.core.values import (
@@ -246,8 +246,9 @@ def test_jobs_page_is_stable_while_jobs_arrive(store: SqlStore) -> None:
 def test_jobs_page_refuses_a_cursor_it_did_not_make_and_an_empty_page(store: SqlStore) -> None:
     store.create_job(make_spec(), now=at(0))
     for bad in ("nope", "WyJ4Il0", "WyIyMDI1LTAzLTAxVDEyOjAwOjAwIiwgImoiXQ"):  # junk, ["x"], naive
-        with pytest.raises(StoreError, match="not a job listing cursor"):
+        with pytest.raises(BadCursor, match="not a job listing cursor") as refused:
             store.jobs_page(limit=2, cursor=bad)
+        assert bad not in str(refused.value), "the cursor is not quoted back"
     with pytest.raises(StoreError, match="at least one job"):
         store.jobs_page(limit=0)
 
