@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     # typer vendors click: its own Context, Command and Parameter are these.
     from typer._click.core import Command, Context, Parameter
 
+    from spotd.core.contracts import Clock
     from spotd.core.spec import JobSpec
     from spotd.core.values import CloudCheck
     from spotd.daemon.planning import CandidateView, PlanView
@@ -877,11 +878,17 @@ def _print_exclusions(view: PlanView, total: int) -> None:
         out.print(f"  {n:>4}  {kind:<{width}}  {escape(summary)}".rstrip(), highlight=False)
 
 
+REPORT_DAYS = 7
+"""The default report window: the past week of real time."""
+
+
 def _period(
-    since: str | None, start: str | None, end: str | None, now: datetime
+    since: str | None, start: str | None, end: str | None, clock: Clock
 ) -> tuple[datetime, datetime]:
-    """The report's window: ``--since 7d`` (or 12h, 30m), or ``--from`` / ``--to`` dates;
-    ``now`` is on the clock of the daemon's records (the simulated market's, say)."""
+    """The report's window: ``--since 7d`` (or 12h, 30m), or ``--from`` / ``--to`` dates,
+    on the clock of the daemon's records (the simulated market's, say); by default
+    the past :data:`REPORT_DAYS` days of real time."""
+    now = clock.now()
     if since is not None and (start is not None or end is not None):
         raise ConfigError("give --since or --from/--to, not both")
     if since is not None:
@@ -890,12 +897,19 @@ def _period(
         if unit not in units or not number.isdigit():
             raise ConfigError(f"--since {since!r}: expected a number and d, h or m, e.g. 7d")
         return now - timedelta(seconds=int(number) * units[unit]), now
+    # A week of real time: a simulated market 600 times faster runs a week of its own
+    # in 17 real minutes, and this morning's jobs would fall out of its last week.
+    week = timedelta(days=REPORT_DAYS) / clock.seconds_to_real(1.0)
     try:
-        begin = _utc(start) if start else now - timedelta(days=7)
+        begin = _utc(start) if start else max(now - week, _EARLIEST)
         finish = _utc(end) if end else now
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise ConfigError(f"--from/--to: {exc} (expected a date such as 2026-11-01)") from exc
     return begin, finish
+
+
+_EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+"""No window starts before this, however fast a simulated clock runs."""
 
 
 def _utc(text: str) -> datetime:
@@ -941,7 +955,7 @@ def report(
         from spotd.daemon.wiring import records_clock
 
         settings = _settings(config)
-        begin, finish = _period(since, start, end, records_clock(settings).now())
+        begin, finish = _period(since, start, end, records_clock(settings))
         store = open_store(settings.db_url)
         try:
             job_id = store.find_job(job).id if job else None
@@ -979,7 +993,7 @@ def _email_report(
     if not settings.email.enabled:
         raise ConfigError("--email needs an SMTP host: set [email] host in spotd.toml")
     clock = records_clock(settings)
-    begin, finish = _period(since, start, end, clock.now())
+    begin, finish = _period(since, start, end, clock)
     store = open_store(settings.db_url)
     try:
         kit = ReportKit(partial(reports.build_report, store), reports.render_text,

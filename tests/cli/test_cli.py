@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import webbrowser
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -57,6 +57,20 @@ def test_report_windows_end_on_the_simulated_clock(tmp_path: Path) -> None:
                                       "-c", str(config)])  # fmt: skip
     assert result.exit_code == 0, result.output
     until = datetime.fromisoformat(json.loads(result.stdout)["period"]["until"])
+    assert datetime(2031, 1, 1, tzinfo=UTC) <= until < datetime(2031, 1, 2, tzinfo=UTC)
+
+
+def test_the_default_report_window_is_a_week_of_real_time(tmp_path: Path) -> None:
+    """On a simulated market 60 times faster, the last week of its clock is under three
+    real hours: the default window reaches back a real week, 420 of its days."""
+    config = _config(tmp_path)
+    assert CliRunner().invoke(app, ["plan", str(EXAMPLES / "job.toml"), "-c", str(config)],
+                              terminal_width=120).exit_code == 0  # fmt: skip
+    result = CliRunner().invoke(app, ["report", "--format", "json", "-c", str(config)])
+    assert result.exit_code == 0, result.output
+    period = json.loads(result.stdout)["period"]
+    since, until = (datetime.fromisoformat(period[k]) for k in ("since", "until"))
+    assert until - since == timedelta(days=7 * 60)
     assert datetime(2031, 1, 1, tzinfo=UTC) <= until < datetime(2031, 1, 2, tzinfo=UTC)
 
 
