@@ -5,31 +5,17 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
-from engine_support import FakeProvider, spec
+from engine_support import spec
 
 from spotd.daemon import limits
 from spotd.daemon.api import create_app
 from spotd.daemon.limits import DEFAULT_MAX_BODY_BYTES
-from spotd.engine.reconcile import Engine, EngineSettings
-from spotd.store import open_store
-from spotd_policies.cheapest import CheapestPolicy
-from spotd_sim import SimClock
+from spotd.engine.reconcile import Engine
 
 TOKEN = "t" * 32
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
-    yield Engine(
-        store, {"fake": FakeProvider()}, CheapestPolicy(), SimClock(tmp_path / "c", 3600.0),
-        EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"),
-    )  # fmt: skip
-    store.close()
 
 
 def post(engine: Engine, path: str, body: object) -> httpx.Response:

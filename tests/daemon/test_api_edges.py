@@ -20,29 +20,16 @@ from urllib.parse import quote
 import httpx
 import pytest
 from daemon_support import Daemon, make_setup
-from engine_support import FakeProvider, run_until, spec
+from engine_support import run_until, spec
 
 from spotd.core.agent_wire import agent_token
 from spotd.core.states import JobStatus
 from spotd.daemon.api import create_app
 from spotd.daemon.limits import MAX_CURSOR, MAX_IDEMPOTENCY_KEY
-from spotd.engine.reconcile import Engine, EngineSettings
-from spotd.store import open_store
-from spotd_policies.cheapest import CheapestPolicy
-from spotd_sim import SimClock
+from spotd.engine.reconcile import Engine
 
 TOKEN = "t" * 32
 AGENT_PATHS = ["heartbeat", "join", "preflight", "notice", "secrets", "exit"]
-
-
-@pytest.fixture
-def engine(tmp_path: Path) -> Iterator[Engine]:
-    store = open_store(f"sqlite:///{tmp_path / 'a.db'}")
-    yield Engine(
-        store, {"fake": FakeProvider()}, CheapestPolicy(), SimClock(tmp_path / "c", 3600.0),
-        EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"),
-    )  # fmt: skip
-    store.close()
 
 
 def send(engine: Engine, method: str, path: str, **kw: object) -> httpx.Response:
