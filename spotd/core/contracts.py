@@ -321,6 +321,11 @@ class LedgerStore(Protocol):
         """The ledger lines of many jobs at once, by job id (every id is a key)."""
         ...
 
+    def unbilled_jobs(self, owner: str) -> list[str]:
+        """Ended jobs last held by ``owner`` with an ended attempt that ran nodes and
+        has no ledger line (a daemon died between the job's end and its bill)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Published:

@@ -225,6 +225,10 @@ class Engine:
         the market's index, the job's version and the ends of its cooldowns."""
         self._placing = threading.Lock()
         """Held while a policy places a job: the reconcile loop and the API may both ask."""
+        self._unbilled: set[str] = set()
+        """Ended jobs a killed daemon left unbilled, not billed yet."""
+        self._unbilled_read: set[str] = set()
+        """The owners whose unbilled jobs were read (at their first reap here)."""
         self.on_end: Callable[[JobRecord], None] | None = None
         """Called with a job that just reached a terminal status (e.g. the mailer)."""
         self.stats = HistoryStats(
@@ -408,10 +412,46 @@ class Engine:
         a dead daemon's orphans are nobody else's to stop.
         """
         stopped = 0
-        for owner in owners or [self.settings.owner]:
+        reaped = owners or [self.settings.owner]
+        for owner in reaped:
             for provider in self.providers.values():
                 stopped += self._reap_one(provider, owner)
+        self._bill_leftovers(reaped)
         return stopped
+
+    def _bill_leftovers(self, owners: Sequence[str]) -> None:
+        """Bill the ended jobs that a daemon of ``owners``, killed between a job's end
+        and its bill, left without one (each owner's read at its first reap here), each
+        once every node of theirs has ended (the reaper stops those still running);
+        then call ``on_end``, which that daemon never reached either."""
+        for owner in set(owners) - self._unbilled_read:
+            try:
+                self._unbilled.update(self.store.unbilled_jobs(owner))
+            except StoreError as exc:
+                log.warning("%s's ended jobs left unbilled could not be read: %s", owner, exc)
+                continue
+            self._unbilled_read.add(owner)
+        for job_id in sorted(self._unbilled):
+            try:
+                attempts = self.store.attempts(job_id)
+                if not all(self._nodes_ended(a) for a in attempts if not a.open):
+                    continue
+                job = self.store.get_job(job_id)
+            except SpotdError as exc:
+                log.warning("job %s: its bill waits, its nodes could not be read: %s", job_id, exc)
+                continue
+            log.info("job %s ended unbilled (its daemon stopped first): billing it now", job_id)
+            self._bill(job)
+            if self.on_end is not None:
+                self.on_end(job)
+            self._unbilled.discard(job_id)
+
+    def _nodes_ended(self, attempt: AttemptRecord) -> bool:
+        """Whether every node of ``attempt`` has ended (or its provider is gone)."""
+        provider = self.providers.get(attempt.pool.provider)
+        if provider is None or not attempt.instance_ids:
+            return True
+        return all(i.ended for i in provider.describe(attempt.instance_ids))
 
     def _reap_one(self, provider: Provider, owner: str) -> int:
         try:

@@ -602,6 +602,28 @@ class SqlStore:
         with self._read() as conn:
             return ledger_sql.select_entries(conn, since=since, until=until, job_id=job_id)
 
+    def unbilled_jobs(self, owner: str) -> list[str]:
+        """The ended jobs last held by ``owner`` with an ended attempt that ran nodes and
+        has no ledger line: a daemon killed between a job's end and its bill left them."""
+        billed = select(LEDGER.c.id).where(
+            LEDGER.c.job_id == ATTEMPTS.c.job_id, LEDGER.c.attempt == ATTEMPTS.c.seq
+        )
+        query = (
+            select(JOBS.c.id)
+            .distinct()
+            .join(ATTEMPTS, ATTEMPTS.c.job_id == JOBS.c.id)
+            .where(
+                JOBS.c.owner == owner,
+                JOBS.c.status.in_([s.value for s in JobStatus if s.terminal]),
+                ATTEMPTS.c.ended_at.is_not(None),
+                ATTEMPTS.c.instance_ids != "[]",
+                ~billed.exists(),
+            )
+            .order_by(JOBS.c.id)
+        )
+        with self._read() as conn:
+            return [row.id for row in conn.execute(query)]
+
     def ledger_for(self, job_ids: Collection[str]) -> dict[str, list[LedgerEntry]]:
         """The ledger lines of many jobs at once (one query per chunk), by job id."""
         found: dict[str, list[LedgerEntry]] = {job_id: [] for job_id in job_ids}

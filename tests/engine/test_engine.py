@@ -678,6 +678,32 @@ def test_a_preempted_node_without_a_kept_exit_is_still_a_preemption(
     assert eng.store.attempts(job.id)[0].end_reason is AttemptEnd.PREEMPTED
 
 
+def test_a_job_left_unbilled_by_a_killed_daemon_is_billed_at_its_next_start(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    """The daemon recorded the job's end and died before stopping its node and billing
+    it: the next daemon of its owner stops the node, bills the job and tells of its
+    end, once."""
+    eng, provider = fake
+    job, attempt = _running(eng)
+    iid = attempt.instance_ids[0]
+    provider.states[iid], provider.exit_codes[iid] = InstanceState.EXITED, 0
+    job = run_until(eng, job.id, _terminal, timeout=5)
+    billed = eng.store.ledger(job_id=job.id)
+    assert billed, "the job's end is billed"
+    eng.store.replace_ledger(job.id, [])  # as if the daemon died before its bill
+    provider.states[iid] = InstanceState.RUNNING  # ...and before stopping its node
+    restarted = Engine(eng.store, {"fake": provider}, CheapestPolicy(), eng.clock, eng.settings)
+    ended: list[JobRecord] = []
+    restarted.on_end = ended.append
+    restarted.reap()
+    restarted.reap()
+    assert provider.states[iid] is InstanceState.TERMINATED
+    assert [e.usd for e in eng.store.ledger(job_id=job.id)] == [e.usd for e in billed]
+    assert [j.id for j in ended] == [job.id], "told once"
+    assert eng.store.unbilled_jobs("test") == []
+
+
 def test_running_job_moves_when_the_saving_pays(tmp_path: Path) -> None:
     from spotd_policies.balanced import BalancedPolicy
     from spotd_sim import SimClock
