@@ -193,10 +193,12 @@ class _Agent:
         provider's event (after the report: on Azure the acknowledgement may end
         the VM at once). A signal to the agent cuts the wait for the report short:
         the node is going, and the kept exit outlives it."""
+        # Read before the job counts as ended: a signal from now on is the node going.
+        stopped = self.signalled or self.aborted.is_set()
         self.ended = True
         report = ExitReport(exit_code=code, phase=phase, detail=self.exit_detail,
                             **self._speaker())  # fmt: skip
-        self._keep_exit(report)
+        self._keep_exit(report, stopped=stopped)
         if self.outbox is not None:
             self.outbox.put(report)
             if not self.outbox.drain(self.config.report_timeout_seconds, stop=self.leaving):
@@ -211,14 +213,13 @@ class _Agent:
         if not self.watch_thread.is_alive():
             self.watcher.close()
 
-    def _keep_exit(self, report: ExitReport) -> None:
+    def _keep_exit(self, report: ExitReport, *, stopped: bool) -> None:
         """Write the exit beside the job's checkpoints (:mod:`spotd.exits`), so that a
         daemon that is down now still learns it after this node is gone."""
         root = self.job_env.get("SPOTD_CHECKPOINT_URI", "")
         if not root:
             return
         try:
-            stopped = self.signalled or self.aborted.is_set()
             keep_exit(root, KeptExit(exit=report, notice=self.notice, stopped=stopped))
         except Exception as exc:
             # The report may still go; a node that cannot write here fails its
