@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import NotFoundError, ProviderError, invalid_request
 from spotd.core.kinds import InstanceShape
 from spotd.core.values import (
@@ -35,9 +36,9 @@ from .catalog import gpu_types, zone_ids, zones_offering
 from .check import CheckTarget, run_checks
 from .clients import AwsClients
 from .errors import PROVIDER, map_aws_errors
+from .figures import INSTANCE_TYPES, NOTICE_SECONDS
 from .gang import GangPlanner
 from .instances import IDEMPOTENCY_TAG, aws_client_token, is_gone, launch_params, to_instance
-from .kind import INSTANCE_TYPES, NOTICE_SECONDS
 from .placement import delete_group, group_names, list_groups
 from .prices import latest_spot_prices, on_demand_price
 from .settings import AwsSettings
@@ -63,8 +64,8 @@ class AwsProvider:
 
     ``session`` (a ``boto3.Session``) or ``clients`` may be injected, for
     tests that hook botocore; otherwise a session comes from boto3's
-    credential chain and the settings' ``profile``. ``clock`` (monotonic
-    seconds) drives the caches; ``now`` gives the time for price queries.
+    credential chain and the settings' ``profile``. ``clock`` drives the caches
+    (its monotonic seconds) and gives the time for price queries (its now).
     """
 
     name = PROVIDER
@@ -76,23 +77,23 @@ class AwsProvider:
         user_data: UserData,
         session: Any = None,
         clients: AwsClients | None = None,
-        clock: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Clock = WALL,
     ) -> None:
         self._settings = settings
         self._user_data = user_data
         self._clients = clients or AwsClients(settings, session)
-        self._now = now
-        self._offered: TtlCache[str, dict[str, set[str]]] = TtlCache(STATIC_TTL_SECONDS, clock)
-        self._gpus: TtlCache[str, dict[str, InstanceShape]] = TtlCache(STATIC_TTL_SECONDS, clock)
-        self._zone_ids: TtlCache[str, dict[str, str]] = TtlCache(STATIC_TTL_SECONDS, clock)
+        self._clock = clock
+        ticks = clock.monotonic
+        self._offered: TtlCache[str, dict[str, set[str]]] = TtlCache(STATIC_TTL_SECONDS, ticks)
+        self._gpus: TtlCache[str, dict[str, InstanceShape]] = TtlCache(STATIC_TTL_SECONDS, ticks)
+        self._zone_ids: TtlCache[str, dict[str, str]] = TtlCache(STATIC_TTL_SECONDS, ticks)
         self._on_demand: TtlCache[tuple[str, str], float | None] = TtlCache(
-            STATIC_TTL_SECONDS, clock
+            STATIC_TTL_SECONDS, ticks
         )
         self._scores: TtlCache[tuple[str, str], dict[str, float] | None] = TtlCache(
-            SCORE_TTL_SECONDS, clock
+            SCORE_TTL_SECONDS, ticks
         )
-        self._gang = GangPlanner(settings, self._clients, clock)
+        self._gang = GangPlanner(settings, self._clients, ticks)
         self._region_of: dict[str, str] = {}
         self._warned: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -110,7 +111,7 @@ class AwsProvider:
 
     def offerings(self) -> list[Offering]:
         """Every offered GPU type in every zone of the configured regions, priced now."""
-        now = self._now()
+        now = self._clock.now()
         return [o for region in self._settings.regions for o in self._offerings_in(region, now)]
 
     def _offerings_in(self, region: str, now: datetime) -> list[Offering]:

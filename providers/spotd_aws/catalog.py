@@ -15,7 +15,7 @@ from spotd.market.catalog import interconnect
 
 from .clients import Client
 from .errors import map_aws_errors
-from .kind import NAME
+from .figures import NAME
 
 log = logging.getLogger(__name__)
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import logging
-import time
 
 import httpx
 
-from spotd.agent.watchers import Clock, HttpWatcher, json_object, parse_iso
+from spotd.agent.watchers import HttpWatcher, json_object, parse_iso
 from spotd.core.agent_wire import ProviderNotice
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 
-from .kind import METADATA_URL
+from .figures import METADATA_URL
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,8 @@ class AwsNoticeWatcher(HttpWatcher):
     """EC2 IMDSv2: ``spot/instance-action`` (preemption) and the rebalance recommendation.
 
     Every read carries a session token from ``PUT /latest/api/token``; the token
-    is renewed shortly before its TTL runs out, and once more on a 401.
+    is renewed shortly before its TTL runs out (by ``clock``'s monotonic seconds), and
+    once more on a 401.
     """
 
     TOKEN_PATH = "/latest/api/token"  # noqa: S105 (a URL path, not a secret)
@@ -36,7 +38,7 @@ class AwsNoticeWatcher(HttpWatcher):
         poll_interval: float = 5.0,
         token_ttl_seconds: int = 21600,
         timeout: float = 2.0,
-        clock: Clock = time.monotonic,
+        clock: Clock = WALL,
     ) -> None:
         super().__init__(base_url, client, poll_interval, timeout)
         self._ttl = token_ttl_seconds
@@ -97,7 +99,7 @@ class AwsNoticeWatcher(HttpWatcher):
         return self._request("GET", path, headers={"X-aws-ec2-metadata-token": token})
 
     def _session_token(self) -> str | None:
-        now = self._clock()
+        now = self._clock.monotonic()
         if self._token is not None and now < self._token_expires - self._margin:
             return self._token
         response = self._request(

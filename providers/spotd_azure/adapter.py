@@ -26,8 +26,8 @@ from .addresses import Addresses
 from .check import CloudCheckRun
 from .clients import compute_client, default_credential, network_client
 from .errors import delete_each, map_azure_errors
+from .figures import NOTICE_SECONDS
 from .gangs import ScaleSets
-from .kind import NOTICE_SECONDS
 from .offerings import offerings_of
 from .prices import RetailPrices
 from .scaleset import set_body, set_name, split_member, uses_scale_set

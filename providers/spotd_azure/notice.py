@@ -14,7 +14,7 @@ from spotd.agent.config import AzureAck
 from spotd.agent.watchers import HttpWatcher, json_object, parse_iso
 from spotd.core.agent_wire import ProviderNotice
 
-from .kind import METADATA_URL
+from .figures import METADATA_URL
 
 log = logging.getLogger(__name__)
 

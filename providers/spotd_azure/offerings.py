@@ -13,7 +13,7 @@ from spotd.core.network import Fabric, Interconnect
 from spotd.core.values import Offering, Pool
 from spotd.market.catalog import UNKNOWN_NODE_GBPS, facts, interconnect
 
-from .kind import NOTICE_SECONDS
+from .figures import NOTICE_SECONDS
 from .prices import PricePair
 from .skus import SkuPlace
 from .vms import PROVIDER, zone_name

@@ -14,14 +14,15 @@ price is used and a warning logged.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import ProviderError, ProviderUnavailable
 from spotd.market.ttl import TtlCache
 
@@ -103,7 +104,7 @@ def pick_prices(rows: Iterable[Row], region: str, size: str) -> PricePair:
 class RetailPrices:
     """A cached client of the Retail Prices API at ``base_url``.
 
-    ``clock`` gives monotonic seconds (tests step it to expire the cache).
+    ``clock``'s monotonic seconds age the cache (tests step it to expire the cache).
     """
 
     def __init__(
@@ -112,11 +113,11 @@ class RetailPrices:
         *,
         http: httpx.Client | None = None,
         cache_seconds: float = CACHE_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Clock = WALL,
     ) -> None:
         self._base = base_url.rstrip("/")
         self._http = http or httpx.Client(timeout=TIMEOUT_SECONDS)
-        self._cache: TtlCache[tuple[str, str], PricePair] = TtlCache(cache_seconds, clock)
+        self._cache: TtlCache[tuple[str, str], PricePair] = TtlCache(cache_seconds, clock.monotonic)
 
     def prices(self, region: str, size: str) -> PricePair:
         """Prices of ``size`` in ``region``, from the cache when under an hour old."""

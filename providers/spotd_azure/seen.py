@@ -17,8 +17,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.values import Instance, InstanceState, Market
 
 GONE_RETENTION = timedelta(days=7)
@@ -31,9 +33,10 @@ class _Entry:
 
 
 class SeenVms:
-    """Thread-safe memory of VMs by name."""
+    """Thread-safe memory of VMs by name; ``clock`` dates deletions and disappearances."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = WALL) -> None:
+        self._clock = clock
         self._entries: dict[str, _Entry] = {}
         self._deleted: dict[str, datetime] = {}
         self._lock = threading.Lock()
@@ -57,7 +60,7 @@ class SeenVms:
     def deleting(self, name: str, now: datetime | None = None) -> None:
         """Record that we asked ARM to delete ``name``."""
         with self._lock:
-            self._deleted[name] = now or datetime.now(UTC)
+            self._deleted[name] = now or self._clock.now()
 
     def forget(self, names: Iterable[str]) -> None:
         """Drop ``names`` (VMs of a launch that failed and was rolled back)."""
@@ -68,7 +71,7 @@ class SeenVms:
 
     def gone(self, name: str, now: datetime | None = None) -> Instance | None:
         """The ended instance of a known VM that ARM no longer has; None if unknown."""
-        now = now or datetime.now(UTC)
+        now = now or self._clock.now()
         with self._lock:
             self._prune(now)
             entry = self._entries.get(name)

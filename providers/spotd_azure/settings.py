@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from spotd.core.errors import ConfigError
 
+from .figures import INSTANCE_TYPES
+
 IMAGE_KEYS = frozenset({"publisher", "offer", "sku", "version"})
 """The keys an image reference must have, no more and no fewer."""
 
@@ -49,8 +51,6 @@ class AzureSettings(BaseModel):
 
     def size_list(self) -> list[str]:
         """The sizes to offer, the interconnect table's Azure sizes by default."""
-        from .kind import INSTANCE_TYPES  # the kind module imports this one
-
         return list(self.sizes) if self.sizes is not None else sorted(INSTANCE_TYPES)
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -17,6 +16,8 @@ from typing import Any
 from google.api_core import exceptions as gexc
 from google.cloud import compute_v1
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import NotFoundError, ProviderError, invalid_request
 from spotd.core.values import (
     CloudCheck,
@@ -32,7 +33,7 @@ from spotd.market.ttl import TtlCache
 from . import check, naming, nics, placement, resources
 from .clients import GcpClients, build_clients
 from .errors import PROVIDER, is_already_exists, map_gcp_errors
-from .kind import NOTICE_SECONDS
+from .figures import NOTICE_SECONDS
 from .machines import MachineType, list_request, shape_of, wanted_types
 from .operations import wait_for
 from .prices import PriceBook, list_skus_request
@@ -53,6 +54,7 @@ class GcpProvider:
     Instance ids are ``zone/name``. Capacity is None: GCP publishes no spot
     capacity signal in generally available APIs (the Advice API's
     ``capacity`` is unverified), and a made-up one would mislead the policy.
+    ``clock``'s monotonic seconds age the caches and bound the operations' waits.
     """
 
     name = PROVIDER
@@ -64,13 +66,14 @@ class GcpProvider:
         startup_script: StartupScript,
         credentials: Any | None = None,
         clients: GcpClients | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        clock: Clock = WALL,
     ) -> None:
         self._settings = settings
         self._startup_script = startup_script
         self._credentials = credentials
         self._built = clients
         self._lock = threading.Lock()
+        monotonic = clock.monotonic
         self._monotonic = monotonic
         # One key each: the catalog and the zones' machine types are read whole.
         self._catalog: TtlCache[str, PriceBook] = TtlCache(

@@ -12,7 +12,7 @@ from google.cloud import compute_v1
 from spotd.core.kinds import InstanceShape
 from spotd.market import catalog
 
-from .kind import INSTANCE_TYPES, NAME
+from .figures import INSTANCE_TYPES, NAME
 from .settings import GcpAttachedGpu
 
 log = logging.getLogger(__name__)

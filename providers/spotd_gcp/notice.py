@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import httpx
 
-from spotd.agent.watchers import Clock, HttpWatcher
+from spotd.agent.watchers import HttpWatcher
 from spotd.core.agent_wire import ProviderNotice
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 
-from .kind import METADATA_URL, NOTICE_SECONDS
+from .figures import METADATA_URL, NOTICE_SECONDS
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ class GcpNoticeWatcher(HttpWatcher):
     at once if the value changed since that ETag, so a change between two polls
     is never missed. When a long poll fails, the watcher falls back to plain
     polls every ``poll_interval`` for ``plain_for_seconds`` and then tries again.
+    ``clock`` times that and dates the notice's deadline.
     """
 
     PREEMPTED_PATH = "/computeMetadata/v1/instance/preempted"
@@ -42,7 +44,7 @@ class GcpNoticeWatcher(HttpWatcher):
         long_poll_seconds: float = 30.0,
         plain_for_seconds: float = 60.0,
         timeout: float = 2.0,
-        clock: Clock = time.monotonic,
+        clock: Clock = WALL,
     ) -> None:
         super().__init__(base_url, client, poll_interval, timeout)
         self._long_poll = max(1, round(long_poll_seconds))  # the server takes whole seconds
@@ -75,7 +77,7 @@ class GcpNoticeWatcher(HttpWatcher):
         self._etag = response.headers.get("ETag") or self._etag
         if response.text.strip().upper() != "TRUE":
             return None
-        deadline = datetime.now(UTC) + timedelta(seconds=NOTICE_SECONDS)
+        deadline = self._clock.now() + timedelta(seconds=NOTICE_SECONDS)
         return ProviderNotice(
             kind="preemption",
             deadline=deadline,
@@ -93,10 +95,10 @@ class GcpNoticeWatcher(HttpWatcher):
         return (response.text.strip() or None) if response is not None else None
 
     def _long_polling(self) -> bool:
-        return self._etag is not None and self._clock() >= self._plain_until
+        return self._etag is not None and self._clock.monotonic() >= self._plain_until
 
     def _long_get(self) -> httpx.Response | None:
-        started = self._clock()
+        started = self._clock.monotonic()
         params = {
             "wait_for_change": "true",
             "last_etag": self._etag or "",
@@ -105,11 +107,12 @@ class GcpNoticeWatcher(HttpWatcher):
         timeout = httpx.Timeout(self._timeout, read=self._long_poll + self._timeout)
         response = self._get(self.PREEMPTED_PATH, params=params, timeout=timeout)
         if response is None:
-            self._plain_until = self._clock() + self._plain_for
+            self._plain_until = self._clock.monotonic() + self._plain_for
             log.warning("gcp long poll failed; plain polling for %.0f s", self._plain_for)
             return None
         # A server that answers long polls at once would make us spin: slow down.
-        self._long_poll_returned_early = self._clock() - started < min(0.5, self._long_poll / 2)
+        took = self._clock.monotonic() - started
+        self._long_poll_returned_early = took < min(0.5, self._long_poll / 2)
         return response
 
     def _get(self, path: str, params: dict[str, str], **kwargs: Any) -> httpx.Response | None:

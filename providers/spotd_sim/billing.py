@@ -35,10 +35,14 @@ def node_usage(root: Path, instance_ids: Iterable[str]) -> dict[str, NodeUsage]:
         spec = InstanceSpec.load(paths.spec(instance_id))
         if spec is None:
             continue
-        status = VmStatus.load(paths.state(instance_id))
-        ended = status.ended_at if status is not None and status.ended else None
-        found[instance_id] = NodeUsage(instance_id, spec.launched_at, ended, spec.price)
+        found[instance_id] = usage_of(spec, VmStatus.load(paths.state(instance_id)))
     return found
+
+
+def usage_of(spec: InstanceSpec, status: VmStatus | None) -> NodeUsage:
+    """The meter's record of one node: launch, end (None while it runs) and price."""
+    ended = status.ended_at if status is not None and status.ended else None
+    return NodeUsage(spec.id, spec.launched_at, ended, spec.price)
 
 
 def charge(provider: str, usage: NodeUsage, now: datetime) -> float:
@@ -50,5 +54,9 @@ def charge(provider: str, usage: NodeUsage, now: datetime) -> float:
 
 def bill(provider: str, root: Path, instance_ids: Sequence[str], now: datetime) -> float:
     """The provider's bill for these instances in USD, rounded to cents."""
-    usage = node_usage(root, instance_ids).values()
+    return total(provider, node_usage(root, instance_ids).values(), now)
+
+
+def total(provider: str, usage: Iterable[NodeUsage], now: datetime) -> float:
+    """What ``provider`` charges for these nodes in USD, rounded to cents."""
     return round(sum(charge(provider, u, now) for u in usage), 2)

@@ -93,6 +93,10 @@ class SimClock:
         elapsed = (self._wall() - self._wall_epoch) * self._speed
         return self._sim_epoch + timedelta(seconds=elapsed)
 
+    def monotonic(self) -> float:
+        """Real seconds (this host's monotonic clock), whatever the speed."""
+        return time.monotonic()
+
     def wall_offset(self) -> float:
         """Seconds this clock's wall source is ahead of this host's clock, now.
 

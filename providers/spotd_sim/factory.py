@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from spotd.core.clock import WALL
 
 from .catalog import PROVIDERS
 from .clock import SimClock
@@ -28,7 +29,7 @@ def build_sim_providers(
     lifetimes: bool = False,
     traces: Mapping[str, Path] | None = None,
     sim_epoch: datetime | None = None,
-    wall: Callable[[], float] = time.time,
+    wall: Callable[[], float] | None = None,
 ) -> list[SimProvider]:
     """``sim-aws``, ``sim-gcp`` and ``sim-azure`` sharing one market, clock and state dir.
 
@@ -38,11 +39,11 @@ def build_sim_providers(
     matching pattern wins, and other pools follow the seeded model. A bad
     trace file raises :class:`~spotd_sim.trace.TraceError` here.
     ``lifetimes``: see :class:`MarketConfig`. ``sim_epoch`` only counts when
-    ``state_dir`` has no clock yet. ``wall`` is the source of real time the clock
-    runs on (see :class:`SimClock`).
+    ``state_dir`` has no clock yet. ``wall`` is the source of real time (POSIX
+    seconds) the clock runs on (see :class:`SimClock`); None: this host's clock.
     """
     state_dir.mkdir(parents=True, exist_ok=True)
-    clock = SimClock(state_dir, speed, sim_epoch=sim_epoch, wall=wall)
+    clock = SimClock(state_dir, speed, sim_epoch=sim_epoch, wall=wall or _host_seconds)
     config = MarketConfig(
         seed=seed,
         mean_up_hours=mean_up_hours,
@@ -57,6 +58,11 @@ def build_sim_providers(
         )
         for name in PROVIDERS
     ]
+
+
+def _host_seconds() -> float:
+    """POSIX seconds by this host's clock."""
+    return WALL.now().timestamp()
 
 
 if TYPE_CHECKING:

@@ -9,7 +9,6 @@ and a notice read from the node's status file instead of a metadata service.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +38,7 @@ def build(settings: SimSettings, context: ProviderContext) -> BuiltProviders:
         boot_seconds=settings.boot_seconds,
         traces=settings.traces,
         sim_epoch=settings.epoch,
-        wall=context.wall or time.time,
+        wall=context.wall,
     )
     return BuiltProviders(tuple(sims), clock=sims[0].clock)
 

@@ -27,10 +27,9 @@ from pathlib import Path
 
 from spotd.agent.config import agent_settings
 from spotd.core.agent_wire import CODE_SHA256, CODE_URI, agent_token
-from spotd.core.errors import CapacityError, ProviderError
+from spotd.core.errors import ProviderError
 from spotd.core.spec import CodeRef
 from spotd.core.values import (
-    CheckOutcome,
     CloudCheck,
     Instance,
     InstanceState,
@@ -38,19 +37,18 @@ from spotd.core.values import (
     Market,
     NodeUsage,
     Offering,
-    Pool,
 )
 from spotd.ship.pack import WorkdirError
 from spotd.ship.store import fetch
 
-from . import billing, catalog
+from . import billing, catalog, offers
 from .addresses import next_address
 from .catalog import CatalogEntry
 from .clock import SimClock
 from .market import SimMarket
 from .nodeenv import node_environment
 from .procs import signal_group
-from .records import InstanceSpec, VmStatus
+from .records import InstanceSpec, VmStatus, instance_of
 from .statedir import (
     LOCK_FD_ENV,
     StateDir,
@@ -122,7 +120,7 @@ class SimProvider:
     def offerings(self) -> list[Offering]:
         """Every pool of this provider, priced and with its capacity signal now."""
         now = self._clock.now()
-        return [self._offering(e, now) for e in self._entries.values()]
+        return [offers.offering(e, self._market, now) for e in self._entries.values()]
 
     def launch(self, request: LaunchRequest) -> list[Instance]:
         """Start ``request.nodes`` VM processes, all or none; idempotent by client token.
@@ -131,13 +129,15 @@ class SimProvider:
         process never started (a launch interrupted between record and spawn).
         """
         self._reap()
-        entry = self._entry_for(request)
+        entry = offers.checked_entry(self.name, self._entries, request)
         with locked(self._paths.launch_lock):
             ids, launched_at = self._reserved(request.client_token)
             if not ids:
-                self._check_capacity(request)
+                offers.check_capacity(self.name, self._market, request, self._clock.now())
                 ids, launched_at = self._reserve(request)
-            taken_back_at = self._taken_back_at(request, entry.pool, launched_at)
+            taken_back_at = offers.taken_back_at(
+                self._market, request, launched_at, lambda: self._launches_before(request)
+            )
             try:
                 times = (launched_at, taken_back_at)
                 specs = [
@@ -186,8 +186,8 @@ class SimProvider:
             if status is None or not status.ended:
                 self._paths.terminate_request(spec.id).touch()
                 waiting.append(spec)
-        deadline = time.monotonic() + TERMINATE_WAIT_SECONDS
-        while waiting and time.monotonic() < deadline:
+        deadline = self._clock.monotonic() + TERMINATE_WAIT_SECONDS
+        while waiting and self._clock.monotonic() < deadline:
             time.sleep(0.05)
             waiting = [s for s in waiting if not _ended(self._status(s))]
         if waiting:
@@ -226,61 +226,11 @@ class SimProvider:
 
     # -- offerings and launch ----------------------------------------------
 
-    def _offering(self, entry: CatalogEntry, now: datetime) -> Offering:
-        shape = entry.shape
-        return Offering(
-            pool=entry.pool,
-            gpu=shape.gpu,
-            gpus_per_node=shape.gpus_per_node,
-            gpu_memory_gb=shape.gpu_memory_gb,
-            interconnect=shape.interconnect,
-            spot_price=self._market.spot_price(entry.pool, entry.base_spot_price, now),
-            on_demand_price=entry.on_demand_price,
-            capacity=self._market.capacity_signal(entry.pool, now),
-            notice_seconds=entry.notice_seconds,
-        )
-
     def check_cloud(self, request: LaunchRequest | None) -> CloudCheck:
         """What ``spotd check-cloud`` shows for the simulated market: it needs no
         account, so only the request itself is checked (pool, nodes, capacity now)."""
-        pools = f"{len(self._entries)} simulated pools, no account or permission needed"
-        outcomes = [CheckOutcome("market", True, pools)]
-        if request is None:
-            return CloudCheck(self.name, tuple(outcomes))
-        try:
-            self._entry_for(request)
-            self._check_capacity(request)
-        except ProviderError as exc:
-            outcomes.append(CheckOutcome("launch request", False, str(exc)))
-            return CloudCheck(self.name, tuple(outcomes))
-        pool = request.offering.pool
-        what = f"{request.nodes} x {pool.instance_type} {request.market} in {pool.zone}"
-        outcomes.append(CheckOutcome("launch request", True, what))
-        nodes = f"{request.nodes} node process(es) of {pool.instance_type} in {pool.zone}"
-        return CloudCheck(self.name, tuple(outcomes), (f"{nodes}, each on its own address",))
-
-    def _entry_for(self, request: LaunchRequest) -> CatalogEntry:
-        entry = self._entries.get(request.offering.pool)
-        if entry is None:
-            raise self._invalid(f"no pool {request.offering.pool}")
-        if request.nodes < 1:
-            raise self._invalid(f"nodes must be at least 1, got {request.nodes}")
-        if not request.command:
-            raise self._invalid("the command is empty")
-        return entry
-
-    def _invalid(self, problem: str) -> ProviderError:
-        return ProviderError(f"{self.name}: {problem}", provider=self.name, code="InvalidParameter")
-
-    def _check_capacity(self, request: LaunchRequest) -> None:
-        pool = request.offering.pool
-        if request.market is Market.SPOT and not self._market.available(
-            pool, self._clock.now(), request.nodes
-        ):
-            raise CapacityError(
-                f"{self.name}: no spot capacity for {request.nodes} node(s) in {pool}",
-                provider=self.name, code="InsufficientCapacity",
-            )  # fmt: skip
+        return offers.market_check(self.name, self._entries, self._market, self._clock.now(),
+                                   request, nodes_are="node process(es)")  # fmt: skip
 
     def _reserved(self, client_token: str) -> tuple[list[str], datetime]:
         """Instance ids recorded for ``client_token`` (empty when new) and their launch time."""
@@ -339,7 +289,7 @@ class SimProvider:
             env=env,
             address=address,
             workdir=workdir,
-            price=self._price(entry, request.market, launched_at),
+            price=offers.launch_price(entry, self._market, request.market, launched_at),
             client_token=request.client_token,
             boot_seconds=self._boot_seconds,
             notice_seconds=entry.notice_seconds,
@@ -386,27 +336,13 @@ class SimProvider:
             "SPOTD_AGENT_REPORT_TIMEOUT_SECONDS": "15",
         }
 
-    def _taken_back_at(
-        self, request: LaunchRequest, pool: Pool, launched_at: datetime
-    ) -> datetime | None:
-        """When a spot launch ends by the market's hand on a market with lifetimes: its
-        pool's n-th lifetime after ``launched_at``, n counting the pool's launches before
-        this one (a retry of a launch counts as that launch), so every node of it goes
-        together."""
-        if request.market is not Market.SPOT or not self._market.config.lifetimes:
-            return None
-        if self._market.config.trace_for(pool) is not None:
-            return None  # a trace says when the pool runs short
-        before = {
+    def _launches_before(self, request: LaunchRequest) -> int:
+        """The spot launches of the request's pool before it (its own retries aside)."""
+        pool = request.offering.pool
+        return len({
             s.client_token for s in self._all_specs()
             if s.pool == pool and s.market is Market.SPOT and s.client_token != request.client_token
-        }  # fmt: skip
-        return launched_at + self._market.lifetime(pool, len(before))
-
-    def _price(self, entry: CatalogEntry, market: Market, at: datetime) -> float:
-        if market is Market.ON_DEMAND:
-            return entry.on_demand_price
-        return self._market.spot_price(entry.pool, entry.base_spot_price, at)
+        })  # fmt: skip
 
     def _start_if_never_started(self, spec: InstanceSpec) -> None:
         if self._paths.state(spec.id).exists():
@@ -457,18 +393,7 @@ class SimProvider:
         return [s for s in specs if s is not None]
 
     def _instance(self, spec: InstanceSpec) -> Instance:
-        status = self._status(spec)
-        return Instance(
-            id=spec.id,
-            pool=spec.pool,
-            market=spec.market,
-            state=InstanceState.PENDING if status is None else status.state,
-            tags=dict(spec.tags),
-            exit_code=None if status is None else status.exit_code,
-            launched_at=spec.launched_at,
-            ended_at=None if status is None else status.ended_at,
-            private_address=spec.address or None,
-        )
+        return instance_of(spec, self._status(spec))
 
     def _status(self, spec: InstanceSpec) -> VmStatus | None:
         """The VM's status, settled for a VM process that died without a final word.

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
-from spotd.core.values import ENDED_STATES, InstanceState, Market, Pool
+from spotd.core.values import ENDED_STATES, Instance, InstanceState, Market, Pool
 
 from .market import MarketConfig
 from .statedir import read_json_or_none, write_json_atomic
@@ -183,6 +183,21 @@ class VmStatus:
         """The status in ``path``, None when the VM has not written one."""
         data = read_json_or_none(path)
         return None if data is None else cls.from_json(data)
+
+
+def instance_of(spec: InstanceSpec, status: VmStatus | None) -> Instance:
+    """The node as its provider describes it: pending until its VM reports."""
+    return Instance(
+        id=spec.id,
+        pool=spec.pool,
+        market=spec.market,
+        state=InstanceState.PENDING if status is None else status.state,
+        tags=dict(spec.tags),
+        exit_code=None if status is None else status.exit_code,
+        launched_at=spec.launched_at,
+        ended_at=None if status is None else status.ended_at,
+        private_address=spec.address or None,
+    )
 
 
 def _iso(value: datetime | None) -> str | None:

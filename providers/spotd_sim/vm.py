@@ -16,10 +16,12 @@ import subprocess
 import sys
 import time
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.values import InstanceState, Market
 
 from .clock import SimClock
@@ -43,12 +45,14 @@ TERMINATE_GRACE_SECONDS = 2.0
 
 
 class _Vm:
-    """One node's life: boot, run, watch, end."""
+    """One node's life: boot, run, watch, end; on the market's ``clock``, and on the
+    host's ``wall`` for the real moment the job's notice runs out."""
 
-    def __init__(self, spec: InstanceSpec, paths: StateDir, clock: SimClock) -> None:
+    def __init__(self, spec: InstanceSpec, paths: StateDir, clock: SimClock, wall: Clock) -> None:
         self.spec = spec
         self.paths = paths
         self.clock = clock
+        self.wall = wall
         self.market = SimMarket(spec.market_config, epoch=clock.sim_epoch)
         self.status = VmStatus(InstanceState.PENDING, os.getpid(), spec.launched_at)
         self.child: subprocess.Popen[bytes] | None = None
@@ -155,7 +159,7 @@ class _Vm:
                 return
             if notice_deadline is None and self._capacity_lost():
                 notice_deadline = self._give_notice()
-            elif notice_deadline is not None and time.monotonic() >= notice_deadline:
+            elif notice_deadline is not None and self.clock.monotonic() >= notice_deadline:
                 code = self._kill_job()
                 self._end(InstanceState.PREEMPTED, exit_code=code, reason="spot capacity reclaimed")
                 return
@@ -166,11 +170,11 @@ class _Vm:
         real_left = self.clock.seconds_to_real(self.spec.notice_seconds)
         self.status = replace(
             self.status, state=InstanceState.NOTICE, notice_at=self.clock.now(),
-            kill_at=datetime.now(UTC) + timedelta(seconds=real_left),
+            kill_at=self.wall.now() + timedelta(seconds=real_left),
         )  # fmt: skip
         self._save()
         self._signal_job(signal.SIGTERM)
-        return time.monotonic() + real_left
+        return self.clock.monotonic() + real_left
 
     def _stop_job(self) -> int:
         """SIGTERM, a short grace, then SIGKILL; return the job's exit code."""
@@ -210,14 +214,15 @@ class _Vm:
             reason=reason,
         )  # fmt: skip
         self._save()
-        _say(f"{self.spec.id} {state.value} exit_code={exit_code} ({reason})")
+        _say(f"{self.spec.id} {state.value} exit_code={exit_code} ({reason})", self.wall)
 
     def _save(self) -> None:
         self.status.save(self.paths.state(self.spec.id))
 
 
-def _say(message: str) -> None:
-    print(f"{datetime.now().astimezone().isoformat()} spotd-sim-vm: {message}", flush=True)
+def _say(message: str, wall: Clock = WALL) -> None:
+    """A line of the VM's log, stamped with the local time of day by ``wall``."""
+    print(f"{wall.now().astimezone().isoformat()} spotd-sim-vm: {message}", flush=True)
 
 
 def _take_lock(paths: StateDir, instance_id: str) -> int | None:
@@ -254,8 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     become_subreaper()
     # The launching daemon's time reference, not this host's clock, if they differ.
     offset = spec.clock_offset
-    clock = SimClock.open(paths.root, wall=lambda: time.time() + offset)
-    return _Vm(spec, paths, clock).run()
+    clock = SimClock.open(paths.root, wall=lambda: WALL.now().timestamp() + offset)
+    return _Vm(spec, paths, clock, WALL).run()
 
 
 if __name__ == "__main__":

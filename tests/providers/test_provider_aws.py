@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from gang_support import assert_gang_env, gang_request, script_env
 from moto import mock_aws
 from pydantic import ValidationError
 
+from spotd.core.clock import ManualClock
 from spotd.core.errors import (
     AuthError,
     CapacityError,
@@ -69,13 +70,13 @@ from spotd_aws import AwsProvider, AwsSettings, build_aws_provider, map_aws_erro
 from spotd_aws.check import quota_for
 from spotd_aws.errors import ERROR_CODES
 from spotd_aws.fabric import efa_interfaces, network_facts
+from spotd_aws.figures import INSTANCE_TYPES
 from spotd_aws.instances import (
     IDEMPOTENCY_TAG,
     aws_client_token,
     launch_params,
     state_of,
 )
-from spotd_aws.kind import INSTANCE_TYPES
 from spotd_aws.placement import MAX_NAME, group_name
 from spotd_aws.prices import parse_on_demand
 
@@ -92,7 +93,7 @@ class Env:
 
     fake: FakeAws
     session: Any
-    clock: list[float] = field(default_factory=lambda: [0.0])
+    clock: ManualClock = field(default_factory=lambda: ManualClock(datetime.now(UTC)))
 
     def provider(self, user_data: Any = bootstrap, **overrides: Any) -> AwsProvider:
         values: dict[str, Any] = {
@@ -102,7 +103,7 @@ class Env:
         values.update(overrides)
         return AwsProvider(
             AwsSettings(**values), user_data=user_data, session=self.session,
-            clock=lambda: self.clock[0],
+            clock=self.clock,
         )  # fmt: skip
 
 
@@ -235,7 +236,7 @@ def test_on_demand_prices_come_filtered_and_are_cached_for_hours(env: Env) -> No
     }  # fmt: skip
     provider.offerings()
     assert len(env.fake.params("GetProducts")) == 1  # cached
-    env.clock[0] += 7 * 3600
+    env.clock.advance(7 * 3600)
     provider.offerings()
     assert len(env.fake.params("GetProducts")) == 2  # stale after hours
 

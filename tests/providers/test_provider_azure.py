@@ -13,6 +13,7 @@ import logging
 import socket
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from gang_support import assert_gang_env, gang_request, script_env
 from harnesses.azure import FAKE_TOKEN, FakeCredential, bootstrap, make_provider, settings_for
 from pydantic import ValidationError
 
+from spotd.core.clock import ManualClock
 from spotd.core.errors import (
     AuthError,
     CapacityError,
@@ -163,24 +165,24 @@ def test_next_page_links_off_the_api_host_are_not_followed(fake: FakeAzure) -> N
 
 
 def test_prices_are_cached_for_an_hour(fake: FakeAzure) -> None:
-    now = [0.0]
-    prices = RetailPrices(fake.url, clock=lambda: now[0])
+    clock = ManualClock(datetime(2026, 1, 5, tzinfo=UTC))
+    prices = RetailPrices(fake.url, clock=clock)
     prices.prices("eastus", H100)
     first = len(fake.requests_of("GET", "/api/retail/prices"))
-    now[0] = 3599.0
+    clock.advance(3599.0)
     prices.prices("eastus", H100)
     assert len(fake.requests_of("GET", "/api/retail/prices")) == first
-    now[0] = 3601.0
+    clock.advance(2.0)
     prices.prices("eastus", H100)
     assert len(fake.requests_of("GET", "/api/retail/prices")) == 2 * first
     prices.close()
 
 
 def test_a_failed_refresh_keeps_the_last_price(fake: FakeAzure) -> None:
-    now = [0.0]
-    prices = RetailPrices(fake.url, clock=lambda: now[0])
+    clock = ManualClock(datetime(2026, 1, 5, tzinfo=UTC))
+    prices = RetailPrices(fake.url, clock=clock)
     before = prices.prices("eastus", H100)
-    now[0] = 7200.0
+    clock.advance(7200.0)
     fake.fail_next_prices(503)
     assert prices.prices("eastus", H100) == before
     prices.close()

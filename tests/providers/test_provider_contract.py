@@ -30,7 +30,8 @@ from spotd.core.errors import (
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
 from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Offering
-from spotd.engine.reconcile import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, EngineSettings
 from spotd.registry import load_policy
 from spotd.store.sql import open_store
 

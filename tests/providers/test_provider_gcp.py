@@ -13,6 +13,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -26,6 +27,7 @@ from google.oauth2.credentials import Credentials
 from harnesses.gcp import bootstrap, provider_for, settings_for
 from pydantic import ValidationError
 
+from spotd.core.clock import ManualClock
 from spotd.core.contracts import CloudChecker
 from spotd.core.errors import (
     AuthError,
@@ -175,25 +177,25 @@ def test_skus_and_machine_types_are_paged(fake: GcpFake, provider: GcpProvider) 
 
 
 def test_catalog_is_cached_for_hours(fake: GcpFake) -> None:
-    now = [0.0]
+    clock = ManualClock(datetime(2026, 1, 5, tzinfo=UTC))
     p = GcpProvider(settings_for(fake, catalog_ttl_hours=6), startup_script=bootstrap,
-                    credentials=_anon(), monotonic=lambda: now[0])
+                    credentials=_anon(), clock=clock)
     p.offerings()
     pages = len(fake.recorded("GET", "/skus"))
-    now[0] = 5 * 3600.0
+    clock.advance(5 * 3600.0)
     p.offerings()
     assert len(fake.recorded("GET", "/skus")) == pages
-    now[0] = 7 * 3600.0
+    clock.advance(2 * 3600.0)
     p.offerings()
     assert len(fake.recorded("GET", "/skus")) == 2 * pages
 
 
 def test_stale_catalog_is_kept_when_a_refresh_fails(fake: GcpFake) -> None:
-    now = [0.0]
+    clock = ManualClock(datetime(2026, 1, 5, tzinfo=UTC))
     p = GcpProvider(settings_for(fake), startup_script=bootstrap, credentials=_anon(),
-                    monotonic=lambda: now[0])
+                    clock=clock)
     before = offering(p, "us-central1-a", "a2-highgpu-8g").spot_price
-    now[0] = 10 * 3600.0
+    clock.advance(10 * 3600.0)
     fake.fail_next("GET", r"/skus$", 503, "backendError")
     assert offering(p, "us-central1-a", "a2-highgpu-8g").spot_price == before
 
