@@ -35,6 +35,8 @@ from typing import IO
 
 from sqlalchemy import Connection, Engine, text
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -92,11 +94,12 @@ class Coordinator:
     """The locks and the clock that let several daemons share one database.
 
     On SQLite there is one daemon (the file lock sees to it), so it always
-    leads and the database's clock is this machine's.
+    leads and the database's clock is this machine's: ``wall``.
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, wall: Clock = WALL) -> None:
         self._engine = engine
+        self._wall = wall
         self._postgres = engine.dialect.name == "postgresql"
         self._conn: Connection | None = None
         self._file_locks: list[FileLock] = []
@@ -166,9 +169,9 @@ class Coordinator:
             return 1
 
     def database_time(self) -> datetime:
-        """The database server's clock (this machine's on SQLite), timezone-aware UTC."""
+        """The database server's clock (``wall`` on SQLite), timezone-aware UTC."""
         if not self._postgres:
-            return datetime.now(UTC)
+            return self._wall.now()
         with self._engine.connect() as conn:
             value: datetime = conn.execute(text("SELECT now()")).scalar_one()
         return value if value.tzinfo else value.replace(tzinfo=UTC)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
 from datetime import datetime
 from typing import Any, cast
 
@@ -21,7 +20,8 @@ def replace_job(conn: Connection, job_id: str, entries: Sequence[LedgerEntry]) -
     if foreign:
         raise ValueError(f"ledger lines of other jobs given for {job_id}: {sorted(foreign)}")
     conn.execute(delete(LEDGER).where(LEDGER.c.job_id == job_id))
-    rows = [{f: asdict(e)[f] for f in _FIELDS} for e in entries]
+    # getattr, not dataclasses.asdict: that deep-copies the whole line for each field.
+    rows = [{f: getattr(e, f) for f in _FIELDS} for e in entries]
     if rows:
         conn.execute(insert(LEDGER), rows)
     return len(rows)

@@ -10,7 +10,8 @@ from typing import Any
 
 from sqlalchemy import Row
 
-from spotd.core.spec import JobSpec, spec_from_json
+from spotd.core.spec import JobSpec
+from spotd.core.spec_io import spec_from_json
 from spotd.core.states import FailureCause, JobStatus
 from spotd.core.values import AttemptEnd, AttemptRecord, EventRecord, JobRecord, Market, Pool
 
@@ -81,4 +82,5 @@ def attempt_record(row: Row[Any]) -> AttemptRecord:
         work_per_hour=row.work_per_hour,
         checkpoint_interval_hours=row.checkpoint_interval_hours,
         saves_on_notice=row.saves_on_notice,
+        exit_code=row.exit_code,
     )

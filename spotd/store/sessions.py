@@ -1,4 +1,5 @@
-"""The dashboard's logged-out sessions (``ended_sessions``), inside a transaction.
+"""The sessions part of the SQL store: the dashboard's logged-out sessions
+(``ended_sessions``), the :class:`~spotd.core.contracts.SessionStore`.
 
 A session cookie is signed, so a daemon can check it without the database;
 only a logout needs the database, to refuse a copy of the cookie that
@@ -13,7 +14,24 @@ from datetime import datetime
 
 from sqlalchemy import Connection, delete, exists, select
 
+from spotd.store.base import SqlBase
 from spotd.store.tables import ENDED_SESSIONS, conflict_insert
+
+
+class SessionRows(SqlBase):
+    """The dashboard sessions logged out of, kept in the SQL database for every daemon
+    on it to refuse."""
+
+    def end_session(self, session_id: str, *, until: datetime) -> None:
+        """Refuse dashboard session ``session_id`` from now on, until its cookie expires
+        at ``until`` (:func:`end`)."""
+        with self._write() as conn:
+            end(conn, session_id, until, self._wall.now())
+
+    def session_ended(self, session_id: str) -> bool:
+        """Whether dashboard session ``session_id`` was logged out of."""
+        with self._read() as conn:
+            return ended(conn, session_id)
 
 
 def end(conn: Connection, session_id: str, until: datetime, now: datetime) -> None:

@@ -93,7 +93,7 @@ class JobTable(SQLModel, table=True):
     updated_at: datetime = Field(sa_type=UtcDateTime)
     owner: str | None = None
     lease_until: datetime | None = Field(default=None, sa_type=UtcDateTime)
-    """A lease per job, as daemons before revision 0008 renew it. Jobs taken since are
+    """A lease per job, as daemons without ``owner_leases`` renew it. Jobs taken since are
     held by their owner's row in ``owner_leases`` and carry ``HELD_BY_OWNER`` here."""
     version: int = 0
     idempotency_key: str | None = None
@@ -145,6 +145,8 @@ class AttemptRow(SQLModel, table=True):
     work_per_hour: float | None = None
     checkpoint_interval_hours: float | None = None
     saves_on_notice: bool | None = None
+    exit_code: int | None = None
+    """The job command's exit code that ended the attempt (its first failing node's)."""
 
 
 class PriceRow(SQLModel, table=True):

@@ -11,8 +11,8 @@ from sqlalchemy import text
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus, Transition
 from spotd.core.values import InstanceReport
-from spotd.store import SqlStore, downgrade_schema, upgrade_schema
-from spotd.store.sql import HELD_BY_OWNER
+from spotd.store import SqlStore
+from spotd.store.leases import HELD_BY_OWNER
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -123,26 +123,24 @@ def test_an_owner_back_on_a_newer_version_marks_its_jobs_held(store: SqlStore) -
     assert store.claim_job_versions("d2", now=at(5), lease_seconds=60) == {}
 
 
-def test_the_downgrade_gives_jobs_their_owners_lease_back(store: SqlStore) -> None:
-    job = store.create_job(spec(), now=T0)
-    store.claim_job_versions("d1", now=at(0), lease_seconds=60)
-    downgrade_schema(store.engine, "0007")
-    with store.engine.connect() as conn:
-        raw = conn.execute(text("SELECT lease_until FROM jobs")).scalar_one()
-    assert str(raw).startswith("2025-03-01 12:01"), raw
-    upgrade_schema(store.engine)
-    assert store.get_job(job.id).lease_until == at(1)
-
-
 def _report(job_id: str, iid: str, **fields: object) -> InstanceReport:
     return InstanceReport(iid, "aws", job_id, 1, **fields)  # type: ignore[arg-type]
+
+
+def _exact(store: SqlStore) -> bool:
+    """Whether the feed returns nothing twice here. On PostgreSQL its cursor is the
+    server's oldest running transaction, which any other session on the server (another
+    test's database, another daemon) holds back: reports may come back again, never
+    go missing, and only that is checked there."""
+    return store.engine.dialect.name == "sqlite"
 
 
 def test_the_report_feed_returns_what_was_written_since(store: SqlStore) -> None:
     job = store.create_job(spec(), now=T0)
     store.save_report(_report(job.id, "i-0", heartbeat_at=at(0)))
     since = store.report_cursor()
-    assert store.report_changes(since) == ([], since), "older reports are not read again"
+    if _exact(store):
+        assert store.report_changes(since) == ([], since), "older reports are not read again"
 
     store.save_report(_report(job.id, "i-1", address="10.0.0.1"))
     store.save_report(_report(job.id, "i-0", exit_code=3))
@@ -153,7 +151,8 @@ def test_the_report_feed_returns_what_was_written_since(store: SqlStore) -> None
 
     store.save_report(replace(_report(job.id, "i-1"), step=5))
     again, _ = store.report_changes(after)
-    assert [(r.instance_id, r.step) for r in again] == [("i-1", 5)]
+    seen = [(r.instance_id, r.step) for r in again]
+    assert seen == [("i-1", 5)] if _exact(store) else ("i-1", 5) in seen
 
 
 def test_the_report_feed_from_zero_is_every_report(store: SqlStore) -> None:
@@ -162,4 +161,5 @@ def test_the_report_feed_from_zero_is_every_report(store: SqlStore) -> None:
         store.save_report(_report(job.id, f"i-{n}"))
     everything, after = store.report_changes(0)
     assert len(everything) == 3
-    assert store.report_changes(after)[0] == []
+    if _exact(store):
+        assert store.report_changes(after)[0] == []

@@ -22,7 +22,8 @@ import spotd.store.sql as sql
 from spotd.billing.ledger import ledger_so_far
 from spotd.core.contracts import Store
 from spotd.core.errors import BadCursor, JobNotFound, LostTransition, StoreError
-from spotd.core.spec import JobSpec, parse_job_toml
+from spotd.core.spec import JobSpec
+from spotd.core.spec_io import parse_job_toml
 from spotd.core.states import FailureCause, JobStatus, Transition
 from spotd.core.values import (
     AttemptClose,
@@ -759,23 +760,33 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 
 # -- schema ----------------------------------------------------------------------
 
-LATEST = "0011"
+LATEST = "0001"
 
 
-def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
-    store = open_store(store_url)
+def test_the_migrations_make_the_schema_of_the_tables(empty_store_url: str) -> None:
+    """From an empty database, the migrations make exactly the schema ``tables.py``
+    declares: alembic finds no table, column, type, nullability, index, unique or
+    foreign key to add, drop or change."""
+    store = open_store(empty_store_url)
     try:
         assert schema_revision(store.engine) == LATEST
         names = set(inspect(store.engine).get_table_names())
-        assert {"jobs", "events", "attempts", "alembic_version"} <= names
+        assert names == set(SQLModel.metadata.tables) | {"alembic_version"}
         with store.engine.connect() as conn:
             drift = compare_metadata(MigrationContext.configure(conn), SQLModel.metadata)
         assert drift == []
+    finally:
+        store.close()
+
+
+def test_migrations_rerun_as_no_op_and_go_down_and_up_again(empty_store_url: str) -> None:
+    store = open_store(empty_store_url)
+    try:
         job = store.create_job(make_spec(), now=T0)
     finally:
         store.close()
 
-    again = open_store(store_url)
+    again = open_store(empty_store_url)
     try:
         assert schema_revision(again.engine) == LATEST
         assert again.get_job(job.id).id == job.id
@@ -790,47 +801,45 @@ def test_migrations_make_the_schema_and_rerun_as_no_op(store_url: str) -> None:
         again.close()
 
 
-def test_attempts_keep_their_work_rate_and_older_ones_survive_the_upgrade(
-    store_url: str,
-) -> None:
-    """0004 adds what an attempt does per hour; attempts from before read as None."""
-    store = open_store(store_url)
-    try:
-        old_job = store.create_job(make_spec(), now=T0)
-        downgrade_schema(store.engine, "0003")
-        with store.engine.begin() as conn:
-            conn.execute(text(
-                "INSERT INTO attempts (job_id, seq, provider, region, zone, instance_type, market,"
-                " nodes, price_per_node_hour, client_token, instance_ids, started_at)"
-                " VALUES (:job, 1, 'aws', 'r', 'z', 't', 'spot', 1, 2.0, 'tok', '[]', :t)"
-            ), {"job": old_job.id, "t": T0})  # fmt: skip
-        upgrade_schema(store.engine)
-        assert schema_revision(store.engine) == LATEST
-        (old,) = store.attempts(old_job.id)
-        assert (old.client_token, old.work_per_hour, old.saves_on_notice) == ("tok", None, None)
-
-        job = store.create_job(make_spec(), now=T0)
-        placed = NewAttempt(
-            pool=POOL_A, market=Market.SPOT, nodes=1, price_per_node_hour=1.0,
-            resume_from=None, work_per_hour=0.7, checkpoint_interval_hours=0.4,
-            saves_on_notice=True,
-        )  # fmt: skip
-        move(store, job.id, JobStatus.PENDING, JobStatus.PROVISIONING, at(1), open_attempt=placed)
-        (mine,) = store.attempts(job.id)
-        assert (mine.work_per_hour, mine.checkpoint_interval_hours, mine.saves_on_notice) == (
-            0.7, 0.4, True,
-        )  # fmt: skip
-    finally:
-        store.close()
+def test_each_test_gets_a_migrated_database_of_its_own(store: SqlStore) -> None:
+    """The fixtures copy one migrated template: at the newest revision, with nothing in
+    it that another test wrote."""
+    assert schema_revision(store.engine) == LATEST
+    assert store.list_jobs() == []
+    assert store.report_changes(0)[0] == []
 
 
-@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)
-def test_sqlite_setup(store_url: str) -> None:
+def test_attempts_keep_their_work_rate(store: SqlStore) -> None:
+    """An attempt keeps what it does per hour, the checkpoint interval and whether a
+    notice saves its work; one placed without them reads them as None."""
+    bare = store.create_job(make_spec(), now=T0)
+    move(store, bare.id, JobStatus.PENDING, JobStatus.PROVISIONING, at(1),
+         open_attempt=new_attempt())  # fmt: skip
+    (old,) = store.attempts(bare.id)
+    assert (old.work_per_hour, old.checkpoint_interval_hours, old.saves_on_notice) == (
+        None, None, None,
+    )  # fmt: skip
+
+    job = store.create_job(make_spec(), now=T0)
+    placed = NewAttempt(
+        pool=POOL_A, market=Market.SPOT, nodes=1, price_per_node_hour=1.0,
+        resume_from=None, work_per_hour=0.7, checkpoint_interval_hours=0.4,
+        saves_on_notice=True,
+    )  # fmt: skip
+    move(store, job.id, JobStatus.PENDING, JobStatus.PROVISIONING, at(1), open_attempt=placed)
+    (mine,) = store.attempts(job.id)
+    assert (mine.work_per_hour, mine.checkpoint_interval_hours, mine.saves_on_notice) == (
+        0.7, 0.4, True,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("empty_store_url", ["sqlite"], indirect=True)
+def test_sqlite_setup(empty_store_url: str) -> None:
     """WAL for readers beside the writer, a long busy timeout, enforced foreign keys,
     and the database's folder created."""
-    store = open_store(store_url)
+    store = open_store(empty_store_url)
     try:
-        assert Path(store_url.removeprefix("sqlite:///")).is_file()
+        assert Path(empty_store_url.removeprefix("sqlite:///")).is_file()
         with store.engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
@@ -852,35 +861,25 @@ def test_is_a_store(store: SqlStore) -> None:
     assert as_protocol is store
 
 
-def test_gang_reports_merge_and_sum_and_older_rows_survive_the_upgrade(store_url: str) -> None:
-    """0005 adds what a gang's agents report; GPU samples add up, other fields replace."""
-    store = open_store(store_url)
-    try:
-        job = store.create_job(make_spec(), now=T0)
-        downgrade_schema(store.engine, "0004")
-        with store.engine.begin() as conn:  # as a daemon of that version wrote it
-            conn.execute(text(
-                "INSERT INTO instance_reports"
-                " (instance_id, provider, job_id, attempt, heartbeat_at)"
-                " VALUES ('i-old', 'aws', :job, 1, :t)"
-            ), {"job": job.id, "t": at(1).replace(tzinfo=None)})  # fmt: skip
-        upgrade_schema(store.engine)
-        (old,) = store.reports(job.id)
-        assert (old.heartbeat_at, old.address, old.gpu_samples) == (at(1), None, None)
+def test_gang_reports_merge_and_sum(store: SqlStore) -> None:
+    """What a gang's agents report: GPU samples add up, other fields replace, and a
+    report of a heartbeat alone leaves the rest None."""
+    job = store.create_job(make_spec(), now=T0)
+    store.save_report(InstanceReport("i-old", "aws", job.id, 1, heartbeat_at=at(1)))
+    (old,) = store.reports(job.id)
+    assert (old.heartbeat_at, old.address, old.gpu_samples) == (at(1), None, None)
 
-        beat = InstanceReport("i-1", "aws", job.id, 1, heartbeat_at=at(2), step=10,
-                              gpu_util_sum=90.0, gpu_samples=1, gpu_low_samples=0)  # fmt: skip
-        store.save_report(InstanceReport("i-1", "aws", job.id, 1, address="10.0.0.1",
-                                         ports="29500,29501", joined_at=at(1)))  # fmt: skip
-        # Asked again: the join stays the first ask's.
-        store.save_report(InstanceReport("i-1", "aws", job.id, 1, joined_at=at(4)))
-        store.save_report(beat)
-        store.save_report(replace(beat, heartbeat_at=at(3), step=20, gpu_util_sum=40.0,
-                                  gpu_low_samples=1))  # fmt: skip
-        (mine,) = [r for r in store.reports(job.id) if r.instance_id == "i-1"]
-        assert (mine.address, mine.ports, mine.step) == ("10.0.0.1", "29500,29501", 20)
-        assert mine.joined_at == at(1)
-        assert (mine.gpu_samples, mine.gpu_low_samples) == (2, 1)
-        assert mine.gpu_util_mean_pct == 65.0
-    finally:
-        store.close()
+    beat = InstanceReport("i-1", "aws", job.id, 1, heartbeat_at=at(2), step=10,
+                          gpu_util_sum=90.0, gpu_samples=1, gpu_low_samples=0)  # fmt: skip
+    store.save_report(InstanceReport("i-1", "aws", job.id, 1, address="10.0.0.1",
+                                     ports="29500,29501", joined_at=at(1)))  # fmt: skip
+    # Asked again: the join stays the first ask's.
+    store.save_report(InstanceReport("i-1", "aws", job.id, 1, joined_at=at(4)))
+    store.save_report(beat)
+    store.save_report(replace(beat, heartbeat_at=at(3), step=20, gpu_util_sum=40.0,
+                              gpu_low_samples=1))  # fmt: skip
+    (mine,) = [r for r in store.reports(job.id) if r.instance_id == "i-1"]
+    assert (mine.address, mine.ports, mine.step) == ("10.0.0.1", "29500,29501", 20)
+    assert mine.joined_at == at(1)
+    assert (mine.gpu_samples, mine.gpu_low_samples) == (2, 1)
+    assert mine.gpu_util_mean_pct == 65.0

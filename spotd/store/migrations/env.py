@@ -1,6 +1,6 @@
 """Alembic environment for spotd's store.
 
-:func:`spotd.store.sql.upgrade_schema` passes its own connection (already in
+:func:`spotd.store.schema.upgrade_schema` passes its own connection (already in
 a transaction) in ``config.attributes["connection"]``. The alembic command
 line (``alembic -c spotd/store/alembic.ini ...``) connects to
 ``SPOTD_DATABASE_URL``, else to ``sqlalchemy.url`` from the ini file.
