@@ -9,17 +9,18 @@ from __future__ import annotations
 import shlex
 import signal
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import ConfigError
 from spotd.core.kinds import DEFAULT_AGENT_POLL_SECONDS, AnyKind
 from spotd.core.values import LaunchRequest
 from spotd.registry import kind_names, load_kind
 
-# The engine's tag names (spotd.engine.reconcile.TAG_JOB / TAG_ATTEMPT, checked by a test),
+# The engine's tag names (spotd.engine.settings.TAG_JOB / TAG_ATTEMPT, checked by a test),
 # repeated so that adapters importing this module do not pull in the engine.
 TAG_JOB = "spotd-job"
 TAG_ATTEMPT = "spotd-attempt"
@@ -70,7 +71,7 @@ class AgentConfig(BaseModel):
     """This node's address for its gang; empty: the address on the route to the daemon."""
     run_dir: str = ""
     """Where the agent keeps the hostfile and the notice and progress files; empty: a
-    new temporary folder."""
+    new temporary folder, removed when the agent ends."""
     join_poll_seconds: float = Field(default=1.0, gt=0)
     """Seconds between two asks for the gang's roster."""
     sim_state: str = ""
@@ -118,14 +119,15 @@ class AgentConfig(BaseModel):
         """The provider name the agent's reports carry, as the daemon knows the provider."""
         return self.provider_name or self.provider
 
-    def speaker(self, instance_id: str) -> dict[str, object]:
-        """The fields every report of this agent starts with: who speaks, and now."""
+    def speaker(self, instance_id: str, clock: Clock = WALL) -> dict[str, object]:
+        """The fields every report of this agent starts with: who speaks, and ``clock``'s
+        now."""
         return {
             "job_id": self.job_id,
             "attempt": self.attempt,
             "instance_id": instance_id,
             "provider": self.reporting_as,
-            "at": datetime.now(UTC),
+            "at": clock.now(),
         }
 
     @property

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from spotd.core.errors import IllegalTransition
-from spotd.core.values import TERMINAL, FailureCause, JobStatus, Transition
+from spotd.core.values import TERMINAL, EventCause, FailureCause, JobStatus, Transition
 
 if TYPE_CHECKING:
     from spotd.core.contracts import JobStore
@@ -38,7 +38,7 @@ S = JobStatus
 ACTIVE: tuple[JobStatus, ...] = tuple(s for s in JobStatus if s not in TERMINAL)
 """Every status of a job that is not over, in declaration order."""
 
-WAITING_CAUSE = "waiting"
+WAITING_CAUSE = EventCause.WAITING
 """The cause of an event that records a job's new waiting reason (``Store.set_waiting``):
 from and to its own status, no transition."""
 

@@ -218,6 +218,27 @@ class LaunchRequest:
     a provider with such a limit deletes them after it, whatever spotd does."""
 
 
+class EventCause(StrEnum):
+    """Why a job's event was written, when that is not an attempt's end
+    (:class:`AttemptEnd` names those)."""
+
+    SUBMITTED = "submitted"
+    PLACED = "placed"
+    RUNNING = "all nodes running"
+    NOTICE = "preemption notice"
+    WAITING = "waiting"
+    """A new waiting reason, from and to the job's own status (no transition)."""
+    HELD = "held"
+    """A team limit holds the pending job back (pending to pending)."""
+    CANCELLED = "cancelled by user"
+    OVER_BUDGET = "over budget"
+    DEADLINE_IMPOSSIBLE = "deadline impossible"
+    NO_CAPACITY = "no capacity"
+    LAUNCH_FAILED_EVERYWHERE = "launch failed everywhere"
+    LAUNCH_REFUSED = "launch request refused"
+    CHECKPOINT_UNUSABLE = "checkpoint location unusable"
+
+
 class AttemptEnd(StrEnum):
     """Why a placement attempt ended."""
 
@@ -260,6 +281,8 @@ class AttemptClose:
 
     attempt_id: int
     reason: AttemptEnd
+    exit_code: int | None = None
+    """The job command's exit code that ended it (its first failing node's), if one did."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +310,9 @@ class AttemptRecord:
     """The checkpoint interval the job was told; None on older attempts."""
     saves_on_notice: bool | None = None
     """Whether the job's checkpoint fits in the offering's preemption notice."""
+    exit_code: int | None = None
+    """The job command's exit code that ended the attempt (its first failing node's);
+    None when no command's exit ended it."""
 
     @property
     def open(self) -> bool:

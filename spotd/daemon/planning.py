@@ -212,5 +212,5 @@ def plan_submitted(engine: Engine, job: JobRecord, policy_name: str | None = Non
     policy = None
     if policy_name is not None and policy_name != engine.policy.name:
         policy = load_policy(policy_name)
-    ctx, _, decision = engine.decide(job, policy)
-    return plan_view(policy_name or engine.policy.name, ctx, decision, engine.cooling(job))
+    ctx, _, decision = engine.placer.decide(job, policy)
+    return plan_view(policy_name or engine.policy.name, ctx, decision, engine.placer.cooling(job))

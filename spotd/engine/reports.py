@@ -9,6 +9,7 @@ both are stored alike.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,8 +26,19 @@ from spotd.core.agent_wire import (
     Waiting,
 )
 from spotd.core.contracts import Store
-from spotd.core.values import InstanceReport, attempt_reports
+from spotd.core.errors import CheckpointError
+from spotd.core.values import (
+    AttemptRecord,
+    Instance,
+    InstanceReport,
+    InstanceState,
+    attempt_reports,
+)
+from spotd.engine.attempts import with_kept_exit
 from spotd.engine.gang import roster_for
+from spotd.exits import kept_exits
+
+log = logging.getLogger(__name__)
 
 
 class StoreReports:
@@ -108,3 +120,52 @@ def _base(report: AgentReport, **fields: Any) -> InstanceReport:
         attempt=report.attempt,
         **fields,
     )
+
+
+def with_kept_exits(
+    store: Store,
+    checkpoint_uri: str,
+    attempt: AttemptRecord,
+    instances: Sequence[Instance | None],
+    reports: Sequence[InstanceReport],
+) -> Sequence[Instance | None]:
+    """``instances``, with the exits kept beside the checkpoints (:mod:`spotd.exits`)
+    by nodes that ended without reporting one, stored as if reported.
+
+    A job that finished while the daemon was down ended on its node all the same:
+    its node's word, not the provider's view of a VM taken back later, says how.
+    """
+    mine = attempt_reports(attempt, reports)
+    ids = attempt.instance_ids
+    unheard = {iid for iid, i in zip(ids, instances, strict=True)
+               if (i is None or i.ended) and _no_exit(mine.get(iid))}  # fmt: skip
+    if not unheard:
+        return instances
+    try:
+        kept = kept_exits(checkpoint_uri, attempt.job_id, attempt.seq)
+    except CheckpointError as exc:
+        log.warning("job %s: cannot read the exits its nodes kept: %s", attempt.job_id, exc)
+        return instances
+    heard = unheard & kept.keys()
+    if not heard:
+        return instances
+    book = StoreReports(store)
+    for iid in heard:
+        if (notice := kept[iid].notice) is not None:
+            book.notice(notice)
+        book.exited(kept[iid].exit)
+    log.info("job %s: exits kept by %s while no daemon heard them",
+             attempt.job_id, sorted(heard))  # fmt: skip
+    return [
+        with_kept_exit(i or _gone(iid, attempt), kept[iid]) if iid in heard else i
+        for iid, i in zip(ids, instances, strict=True)
+    ]
+
+
+def _no_exit(report: InstanceReport | None) -> bool:
+    return report is None or report.exit_code is None
+
+
+def _gone(instance_id: str, attempt: AttemptRecord) -> Instance:
+    """A node the provider no longer lists, as an ended instance of its attempt."""
+    return Instance(instance_id, attempt.pool, attempt.market, InstanceState.TERMINATED)

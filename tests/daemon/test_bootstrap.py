@@ -195,7 +195,7 @@ def test_bad_requests_are_refused() -> None:
 
 def test_tag_names_match_the_engine() -> None:
     from spotd.agent import config as agent_config
-    from spotd.engine import reconcile as engine
+    from spotd.engine import settings as engine
 
     assert (agent_config.TAG_JOB, agent_config.TAG_ATTEMPT) == (engine.TAG_JOB, engine.TAG_ATTEMPT)
 

@@ -20,7 +20,8 @@ from spotd.core import limits
 from spotd.core.cadence import checkpoint_interval
 from spotd.core.network import Fabric, Interconnect
 from spotd.core.progress import work_per_hour
-from spotd.core.spec import JobSpec, spec_from_json, spec_to_json
+from spotd.core.spec import JobSpec
+from spotd.core.spec_io import spec_from_json, spec_to_json
 from spotd.core.states import JobStatus
 from spotd.core.values import (
     AttemptRecord,
@@ -34,7 +35,9 @@ from spotd.core.values import (
 )
 from spotd.daemon.wiring import build_engine
 from spotd.engine.gang import assembly_seconds
-from spotd.engine.reconcile import Engine, EngineSettings, job_environment, max_run_seconds
+from spotd.engine.launching import job_environment, max_run_seconds
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import EngineSettings
 from spotd.store import open_store
 from spotd_policies.balanced import BalancedPolicy
 from spotd_policies.cheapest import CheapestPolicy

@@ -36,12 +36,12 @@ from spotd.core.values import (
 from spotd.daemon.metrics import store_totals
 from spotd.daemon.views import job_view
 from spotd.daemon.wiring import build_engine
-from spotd.engine.reconcile import (
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import (
     MISSING_BEFORE_LOST,
     TAG_ATTEMPT,
     TAG_JOB,
     TAG_OWNER,
-    Engine,
     EngineSettings,
     checkpoint_uri,
 )

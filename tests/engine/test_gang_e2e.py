@@ -181,7 +181,7 @@ def test_gpu_utilisation_is_watched_shown_and_flagged_in_the_report(
     from datetime import timedelta
 
     from spotd.billing.report_model import build_report
-    from spotd.cli.app import _gang_lines
+    from spotd.cli.render.jobs import gang_lines
 
     # A recorded NVML session of an 8-GPU node whose last GPU idles: a data-pipeline stall.
     record = tmp_path / "nvml.json"
@@ -206,7 +206,7 @@ def test_gpu_utilisation_is_watched_shown_and_flagged_in_the_report(
     (node,) = gang.gpus
     assert node.util_pct == [97.0] * 7 + [31.0]
     assert node.samples >= 2 and node.low_share == 1.0 and node.mean_lowest_pct == 31.0
-    assert any("GPUs of" in line and "97 97 31 % now" in line for line in _gang_lines(job))
+    assert any("GPUs of" in line and "97 97 31 % now" in line for line in gang_lines(job))
     store = daemon.engine.store
     # The engine bills an attempt right after the transition that ended it (once its
     # nodes are stopped): a status read may come between the two.

@@ -18,7 +18,8 @@ from spotd.core.contracts import PlacementHost
 from spotd.core.errors import ProviderError
 from spotd.core.states import JobStatus
 from spotd.core.values import InstanceState, LaunchRequest, PlacementObject
-from spotd.engine.reconcile import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, EngineSettings
 from spotd.store import open_store
 from spotd_policies.cheapest import CheapestPolicy
 

@@ -27,7 +27,8 @@ from spotd.core.values import (
 from spotd.daemon import planning
 from spotd.daemon.wiring import build_engine
 from spotd.engine.context import JobPosition, placement_context, position_of
-from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import EngineSettings
 from spotd.store import open_store
 from spotd_policies.cheapest import CheapestPolicy
 

@@ -21,7 +21,8 @@ from spotd.core.values import (
     LedgerEntry,
 )
 from spotd.daemon.config import Settings
-from spotd.engine.reconcile import TAG_JOB, Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import TAG_JOB, EngineSettings
 from spotd.engine.teams import TeamLimits, month_start, pass_order, team_usage
 from spotd.store import open_store
 from spotd_policies.cheapest import CheapestPolicy

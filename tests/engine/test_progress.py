@@ -24,7 +24,8 @@ from spotd.core.progress import (
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
 from spotd.core.values import AttemptEnd, AttemptRecord, InstanceReport, Market, Offering, Pool
-from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import EngineSettings
 from spotd.store import open_store
 from spotd_policies import costmodel
 from spotd_policies.cheapest import CheapestPolicy

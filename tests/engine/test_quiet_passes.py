@@ -22,7 +22,8 @@ from spotd.core.values import (
     Offering,
     PlacementContext,
 )
-from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import EngineSettings
 from spotd.store import open_store
 from spotd_policies.cheapest import CheapestPolicy
 
@@ -52,15 +53,17 @@ def quiet(tmp_path: Path) -> Iterator[Quiet]:
 
 @pytest.fixture
 def stepped(tmp_path: Path) -> Iterator[Quiet]:
-    """As ``quiet``, on a clock that moves only when the test moves it."""
-    yield from _quiet(tmp_path, StepClock())
+    """As ``quiet``, on a clock that moves only when the test moves it (by minutes a
+    pass: re-plans, due each real minute of the clock, are set a day apart)."""
+    yield from _quiet(tmp_path, StepClock(), replan_seconds=86400.0)
 
 
-def _quiet(tmp_path: Path, clock: Clock) -> Iterator[Quiet]:
+def _quiet(tmp_path: Path, clock: Clock, replan_seconds: float = 60.0) -> Iterator[Quiet]:
     provider = FakeProvider()
     store = open_store(f"sqlite:///{tmp_path / 'q.db'}")
-    eng = Engine(store, {"fake": provider}, CountingPolicy(), clock,
-                 EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"))  # fmt: skip
+    settings = EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck",
+                              replan_seconds=replan_seconds)  # fmt: skip
+    eng = Engine(store, {"fake": provider}, CountingPolicy(), clock, settings)
     loads: list[list[str]] = []
     read = store.jobs_by_id
 

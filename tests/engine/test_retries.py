@@ -13,8 +13,9 @@ from spotd.core.errors import CapacityError, ProviderError
 from spotd.core.spec import JobSpec
 from spotd.core.states import FailureCause, JobStatus
 from spotd.core.values import AttemptEnd, InstanceReport, InstanceState, JobRecord
-from spotd.daemon.views import EventView, event_view, job_view
-from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.daemon.views import job_view
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import EngineSettings
 from spotd.store import open_store
 from spotd_policies.cheapest import CheapestPolicy
 
@@ -71,10 +72,6 @@ def _checkpoint(eng: Engine, job_id: str, step: int) -> str:
     latest = ck.latest_complete(str(eng.settings.checkpoints_dir / job_id))
     assert latest is not None and latest.step == step
     return latest.uri
-
-
-def _events(eng: Engine, job_id: str) -> list[EventView]:
-    return [event_view(e) for e in eng.store.events(job_id)]
 
 
 # -- failed launches ----------------------------------------------------------------
@@ -245,7 +242,7 @@ def test_without_a_list_any_error_exit_restarts(fake: tuple[Engine, FakeProvider
 
 
 def test_status_shows_the_restarts_and_the_exit_code(fake: tuple[Engine, FakeProvider]) -> None:
-    from spotd.cli.app import _error_exit_codes, restart_line
+    from spotd.cli.render.jobs import restart_line
 
     eng, provider = fake
     job = _running(eng, spec(retry={"max_restarts_on_errors": 3, "restart_on_exit_codes": [137]}))
@@ -259,18 +256,18 @@ def test_status_shows_the_restarts_and_the_exit_code(fake: tuple[Engine, FakePro
     view = job_view(job, eng.store.attempts(job.id), eng.clock.now(), eng.store.reports(job.id))
     assert (view.restarts, view.last_exit_code) == (1, 137)
     assert restart_line(view) == "restarts: 1 of 3 (exit 137)"
-    # Without an agent (the simulated market) the CLI reads the code from the events.
+    # Without an agent's report (the simulated market) the attempt keeps the code.
     _exit(provider, eng, job.id, 137)
     job = _until_running(eng, job.id, 3)
-    bare = job_view(job, eng.store.attempts(job.id), eng.clock.now())
-    assert bare.last_exit_code is None
-    codes = _error_exit_codes(_events(eng, job.id))
-    assert codes == [137, 137]
-    assert restart_line(bare, codes[-1]) == "restarts: 2 of 3 (exit 137)"
+    attempts = eng.store.attempts(job.id)
+    assert [a.exit_code for a in attempts if a.end_reason is AttemptEnd.USER_FAILED] == [137, 137]
+    bare = job_view(job, attempts, eng.clock.now())
+    assert bare.last_exit_code == 137
+    assert restart_line(bare) == "restarts: 2 of 3 (exit 137)"
 
 
 def test_a_job_without_restarts_shows_no_line(fake: tuple[Engine, FakeProvider]) -> None:
-    from spotd.cli.app import restart_line
+    from spotd.cli.render.jobs import restart_line
 
     eng, _ = fake
     job = eng.submit(spec())

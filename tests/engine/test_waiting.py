@@ -15,7 +15,8 @@ from spotd.core.errors import CapacityError
 from spotd.core.network import Fabric, Interconnect
 from spotd.core.states import JobStatus
 from spotd.core.values import Candidate, Decision, JobRecord, Offering, PlacementContext, Pool
-from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import EngineSettings
 from spotd.store import open_store
 from spotd_policies.balanced import BalancedPolicy
 from spotd_policies.cheapest import CheapestPolicy

@@ -1,0 +1,39 @@
+"""A new job: what is refused before it is stored."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from spotd import checkpoints
+from spotd.core.errors import CheckpointError, SubmitRefused
+from spotd.core.spec import JobSpec
+from spotd.core.spec_io import passed_deadline, relative_paths
+from spotd.market.cache import unoffered_gpus
+
+
+def refusal(spec: JobSpec, now: datetime, offered_gpus: frozenset[str] | None) -> None:
+    """Raise SubmitRefused for a job this daemon could never run: a relative path (there
+    is no job file here to resolve it against), a checkpoint location it has no way to
+    open or write (a local one is probed here), a ``finish_by`` already past at ``now``,
+    or GPU models that no provider offers (``offered_gpus``; None before any poll)."""
+    if relative := relative_paths(spec):
+        field, value = relative[0]
+        raise SubmitRefused(
+            f"{field}: {value!r} is a relative path, and the daemon has no job file to "
+            "resolve it against; send an absolute path (spotd submit resolves it "
+            "against the job file's folder)",
+            field=field,
+        )
+    if spec.checkpoint.uri:
+        try:
+            checkpoints.check_location(spec.checkpoint.uri)
+            # Here only: a stored job's location is not probed again at each pass.
+            checkpoints.check_writable(spec.checkpoint.uri)
+        except CheckpointError as exc:
+            raise SubmitRefused(f"checkpoint.uri: {exc}", field="checkpoint.uri") from exc
+    late = passed_deadline(spec, now)
+    if late is not None:
+        raise SubmitRefused(late, field="deadline.finish_by")
+    problem = unoffered_gpus(spec.resources.gpus, offered_gpus)
+    if problem is not None:
+        raise SubmitRefused(f"resources.gpus: {problem}", field="resources.gpus")

@@ -1,0 +1,129 @@
+"""What a step decided for a job: typed verdicts, carried out by :mod:`spotd.engine.executor`.
+
+The judging functions (:mod:`spotd.engine.judge`, :mod:`spotd.engine.placing`)
+turn a job's facts into one of these and touch nothing; the executor is the
+only code that turns one into store writes and provider calls. A verdict
+names its reason as a type (a job status, an attempt end, a failure cause,
+an event cause), with the human detail beside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from spotd.core.values import (
+    AttemptEnd,
+    AttemptRecord,
+    EventCause,
+    FailureCause,
+    JobStatus,
+    NewAttempt,
+)
+from spotd.engine.waiting import WaitingReason
+
+
+@dataclass(frozen=True, slots=True)
+class Stay:
+    """Nothing to change this pass (a node still booting, some nodes done first, no
+    better pool to move to)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """A passing failure (a throttled launch, say): the same step is tried next pass."""
+
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """The job stays where it is, for ``reason``; said with an event when its gist changed."""
+
+    reason: WaitingReason
+    cause: EventCause = EventCause.WAITING
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Open ``attempt`` (the job moves to provisioning), then launch it."""
+
+    attempt: NewAttempt
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Launch the open attempt that has no instances yet (a crash came between the two)."""
+
+    attempt: AttemptRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """Every node is up (and a gang assembled): the attempt runs."""
+
+    attempt: AttemptRecord
+    detail: str
+    calm: bool
+    """Nothing on the nodes for the next pass to act on: the job may sleep."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A node is under a preemption notice: the job checkpoints."""
+
+    attempt: AttemptRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Replan:
+    """A running job whose re-plan is due: ask the policy whether it should move."""
+
+    attempt: AttemptRecord
+
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """Close ``attempt`` (if any) as ``end`` and move the job to ``status``: recovering
+    (it is placed again), or a terminal status. Its nodes are stopped and it is billed."""
+
+    status: JobStatus
+    cause: EventCause | AttemptEnd
+    detail: str
+    attempt: AttemptRecord | None = None
+    end: AttemptEnd | None = None
+    failure: FailureCause | None = None
+    exit_code: int | None = None
+    """The command's exit code that ended the attempt, kept with it."""
+
+    @classmethod
+    def attempt_ended(
+        cls,
+        attempt: AttemptRecord,
+        status: JobStatus,
+        end: AttemptEnd,
+        detail: str,
+        *,
+        failure: FailureCause | None = None,
+        exit_code: int | None = None,
+    ) -> End:
+        """The attempt ended as ``end``, which is also the event's cause."""
+        return cls(status, end, detail, attempt=attempt, end=end, failure=failure,
+                   exit_code=exit_code)  # fmt: skip
+
+    @classmethod
+    def failed(
+        cls,
+        cause: EventCause | AttemptEnd,
+        failure: FailureCause,
+        detail: str,
+        *,
+        attempt: AttemptRecord | None = None,
+        end: AttemptEnd | None = None,
+    ) -> End:
+        """The job fails for ``failure``."""
+        return cls(JobStatus.FAILED, cause, detail, attempt=attempt, end=end, failure=failure)
+
+
+Verdict = Stay | Defer | Wait | Place | Launch | Running | Checkpoint | Replan | End
+"""Everything a step can decide for one job."""
