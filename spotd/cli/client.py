@@ -1,5 +1,10 @@
 """The CLI's side of the HTTP API: finds the daemon, sends the token, maps errors.
 
+An error answer is a problem (:mod:`spotd.daemon.problems`): the client raises the
+class its ``code`` names (a 404 ``job-not-found`` as
+:class:`~spotd.core.errors.JobNotFound`), with its ``detail`` as the message. An
+answer of another shape (a proxy's page, say) is an :class:`ApiError` with its text.
+
 The client waits :data:`TIMEOUT_SECONDS` for an answer: longer than the
 store's lock wait (SQLite's busy timeout, 30 s), so a daemon whose store is
 busy answers with its own error before the client gives up. A submit carries
@@ -27,12 +32,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
-from spotd.core.errors import ApiError, SubmitRefused
+from spotd.core.clock import WALL
+from spotd.core.errors import ApiError, SpotdError
 from spotd.core.spec import JobSpec
 from spotd.daemon.config import Settings
+from spotd.daemon.problems import Problem, error_from_problem
 from spotd.daemon.views import EventView, JobPageView, JobView, MarketView
 
 if TYPE_CHECKING:
+    from spotd.core.contracts import Clock
     from spotd.daemon.planning import PlanView
 
 T = TypeVar("T")
@@ -116,8 +124,8 @@ class Client:
     ``address_file``: the daemon's, when known; an unreachable daemon's message
     then says whether it is running, and a refused connection is tried again at
     the address a restarted daemon writes there, waiting up to ``restart_wait``
-    seconds for it. ``address``: what that file said when ``base_url`` was read
-    from it (:meth:`from_settings`).
+    seconds for it (by ``clock``). ``address``: what that file said when ``base_url``
+    was read from it (:meth:`from_settings`).
     """
 
     def __init__(
@@ -129,6 +137,7 @@ class Client:
         address_file: Path | None = None,
         address: DaemonAddress | None = None,
         restart_wait: float = RESTART_WAIT_SECONDS,
+        clock: Clock = WALL,
     ) -> None:
         self._http = httpx.Client(
             base_url=base_url,
@@ -143,13 +152,18 @@ class Client:
         self._address = address
         self._url = base_url
         self._restart_wait = restart_wait
+        self._clock = clock
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, restart_wait: float = RESTART_WAIT_SECONDS
+        cls,
+        settings: Settings,
+        *,
+        restart_wait: float = RESTART_WAIT_SECONDS,
+        clock: Clock = WALL,
     ) -> Client:
-        """A client for the daemon that ``settings`` describe (``restart_wait``: as
-        the constructor's)."""
+        """A client for the daemon that ``settings`` describe (``restart_wait`` and
+        ``clock``: as the constructor's)."""
         try:
             token = settings.token_file.read_text().strip()
         except OSError as exc:
@@ -165,7 +179,7 @@ class Client:
                 f"{settings.address_file.name} there while it runs); start it with `spotd daemon`"
             )
         return cls(url, token, address_file=settings.address_file, address=address,
-                   restart_wait=restart_wait)  # fmt: skip
+                   restart_wait=restart_wait, clock=clock)  # fmt: skip
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -196,7 +210,7 @@ class Client:
         when nothing says one is coming (no address file, then or now)."""
         if self._address_file is None:
             return False
-        deadline = time.monotonic() + self._restart_wait
+        deadline = self._clock.monotonic() + self._restart_wait
         while True:
             now = read_address(self._address_file)
             if now is not None and now.pid is not None and pid_alive(now.pid):
@@ -204,7 +218,7 @@ class Client:
                     return False  # it runs but refuses: not a restart, and its log tells
                 self._take(now)
                 return True
-            if (now is None and self._address is None) or time.monotonic() >= deadline:
+            if (now is None and self._address is None) or self._clock.monotonic() >= deadline:
                 return False
             time.sleep(RESTART_POLL_SECONDS)
 
@@ -253,19 +267,25 @@ class Client:
             return False
 
     @staticmethod
-    def _detail(response: httpx.Response) -> str:
+    def _error(response: httpx.Response) -> SpotdError:
+        """The error an error answer tells: the class of its problem's code, else (an
+        answer not from a spotd daemon) an :class:`ApiError` with its text."""
         try:
-            return str(response.json().get("detail", response.text))
+            return error_from_problem(Problem.model_validate_json(response.content))
+        except ValidationError:
+            pass
+        try:
+            detail = str(response.json().get("detail", response.text))
         except (ValueError, AttributeError):
-            return response.text
+            detail = response.text
+        # A refusal (4xx) is told as it was put; a failure says whose it was.
+        if response.status_code >= 500:
+            return ApiError(f"the daemon failed ({response.status_code}): {detail}")
+        return ApiError(detail)
 
     def _read(self, method: str, path: str, response: httpx.Response) -> Any:
         if response.is_error:
-            detail = self._detail(response)
-            # A refusal (4xx) is told as the daemon put it; a failure says whose it was.
-            if response.status_code >= 500:
-                raise ApiError(f"the daemon failed ({response.status_code}): {detail}")
-            raise ApiError(detail)
+            raise self._error(response)
         try:
             return response.json()
         except ValueError as exc:
@@ -291,7 +311,9 @@ class Client:
 
         ``idempotency_key`` (a fresh UUID when None) goes with the submit and its
         one retry after a timeout: the daemon stores one job per key. A spec the
-        daemon will not run (its 422) raises SubmitRefused with the daemon's reason.
+        daemon will not run raises :class:`~spotd.core.errors.SubmitRefused` with the
+        daemon's reason (:class:`~spotd.core.errors.IdempotencyKeyReused` for the key
+        of a job of another spec).
         """
         key = idempotency_key or str(uuid.uuid4())
         body = {"spec": spec.model_dump(mode="json")}
@@ -311,8 +333,6 @@ class Client:
                 f"shows it, and submitting again with `--idempotency-key {key}` is safe (it "
                 "returns that job if it was stored, else submits it)"
             )
-        if response.status_code == 422:  # the daemon will not run this spec, and says why
-            raise SubmitRefused(self._detail(response))
         return self._shaped(_JOB, "POST", "/v1/jobs", self._read("POST", "/v1/jobs", response))
 
     def jobs(

@@ -3,7 +3,8 @@
 Routes (all ``POST``, JSON body, ``Authorization: Bearer <agent token>``; the
 models and the token are :mod:`spotd.core.agent_wire`'s): ``204`` on success (``join``:
 ``200`` with the roster or ``202`` while the gang is incomplete), ``401`` on a
-missing or wrong token or an unknown attempt, ``422`` on a malformed body. What
+missing or wrong token or an unknown attempt, ``422`` on a malformed body; each
+error as a problem (:mod:`spotd.daemon.problems`). What
 the daemon does with a report is up to the :class:`~spotd.core.agent_wire.AgentReports`
 it is given.
 
@@ -20,7 +21,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Request, Response
+from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from spotd.core.agent_wire import (
@@ -42,7 +43,7 @@ from spotd.core.agent_wire import (
     Waiting,
     agent_token,
 )
-from spotd.daemon.guard import Check, bearer_token, checked_first, same_token
+from spotd.daemon.guard import Check, bearer_token, checked_first, same_token, unauthorized
 
 AttemptTokenOf = Callable[[str, int], str | None]
 """The client token an attempt was launched with, by job id and attempt; None: no such."""
@@ -82,9 +83,9 @@ def agent_check(daemon_token: str, attempt_token_of: AttemptTokenOf) -> Check:
         # One answer for "unknown attempt" and "wrong token": a caller learns
         # nothing about which attempts exist.
         if given is None or client_token is None:
-            raise HTTPException(status_code=401, detail="missing bearer token or unknown attempt")
+            raise unauthorized("missing bearer token or unknown attempt")
         if not same_token(given, agent_token(daemon_token, client_token)):
-            raise HTTPException(status_code=401, detail="wrong agent token for this attempt")
+            raise unauthorized("wrong agent token for this attempt")
 
     return check
 

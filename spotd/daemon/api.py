@@ -17,28 +17,29 @@ of the next; a submit with an ``Idempotency-Key`` its job already holds gets tha
 job back (200) instead of a second one. A submit body has ``spec`` only, an
 unknown field is refused (422); a key or a cursor that cannot be one is
 refused (422) and quoted by its start only.
+
+Every error answer is a problem (RFC 9457, :mod:`spotd.daemon.problems`): the
+status and code of the error's class, handled in :mod:`spotd.daemon.problem_handlers`.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Header, HTTPException, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, FastAPI, Header, Query, Response
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from spotd import __version__
 from spotd.core.agent_wire import Secrets, SecretsAsk
-from spotd.core.contracts import Store
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock, Store
 from spotd.core.errors import (
     BadCursor,
+    IdempotencyKeyReused,
     IllegalTransition,
-    JobNotFound,
     LostTransition,
-    SpotdError,
     StoreError,
     SubmitRefused,
 )
@@ -59,6 +60,8 @@ from spotd.daemon.limits import (
 )
 from spotd.daemon.metrics import Outboxlike, create_metrics_router
 from spotd.daemon.planning import PlanView, plan_submitted
+from spotd.daemon.problem_handlers import install_problem_handlers
+from spotd.daemon.problems import field_problems, invalid, invalid_field
 from spotd.daemon.secrets import missing_secrets
 from spotd.daemon.views import (
     STATUS_WORDS,
@@ -118,6 +121,7 @@ def create_app(
     secrets: Mapping[str, SecretStr] | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
+    wall: Clock = WALL,
 ) -> FastAPI:
     """The API over ``engine``, guarded by ``token``; agents use their own tokens.
 
@@ -125,9 +129,11 @@ def create_app(
     naming one it lacks is refused at submit, and agents get their job's own.
     A request body over ``max_body_bytes`` (``[daemon] max_body_bytes``) gets 413,
     one not all there within ``body_timeout_seconds`` (``[daemon]
-    body_timeout_seconds``) 408.
+    body_timeout_seconds``) 408. ``wall`` is the real clock (how old the prices are,
+    the dashboard's sessions), which the engine's, on a simulated market, is not.
     """
     app = FastAPI(title="spotd", version=__version__)
+    install_problem_handlers(app)
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes, timeout_seconds=body_timeout_seconds)
 
     def attempt_token_of(job_id: str, seq: int) -> str | None:
@@ -141,14 +147,6 @@ def create_app(
     reports = DaemonReports(engine.store, held)
     app.include_router(create_agent_router(token, reports, attempt_token_of))
 
-    @app.exception_handler(JobNotFound)
-    async def not_found(_: Request, exc: JobNotFound) -> JSONResponse:
-        return JSONResponse(status_code=404, content={"detail": str(exc)})
-
-    @app.exception_handler(SpotdError)
-    async def refused(_: Request, exc: SpotdError) -> JSONResponse:
-        return JSONResponse(status_code=409, content={"detail": str(exc)})
-
     guarded = checked_first(token_check(token))
     # Spend figures are not for anyone on the host: Prometheus sends the
     # token too (``authorization: credentials_file`` in its scrape config).
@@ -158,8 +156,8 @@ def create_app(
     def health() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
 
-    app.include_router(create_jobs_router(engine, route_class=guarded, secrets=held))
-    install_dashboard(app, engine, token)
+    app.include_router(create_jobs_router(engine, route_class=guarded, secrets=held, wall=wall))
+    install_dashboard(app, engine, token, wall)
     return app
 
 
@@ -169,10 +167,11 @@ def create_jobs_router(
     dependencies: Sequence[Any] = (),
     route_class: type[APIRoute] = APIRoute,
     secrets: Mapping[str, SecretStr] | None = None,
+    wall: Clock = WALL,
 ) -> APIRouter:
-    """The job routes (submit, list, show, events, plan, cancel, logs) and the prices,
-    each guarded by ``route_class`` (:func:`~spotd.daemon.guard.checked_first`)
-    and ``dependencies``."""
+    """The job routes (submit, list, show, events, plan, cancel, logs) and the prices
+    (their ages by ``wall``), each guarded by ``route_class``
+    (:func:`~spotd.daemon.guard.checked_first`) and ``dependencies``."""
     router = APIRouter(dependencies=list(dependencies), route_class=route_class)
     clock = clock_label(engine.clock)
 
@@ -196,7 +195,8 @@ def create_jobs_router(
         try:
             spec = JobSpec.model_validate(body.spec)
         except ValidationError as exc:
-            raise HTTPException(status_code=422, detail=str(exc)) from exc
+            problems = field_problems(exc.errors(include_url=False), within=("spec",))
+            raise invalid(problems) from exc
         if idempotency_key is not None:
             earlier = engine.store.job_by_idempotency_key(idempotency_key)
             if earlier is not None:
@@ -204,14 +204,12 @@ def create_jobs_router(
                 return _repeated(engine, earlier, spec, idempotency_key)
         missing = missing_secrets(spec.secrets, secrets or {})
         if missing:
-            raise HTTPException(status_code=422, detail=(
+            raise SubmitRefused(
                 f"secrets: this daemon holds no value for {', '.join(missing)}; add it to "
-                "the daemon's [secrets] file or a SPOTD_SECRET_<NAME> variable (docs/config.md)"
-            ))  # fmt: skip
-        try:
-            job = _submit(engine, spec, idempotency_key)
-        except SubmitRefused as exc:
-            raise HTTPException(status_code=422, detail=str(exc)) from exc
+                "the daemon's [secrets] file or a SPOTD_SECRET_<NAME> variable (docs/config.md)",
+                field="secrets",
+            )
+        job = _submit(engine, spec, idempotency_key)
         if job.spec != spec:  # a racing submit of the same key stored another spec first
             return _repeated(engine, job, spec, idempotency_key)
         view = job_view(job, engine.store.attempts(job.id), engine.clock.now())
@@ -220,7 +218,7 @@ def create_jobs_router(
 
     @router.get("/v1/prices")
     def prices() -> MarketView:
-        return market_view(engine.market.snapshots(), time.time())
+        return market_view(engine.market.snapshots(), wall.now().timestamp())
 
     @router.get("/v1/jobs")
     def jobs(
@@ -254,13 +252,13 @@ def create_jobs_router(
         for _ in range(5):
             job = engine.store.find_job(ref)
             if job.status in TERMINAL:
-                raise IllegalTransition(f"job {job.id} already {job.status}")
+                raise IllegalTransition(f"job {job.id} already {job.status}", job_id=job.id)
             try:
                 engine.cancel(job)
                 return view(job.id)
             except LostTransition:
                 continue  # the loop moved it meanwhile: read again and retry
-        raise StoreError(f"job {ref} kept changing; try again")
+        raise StoreError(f"job {ref} kept changing; try again", job_id=job.id)
 
     @router.get("/v1/jobs/{ref}/logs")
     def logs(ref: str) -> LogsView:
@@ -279,8 +277,7 @@ def _job_page(
     try:
         page = engine.store.jobs_page(statuses=statuses, team=team, limit=limit, cursor=cursor)
     except BadCursor as exc:
-        refused = _cursor_detail(cursor or "", "not one this daemon made")
-        raise HTTPException(status_code=422, detail=refused) from exc
+        raise BadCursor(_cursor_detail(cursor or "", "not one this daemon made")) from exc
     # One read of the page's attempts and one of its ledger lines, not two per job:
     # per-job reads were most of the 16 s `spotd status` took with 320 active jobs.
     ids = [j.id for j in page.jobs]
@@ -292,16 +289,16 @@ def _job_page(
 
 
 def _refuse_if(problem: str | None) -> None:
-    """A 422 that says ``problem``, if there is one."""
+    """A 422 for the ``Idempotency-Key`` header that says ``problem``, if there is one."""
     if problem is not None:
-        raise HTTPException(status_code=422, detail=problem)
+        raise invalid_field("Idempotency-Key", problem)
 
 
 def _check_cursor(cursor: str) -> None:
     """422 for a cursor that by its look is none (too long, characters none has)."""
     problem = cursor_problem(cursor)
     if problem is not None:
-        raise HTTPException(status_code=422, detail=_cursor_detail(cursor, problem))
+        raise BadCursor(_cursor_detail(cursor, problem))
 
 
 def _cursor_detail(cursor: str, problem: str) -> str:
@@ -314,10 +311,11 @@ def _cursor_detail(cursor: str, problem: str) -> str:
 def _repeated(engine: Engine, job: JobRecord, spec: JobSpec, key: str | None) -> JobView:
     """The job an earlier submit of ``key`` stored; 409 when it was another spec."""
     if job.spec != spec:
-        raise HTTPException(status_code=409, detail=(
+        raise IdempotencyKeyReused(
             f"Idempotency-Key {key!r} was used for job {job.id} ({job.name}) with "
-            "another spec; a new submit needs a new key"
-        ))  # fmt: skip
+            "another spec; a new submit needs a new key",
+            job_id=job.id,
+        )
     return job_view(
         job, engine.store.attempts(job.id), engine.clock.now(), engine.store.reports(job.id),
         engine.store.ledger(job_id=job.id),
@@ -330,7 +328,7 @@ def _statuses(words: Sequence[str] | None) -> frozenset[JobStatus] | None:
         return None
     unknown = [w for w in words if w not in STATUS_WORDS]
     if unknown:
-        raise HTTPException(status_code=422, detail=(
+        raise invalid_field("status", (
             f"status: {', '.join(map(repr, unknown))} is not one of {', '.join(STATUS_WORDS)}"
         ))  # fmt: skip
     return frozenset().union(*(STATUS_WORDS[w] for w in words))

@@ -5,6 +5,11 @@ and answers broken JSON with a 422 at once: a token check written as a
 dependency comes second to it, so a caller without the token learns how the
 body should look. A router made with ``route_class=checked_first(check)``
 runs ``check`` on the request before that parsing, for every route it holds.
+
+A check refuses with :func:`unauthorized`: a bare 401, which the daemon's app
+answers as an ``unauthorized`` problem (:mod:`spotd.daemon.problem_handlers`)
+that tells nothing of the route's fields. A bare status, not an error of ours,
+so that a router of these routes mounted on an app of its own refuses as well.
 """
 
 from __future__ import annotations
@@ -18,8 +23,13 @@ from fastapi.routing import APIRoute
 from fastapi.security.utils import get_authorization_scheme_param
 
 Check = Callable[[Request], Awaitable[None]]
-"""Raises an :class:`HTTPException` (401) for a request its route must not see."""
+"""Raises :func:`unauthorized` (401) for a request its route must not see."""
 Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
+def unauthorized(detail: str) -> HTTPException:
+    """A 401 that says ``detail`` and names the scheme that would be taken (RFC 9110)."""
+    return HTTPException(status_code=401, detail=detail, headers={"WWW-Authenticate": "Bearer"})
 
 
 def checked_first(check: Check) -> type[APIRoute]:
@@ -58,6 +68,6 @@ def token_check(token: str) -> Check:
     async def check(request: Request) -> None:
         given = bearer_token(request)
         if given is None or not same_token(given, token):
-            raise HTTPException(status_code=401, detail="missing or wrong bearer token")
+            raise unauthorized("missing or wrong bearer token")
 
     return check

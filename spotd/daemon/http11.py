@@ -6,7 +6,8 @@ malformed line) with a plain-text 400 and closes the connection at once. A
 client whose head is over the limit is still sending it then; closing a socket
 with unread data in it makes the kernel reset the connection, and the client
 sees the reset instead of the status (a 1 MB header did). Here the answer is
-431 for a head over the limit and 400 for the rest, in the API's JSON shape;
+431 for a head over the limit and 400 for the rest, as the API's problems
+(:mod:`spotd.daemon.problems`);
 then this side of the connection is shut and what the client still sends is
 read and dropped, within :data:`~spotd.daemon.limits.DRAIN_BYTES` and
 :data:`~spotd.daemon.limits.DRAIN_SECONDS`, until it closes: so the answer
@@ -20,7 +21,6 @@ the implementation is not left to what happens to be installed, as uvicorn's
 from __future__ import annotations
 
 import asyncio
-import json
 from http import HTTPStatus
 from typing import Any
 
@@ -30,6 +30,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from spotd.daemon.limits import DRAIN_BYTES, DRAIN_SECONDS
+from spotd.daemon.problems import PROBLEM_MEDIA_TYPE, http_problem
 
 MAX_HEAD_BYTES = 16 * 1024
 """The largest request head read (request line, headers and cookies together):
@@ -72,9 +73,9 @@ class DaemonHttp(H11Protocol):
     def send_400_response(self, msg: str) -> None:
         """Answer a request h11 refused (uvicorn's one call for it), then drain."""
         status, detail = self._refusal(msg)
-        body = json.dumps({"detail": detail}).encode()
+        body = http_problem(status, detail).body()
         headers = [
-            (b"content-type", b"application/json"),
+            (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
             (b"content-length", str(len(body)).encode()),
             (b"connection", b"close"),
         ]

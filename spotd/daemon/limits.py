@@ -24,11 +24,12 @@ gave up.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from spotd.daemon.problems import PROBLEM_MEDIA_TYPE, http_problem
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 """``[daemon] max_body_bytes`` by default: 1 MiB, some hundred times a large job spec."""
@@ -233,13 +234,13 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def _answer(send: Send, status: int, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
+    body = http_problem(status, detail).body()
     await send({
         "type": "http.response.start",
         "status": status,
         # The unread rest of the body cannot be skipped to reach a next request.
         "headers": [
-            (b"content-type", b"application/json"),
+            (b"content-type", PROBLEM_MEDIA_TYPE.encode()),
             (b"content-length", str(len(body)).encode()),
             (b"connection", b"close"),
         ],

@@ -16,7 +16,6 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
@@ -25,8 +24,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import make_url
 from starlette.types import ASGIApp
 
-from spotd.core.clock import DatabaseClock
-from spotd.core.contracts import AgentHost
+from spotd.core.clock import WALL, DatabaseClock
+from spotd.core.contracts import AgentHost, Clock
+from spotd.core.errors import StoreError
 from spotd.daemon.api import create_app
 from spotd.daemon.config import Settings
 from spotd.daemon.http11 import MAX_HEAD_BYTES, DaemonHttp
@@ -38,9 +38,9 @@ from spotd.environ import forget, hide
 from spotd.mail import schedule_mail
 from spotd.mail.webhook_worker import build_dispatcher, schedule_webhooks
 from spotd.registry import find_kind_of, provider_kinds
+from spotd.store.base import make_engine
 from spotd.store.board import SqlOfferingBoard
 from spotd.store.coordination import Coordinator
-from spotd.store.sql import make_engine
 
 log = logging.getLogger(__name__)
 
@@ -93,13 +93,48 @@ def _clear_secrets() -> None:
         log.info("secrets read and cleared from the environment: %s", ", ".join(cleared))
 
 
+class StoreFaults:
+    """The log of a store fault that fails pass after pass: one line when it comes (or
+    changes), none while the same one repeats, one when a pass gets through again.
+
+    A database outage lasts many passes; a traceback on each would bury every
+    other line of the log, and would tell nothing the first line did not.
+    """
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._log = logger
+        self._last: tuple[type[StoreError], str] | None = None
+
+    def failed(self, exc: StoreError) -> None:
+        """A pass failed on ``exc``: logged unless it is the fault logged last."""
+        seen = (type(exc), str(exc))
+        if seen != self._last:
+            self._log.error("reconcile pass failed: %s; each pass retries, and this is logged "
+                            "again when it changes or clears", exc)  # fmt: skip
+        self._last = seen
+
+    def passed(self) -> None:
+        """A pass got through: the fault, if one was logged, has cleared."""
+        if self._last is not None:
+            self._log.info("reconcile passes again: the store fault cleared")
+        self._last = None
+
+
 class Daemon:
-    """One daemon process: engine, scheduler and API server."""
+    """One daemon process: engine, scheduler and API server; ``wall`` is the real clock
+    (when the scheduled work first runs, the prices' ages, SQLite's database time),
+    which the engine's, on a simulated market, is not."""
 
     def __init__(
-        self, settings: Settings, engine: Engine | None = None, *, config_file: Path | None = None
+        self,
+        settings: Settings,
+        engine: Engine | None = None,
+        *,
+        config_file: Path | None = None,
+        wall: Clock = WALL,
     ) -> None:
         self.settings = settings
+        self._wall = wall
         self.config_file = config_file
         self.engine = engine or build_engine(settings)
         self.mailer = build_mailer_for(settings, self.engine)
@@ -107,7 +142,7 @@ class Daemon:
             self.engine.on_end = self.mailer.job_ended
         self.scheduler = BackgroundScheduler(timezone="UTC")
         sql = make_engine(settings.db_url)
-        self.coordinator = Coordinator(sql)
+        self.coordinator = Coordinator(sql, wall=wall)
         if self.coordinator.shared:
             # One daemon polls the clouds' price APIs (rate-limited) for all of them.
             board = SqlOfferingBoard(sql, DatabaseClock(self.coordinator.database_time).now)
@@ -124,6 +159,7 @@ class Daemon:
         self._stopping = threading.Event()
         self._in_pass = threading.Lock()
         self._ticks = 0
+        self._store_faults = StoreFaults(log)
         self._server: _ThreadServer | None = None
         self._server_thread: threading.Thread | None = None
         self.port = 0
@@ -145,7 +181,7 @@ class Daemon:
         app = create_app(
             self.engine, token, outbox=outbox, secrets=load_secrets(self.settings.secrets),
             max_body_bytes=self.settings.daemon.max_body_bytes,
-            body_timeout_seconds=self.settings.daemon.body_timeout_seconds,
+            body_timeout_seconds=self.settings.daemon.body_timeout_seconds, wall=self._wall,
         )  # fmt: skip
         self._server = _ThreadServer(api_server_config(app))
         self._server_thread = threading.Thread(
@@ -212,12 +248,12 @@ class Daemon:
         every = self.settings.daemon.tick_seconds
         self.scheduler.add_job(
             self._reconcile, "interval", seconds=every, id="reconcile",
-            max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
+            max_instances=1, coalesce=True, next_run_time=self._wall.now(),
         )
         for name, poll in self._poll_seconds().items():
             self.scheduler.add_job(
                 self.engine.market.refresh, "interval", args=[name], seconds=poll,
-                id=f"poll-{name}", max_instances=1, coalesce=True, next_run_time=datetime.now(UTC),
+                id=f"poll-{name}", max_instances=1, coalesce=True, next_run_time=self._wall.now(),
             )
 
     def _poll_seconds(self) -> dict[str, float]:
@@ -255,9 +291,15 @@ class Daemon:
                     # The leader reaps for every owner: a dead daemon's orphans included.
                     owners = {self.settings.daemon.owner, *self.engine.store.job_owners()}
                     self.engine.reap(sorted(owners))
+            except StoreError as exc:
+                # A database outage: the same fault pass after pass, logged once.
+                self._store_faults.failed(exc)
             except Exception:
-                # The loop must outlive any one bad pass (a database hiccup, say).
+                # The loop must outlive any one bad pass: an error of no known kind
+                # is a bug, whose traceback is wanted each time.
                 log.exception("reconcile pass failed; next pass retries")
+            else:
+                self._store_faults.passed()
 
     # -- helpers --------------------------------------------------------------
 

@@ -17,16 +17,54 @@ from typing import ClassVar
 import pytest
 
 from spotd.cli.client import Client, daemon_alive
-from spotd.core.errors import ApiError
+from spotd.core.errors import (
+    ApiError,
+    FieldProblem,
+    IllegalTransition,
+    JobNotFound,
+    RequestInvalid,
+    SpotdError,
+    StoreUnavailable,
+    SubmitRefused,
+)
 from spotd.core.spec import JobSpec
 from spotd.daemon.config import DaemonSettings, Settings
+from spotd.daemon.problems import invalid, problem_of
 from spotd.daemon.views import JobView
+
+
+def _problem(exc: SpotdError) -> tuple[int, bytes]:
+    """What the daemon answers for ``exc``."""
+    sent = problem_of(exc)
+    return sent.status, sent.body()
+
 
 REPLIES: dict[str, tuple[int, bytes]] = {
     "/v1/jobs/j-cut": (200, b'{"id": "j-cut", "na'),
     "/v1/jobs/j-other": (200, b'{"id": "j-other", "status": 3}'),
     "/v1/jobs/j-gone/cancel": (409, b'{"detail": "job j-gone already cancelled"}'),
     "/v1/prices": (500, b"Internal Server Error"),
+    "/v1/jobs/j-missing": _problem(JobNotFound("no job 'j-missing'", job_id="j-missing")),
+    "/v1/jobs/j-ended/cancel": _problem(
+        IllegalTransition("job j-ended already cancelled", job_id="j-ended")
+    ),
+    "/v1/jobs/j-full/events": _problem(
+        StoreUnavailable(
+            "the store is unavailable: database or disk is full",
+            cause="database or disk is full",
+        )
+    ),
+    "/v1/jobs?limit=0": _problem(
+        invalid(
+            [
+                FieldProblem("limit", "Input should be greater than or equal to 1"),
+                FieldProblem("status", "'x' is not one of active, ended"),
+            ]
+        )
+    ),
+    "/v1/jobs": _problem(
+        SubmitRefused("resources.gpus: no provider offers Z900", field="resources.gpus")
+    ),
 }
 
 
@@ -37,7 +75,8 @@ class _Daemon(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         status, body = REPLIES.get(self.path, (404, b'{"detail": "no such job"}'))
         self.send_response(status)
-        self.send_header("Content-Type", "application/json")
+        kind = "application/problem+json" if b'"code"' in body else "application/json"
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -80,6 +119,46 @@ def test_a_refusal_reads_as_the_daemon_put_it_and_a_failure_says_whose(client: C
     assert str(failed.value) == "the daemon failed (500): Internal Server Error"
 
 
+def test_a_problem_is_raised_as_its_own_class_with_its_detail(client: Client) -> None:
+    with pytest.raises(JobNotFound) as missing:
+        client.job("j-missing")
+    assert str(missing.value) == "no job 'j-missing'" and missing.value.job_id == "j-missing"
+    with pytest.raises(IllegalTransition, match=r"^job j-ended already cancelled$"):
+        client.cancel("j-ended")
+    with pytest.raises(StoreUnavailable) as full:
+        client.events("j-full")
+    assert str(full.value) == "the store is unavailable: database or disk is full"
+    with pytest.raises(RequestInvalid) as invalid_page:
+        client.jobs(limit=0)
+    assert [p.field for p in invalid_page.value.problems] == ["limit", "status"]
+    assert str(invalid_page.value).startswith("invalid request: limit: Input should be")
+
+
+def test_a_refused_submit_is_a_submit_refused_naming_the_field(client: Client) -> None:
+    with pytest.raises(SubmitRefused) as refused:
+        client.submit(_spec())
+    assert str(refused.value) == "resources.gpus: no provider offers Z900"
+    assert refused.value.field == "resources.gpus"
+
+
+def test_a_cli_error_of_several_fields_lists_them(
+    client: Client, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from spotd.cli.errors import render_problem
+
+    with pytest.raises(RequestInvalid) as invalid_page:
+        client.jobs(limit=0)
+    render_problem(invalid_page.value)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("error: invalid request: limit: Input should be")
+    assert lines[1:] == [
+        "  limit: Input should be greater than or equal to 1",
+        "  status: 'x' is not one of active, ended",
+    ]
+    render_problem(ApiError("one line"))
+    assert capsys.readouterr().err == "error: one line\n"
+
+
 def test_a_daemon_on_a_port_of_its_choosing_that_is_not_running_is_named(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("t")
     settings = Settings(data_dir=tmp_path, daemon=DaemonSettings(port=0))
@@ -89,9 +168,9 @@ def test_a_daemon_on_a_port_of_its_choosing_that_is_not_running_is_named(tmp_pat
 
 def test_the_client_outwaits_the_stores_lock_wait() -> None:
     from spotd.cli.client import TIMEOUT_SECONDS
-    from spotd.store.sql import SQLITE_BUSY_TIMEOUT_MS
+    from spotd.store.base import SQLITE_BUSY_TIMEOUT_MS
 
-    # A daemon whose store waits its whole lock wait still answers (409) in time.
+    # A daemon whose store waits its whole lock wait still answers (503) in time.
     assert TIMEOUT_SECONDS >= SQLITE_BUSY_TIMEOUT_MS / 1000 + 10
 
 

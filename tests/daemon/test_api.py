@@ -146,6 +146,8 @@ def test_a_body_over_the_limit_with_a_content_length_is_413_and_nothing_is_store
     reply = send(engine, "POST", "/v1/jobs", content=big, max_body_bytes=4096,
                  headers={"Content-Type": "application/json"})  # fmt: skip
     assert reply.status_code == 413
+    assert reply.headers["content-type"] == "application/problem+json"
+    assert reply.json()["code"] == "request-too-large"
     assert reply.json()["detail"].startswith(
         f"request body of {len(big):,} bytes is over this daemon's limit of 4,096 bytes "
         "([daemon] max_body_bytes)"
@@ -172,6 +174,7 @@ def test_a_streamed_body_over_the_limit_is_413_and_its_rest_dropped_as_it_comes(
     reply = send(engine, "POST", "/v1/jobs", content=body(), max_body_bytes=1 << 20,
                  headers={"Content-Type": "application/json"})  # fmt: skip
     assert reply.status_code == 413
+    assert reply.json()["code"] == "request-too-large"
     assert "over this daemon's limit of 1,048,576 bytes" in reply.json()["detail"]
     # Chunked: no Content-Length to refuse by. The rest is read to the end and
     # dropped (so a real client's connection is not reset under its 413), and

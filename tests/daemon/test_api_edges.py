@@ -83,8 +83,11 @@ def test_an_agent_route_asks_for_the_token_before_it_reads_the_report(
     for path in AGENT_PATHS:
         reply = send(engine, "POST", f"/v1/agent/{path}", **kw)
         assert reply.status_code == 401, (path, reply.text)
-        assert isinstance(reply.json()["detail"], str)
-        assert "loc" not in reply.text and "Field required" not in reply.text
+        assert reply.headers["content-type"] == "application/problem+json"
+        problem = reply.json()
+        assert problem["code"] == "unauthorized" and isinstance(problem["detail"], str)
+        assert "errors" not in problem and "field" not in problem
+        assert "Field required" not in reply.text
 
 
 def test_an_agent_with_its_token_gets_the_422_of_its_malformed_report(engine: Engine) -> None:
@@ -92,7 +95,8 @@ def test_an_agent_with_its_token_gets_the_422_of_its_malformed_report(engine: En
     short = send(engine, "POST", "/v1/agent/notice", json={"job_id": job_id, "attempt": seq},
                  headers=bearer(token))  # fmt: skip
     assert short.status_code == 422, short.text
-    fields = {e["loc"][-1] for e in short.json()["detail"]}
+    assert short.json()["code"] == "invalid-request"
+    fields = {e["field"] for e in short.json()["errors"]}
     assert {"instance_id", "provider", "at", "kind"} <= fields
     other = send(engine, "POST", "/v1/agent/notice", json={"job_id": job_id, "attempt": seq + 1},
                  headers=bearer(token))  # fmt: skip
@@ -132,7 +136,11 @@ def test_every_user_route_asks_for_the_token_before_anything_else(
         reply = send(engine, method, path, content=b'{"spec": ', headers=headers,
                      params={"limit": "0", "cursor": "x" * 5000, "status": "sleeping"})  # fmt: skip
         assert reply.status_code == 401, (method, path, reply.text)
-        assert reply.json() == {"detail": "missing or wrong bearer token"}
+        assert reply.json() == {
+            "type": "urn:spotd:problem:unauthorized", "title": "Unauthorized", "status": 401,
+            "detail": "missing or wrong bearer token", "code": "unauthorized",
+        }  # fmt: skip
+        assert reply.headers["www-authenticate"] == "Bearer"
 
 
 # -- 2. unknown fields of a submit ----------------------------------------------
@@ -142,8 +150,10 @@ def test_a_submit_with_an_unknown_top_level_field_is_refused_naming_it(engine: E
     body = {"spec": spec().model_dump(mode="json"), "priority": 5}
     reply = send(engine, "POST", "/v1/jobs", json=body, headers=bearer(TOKEN))
     assert reply.status_code == 422, reply.text
-    (error,) = reply.json()["detail"]
-    assert error["loc"] == ["body", "priority"] and error["type"] == "extra_forbidden"
+    problem = reply.json()
+    assert problem["code"] == "invalid-request" and problem["field"] == "priority"
+    assert problem["errors"] == [{"field": "priority", "message": "Extra inputs are not permitted"}]
+    assert problem["detail"] == "invalid request: priority: Extra inputs are not permitted"
     assert engine.store.list_jobs() == []
     del body["priority"]
     assert send(engine, "POST", "/v1/jobs", json=body, headers=bearer(TOKEN)).status_code == 201
@@ -172,6 +182,7 @@ def test_an_idempotency_key_is_printable_ascii_of_a_bounded_length(
     reply = send(engine, "POST", "/v1/jobs", json=body,
                  headers={**bearer(TOKEN), "Idempotency-Key": key})  # fmt: skip
     assert reply.status_code == 422, reply.text
+    assert (reply.json()["code"], reply.json()["field"]) == ("invalid-request", "Idempotency-Key")
     detail = reply.json()["detail"]
     assert detail.startswith("Idempotency-Key: ") and why in detail, detail
     assert f"1 to {MAX_IDEMPOTENCY_KEY} characters" in detail
@@ -224,6 +235,7 @@ def raw_get(engine: Engine, path: str, query: bytes) -> tuple[int, bytes]:
 def test_a_bad_cursor_is_refused_and_quoted_by_its_start_only(engine: Engine, cursor: str) -> None:
     status, body = raw_get(engine, "/v1/jobs", b"cursor=" + quote(cursor).encode())
     assert status == 422, body[:200]
+    assert (json.loads(body)["code"], json.loads(body)["field"]) == ("bad-cursor", "cursor")
     detail = json.loads(body)["detail"]
     assert isinstance(detail, str) and detail.startswith("cursor: "), detail[:200]
     assert len(body) < 400, "a short prefix, not the whole cursor"
@@ -281,7 +293,9 @@ def test_a_1_mb_header_gets_431_not_a_reset(daemon: tuple[int, str]) -> None:
         pytest.fail(f"the connection was cut with no status: {exc!r}")
     status, _, rest = answer.partition(b"\r\n")
     assert status == b"HTTP/1.1 431 Request Header Fields Too Large", answer[:300]
+    assert b"content-type: application/problem+json\r\n" in rest.lower()
     body = json.loads(rest.partition(b"\r\n\r\n")[2])
+    assert body["code"] == "request-head-too-large" and body["status"] == 431
     assert "request head over this daemon's limit of 16,384 bytes" in body["detail"]
     with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=bearer(token)) as client:
         assert client.get("/v1/jobs", headers={"X-Fits": "a" * 8000}).status_code == 200
@@ -292,8 +306,10 @@ def test_a_malformed_request_gets_a_400_in_the_apis_shape(daemon: tuple[int, str
     port, _ = daemon
     answer = exchange(port, b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nNo colon here\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 400 Bad Request\r\n"), answer[:300]
-    assert b"content-type: application/json" in answer.lower()
-    assert json.loads(answer.partition(b"\r\n\r\n")[2])["detail"].startswith("malformed HTTP")
+    assert b"content-type: application/problem+json" in answer.lower()
+    problem = json.loads(answer.partition(b"\r\n\r\n")[2])
+    assert (problem["code"], problem["status"]) == ("bad-request", 400)
+    assert problem["detail"].startswith("malformed HTTP")
 
 
 def test_a_body_shorter_than_its_length_gets_408_and_the_connection_closed(
@@ -309,6 +325,8 @@ def test_a_body_shorter_than_its_length_gets_408_and_the_connection_closed(
         pytest.fail("the server held the connection past the test's bound")
     took = time.monotonic() - started
     assert answer.startswith(b"HTTP/1.1 408 Request Timeout\r\n"), answer[:300]
+    assert b"content-type: application/problem+json" in answer.lower()
+    assert json.loads(answer.partition(b"\r\n\r\n")[2])["code"] == "request-timeout"
     detail = json.loads(answer.partition(b"\r\n\r\n")[2])["detail"]
     assert "within 0.5 s ([daemon] body_timeout_seconds)" in detail
     assert took >= 0.4, "answered before the body's time was up"
