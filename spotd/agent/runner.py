@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -81,7 +82,7 @@ class _Agent:
         self.secrets = secrets
         self.exit_detail = ""
         self.cwd: Path | None = None
-        self.run_dir = run_dir_of(config)
+        self.run_dir: Path  # made in run(), once a signal to the agent can no longer kill it
         self.job_env = dict(config.job_env)
         self.outbox: ReportQueue | None = None
         if send is not None:
@@ -118,16 +119,23 @@ class _Agent:
                  self.instance_id, self.config.command)
         if self.outbox is not None:
             self.outbox.start()
-        # Watch and beat from boot: a notice during rendezvous or preflight counts too.
-        self.watch_thread.start()
-        self.beat_thread.start()
         try:
             # Through the report too: a node that goes while the daemon has not taken
             # the exit yet ends the agent with the job's own code, not the signal's.
+            # And from the run folder on: the agent leaves by the finally below, which
+            # removes it, however it ends (a signal only sets flags from now on).
             with _forwarding_signals(self._on_signal):
-                code, phase = self._start_and_wait()
-                self._stop_threads()
-                self._finish(code, phase)
+                self.run_dir = run_dir_of(self.config)
+                try:
+                    # Watch and beat from boot: a notice during rendezvous or preflight
+                    # counts too.
+                    self.watch_thread.start()
+                    self.beat_thread.start()
+                    code, phase = self._start_and_wait()
+                    self._stop_threads()
+                    self._finish(code, phase)
+                finally:
+                    self._leave_run_dir()
         finally:
             self.stopping.set()
             if self.outbox is not None:
@@ -226,6 +234,16 @@ class _Agent:
             # preflight's checkpoint check anyway.
             log.warning("cannot keep the exit in %s: %s", root, exc)
 
+    def _leave_run_dir(self) -> None:
+        """Remove the run folder if the agent made it (a configured one is left as it is),
+        once its threads write nothing more there: the notice file is written under the
+        start lock, and only while the agent is not stopping."""
+        self.stopping.set()
+        if self.config.run_dir:
+            return
+        with self.start_lock:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
     def _watch(self) -> None:
         while not self.stopping.is_set():
             try:
@@ -248,10 +266,12 @@ class _Agent:
             self.noticed.add(notice.kind)
             if notice.kind == "preemption":
                 # The file first: a job woken by the signal reads how long it has left.
-                try:
-                    write_notice(self.run_dir, notice)
-                except OSError as exc:
-                    log.error("cannot write the notice file: %s", exc)
+                # None once the agent is leaving: its run folder is going.
+                if not self.stopping.is_set():
+                    try:
+                        write_notice(self.run_dir, notice)
+                    except OSError as exc:
+                        log.error("cannot write the notice file: %s", exc)
                 self._signal_job()
         report = NoticeReport(
             kind=notice.kind, deadline=notice.deadline, detail=notice.detail, **self._speaker()

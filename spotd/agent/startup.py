@@ -81,7 +81,8 @@ class Startup:
 
 
 def run_dir_of(config: AgentConfig) -> Path:
-    """The agent's folder for the hostfile and the notice and progress files."""
+    """The agent's folder for the hostfile and the notice and progress files: the
+    configured one, or a new temporary one (the agent removes it when it ends)."""
     path = Path(config.run_dir) if config.run_dir else Path(tempfile.mkdtemp(prefix="spotd-"))
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -1,4 +1,6 @@
-"""The ``spotd`` command line: commands (:mod:`spotd.cli.app`), the API client, the demos."""
+"""The ``spotd`` command line: the app (:mod:`spotd.cli.app`), its commands
+(:mod:`spotd.cli.commands`) and what they print (:mod:`spotd.cli.render`), the API
+client, the demos."""
 
 from __future__ import annotations
 

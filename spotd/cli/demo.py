@@ -15,6 +15,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -26,6 +28,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from spotd.cli.client import Client
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import SpotdError
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
@@ -160,43 +164,80 @@ def uninterrupted_digest(options: DemoOptions) -> subprocess.Popen[str]:
     )
 
 
-def run_demo(options: DemoOptions, console: Console) -> DemoSummary:
-    """Run the demo and summarise it; raises SpotdError when it cannot run."""
-    root = options.keep or Path(tempfile.mkdtemp(prefix="spotd-demo-"))
-    root.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    reference = uninterrupted_digest(options)
-    quiet_scheduler_log()
-    settings = demo_settings(root, options)
-    daemon = Daemon(settings)
-    daemon.start()
+def run_demo(options: DemoOptions, console: Console, clock: Clock = WALL) -> DemoSummary:
+    """Run the demo and summarise it, timed by ``clock``; raises SpotdError when it
+    cannot run."""
+    with demo_folder(options.keep, "spotd-demo-") as root:
+        return _run_in(root, options, console, clock)
+
+
+@contextmanager
+def demo_folder(keep: Path | None, prefix: str) -> Iterator[Path]:
+    """The demo's folder: ``keep``, or a new temporary one that goes when the block ends,
+    however it ends (Ctrl-C too)."""
+    root = keep or Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        client = Client(f"http://127.0.0.1:{daemon.port}", settings.token_file.read_text())
-        job = client.submit(demo_spec(root, options))
-        if not options.quiet:
-            kept = "" if options.keep else " (removed at the end; --keep DIR keeps them)"
-            console.print(
-                f"[bold]demo[/bold]: submitted {job.id}; files in {escape(str(root))}{kept}",
-                soft_wrap=True,
-            )
-            console.print(clock_note(options.speed), highlight=False, soft_wrap=True)
-        job = _follow(client, job.id, options, console)
-        logs = client.logs(job.id)
-        on_demand = _on_demand_cost(daemon, job, options)
-        _wait_billed(daemon, job.id)
-        billed = _billing(daemon, job.id)
+        root.mkdir(parents=True, exist_ok=True)
+        yield root
     finally:
-        daemon.stop()
-        if options.keep is None:
+        if keep is None:
             shutil.rmtree(root, ignore_errors=True)
-    ref_out, _ = reference.communicate(timeout=60)
-    summary = _summary(job, logs, ref_out, on_demand, billed, time.monotonic() - started)
+
+
+def _run_in(root: Path, options: DemoOptions, console: Console, clock: Clock) -> DemoSummary:
+    started = clock.monotonic()
+    reference = uninterrupted_digest(options)
+    try:
+        quiet_scheduler_log()
+        settings = demo_settings(root, options)
+        daemon = Daemon(settings)
+        daemon.start()
+        try:
+            client = Client(f"http://127.0.0.1:{daemon.port}", settings.token_file.read_text())
+            job = client.submit(demo_spec(root, options))
+            if not options.quiet:
+                kept = "" if options.keep else " (removed at the end; --keep DIR keeps them)"
+                console.print(
+                    f"[bold]demo[/bold]: submitted {job.id}; files in {escape(str(root))}{kept}",
+                    soft_wrap=True,
+                )
+                console.print(clock_note(options.speed), highlight=False, soft_wrap=True)
+            job = _follow(client, job.id, options, console, clock=clock)
+            logs = client.logs(job.id)
+            on_demand = _on_demand_cost(daemon, job, options)
+            _wait_billed(daemon, job.id, clock=clock)
+            billed = _billing(daemon, job.id)
+        finally:
+            try:
+                daemon.stop()
+            finally:
+                stop_nodes(daemon)
+        ref_out, _ = reference.communicate(timeout=60)
+    except BaseException:
+        # Ctrl-C or a failure: the reference run is of no use any more.
+        reference.kill()
+        reference.wait()
+        raise
+    summary = _summary(job, logs, ref_out, on_demand, billed, clock.monotonic() - started)
     return summary.model_copy(update={"seed": options.seed})
 
 
-def _follow(client: Client, job_id: str, options: DemoOptions, console: Console) -> JobView:
+def stop_nodes(daemon: Daemon) -> None:
+    """Terminate the simulated nodes still running (an interrupted demo's job): they
+    are processes of their own that outlive the daemon, as cloud VMs do, and would
+    go on writing into the demo's folder."""
+    for provider in daemon.engine.providers.values():
+        if isinstance(provider, SimProvider):
+            live = [i.id for i in provider.list_instances({}) if not i.ended]
+            if live:
+                provider.terminate(live)
+
+
+def _follow(
+    client: Client, job_id: str, options: DemoOptions, console: Console, *, clock: Clock
+) -> JobView:
     """Wait for the job to end, printing its transitions as they happen."""
-    deadline = time.monotonic() + options.timeout_seconds
+    deadline = clock.monotonic() + options.timeout_seconds
     shown = 0
     while True:
         events = client.events(job_id)
@@ -207,7 +248,7 @@ def _follow(client: Client, job_id: str, options: DemoOptions, console: Console)
         job = client.job(job_id)
         if JobStatus(job.status).terminal:
             return job
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             client.cancel(job_id)
             raise SpotdError(f"demo job {job_id} did not finish in {options.timeout_seconds:g} s")
         time.sleep(0.25)
@@ -265,7 +306,7 @@ class _Billing:
     egress_usd: float
 
 
-def _wait_billed(daemon: Daemon, job_id: str, timeout: float = 30.0) -> None:
+def _wait_billed(daemon: Daemon, job_id: str, *, clock: Clock, timeout: float = 30.0) -> None:
     """Wait until the ledger bills every attempt that had nodes.
 
     The engine bills a job just after the transition that ended it, in the same
@@ -273,8 +314,8 @@ def _wait_billed(daemon: Daemon, job_id: str, timeout: float = 30.0) -> None:
     would miss its last attempt.
     """
     store = daemon.engine.store
-    limit = time.monotonic() + timeout
-    while time.monotonic() < limit:
+    limit = clock.monotonic() + timeout
+    while clock.monotonic() < limit:
         launched = {a.seq for a in store.attempts(job_id) if a.instance_ids}
         if launched <= {e.attempt for e in store.ledger(job_id=job_id)}:
             return

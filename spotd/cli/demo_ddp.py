@@ -36,6 +36,8 @@ from spotd.agent.gang import free_port
 from spotd.cli.client import Client
 from spotd.cli.demo import DIGEST, EPOCH, clock_note, event_line
 from spotd.core.agent_wire import PreflightFigures
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import SpotdError
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
@@ -160,8 +162,9 @@ def reference_run(root: Path, options: DdpDemoOptions) -> str:
     return str(digests[-1])
 
 
-def run_ddp_demo(options: DdpDemoOptions, console: Console) -> DdpSummary:
-    """Run the demo and summarise it; raises SpotdError when it cannot run."""
+def run_ddp_demo(options: DdpDemoOptions, console: Console, clock: Clock = WALL) -> DdpSummary:
+    """Run the demo and summarise it, timed by ``clock``; raises SpotdError when it
+    cannot run."""
     try:
         import torch  # noqa: F401 - only to say what is missing, clearly
     except ImportError as exc:
@@ -172,7 +175,7 @@ def run_ddp_demo(options: DdpDemoOptions, console: Console) -> DdpSummary:
     quiet_scheduler_log()
     root = options.keep or Path(tempfile.mkdtemp(prefix="spotd-demo-ddp-"))
     root.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
+    started = clock.monotonic()
     settings = ddp_settings(root, options)
     daemon = Daemon(settings)
     daemon.start()
@@ -183,7 +186,7 @@ def run_ddp_demo(options: DdpDemoOptions, console: Console) -> DdpSummary:
         _say(options, console, f"[bold]demo ddp[/bold]: submitted {job_id}; files in "
              f"{escape(str(root))}")  # fmt: skip
         _say(options, console, clock_note(options.speed))
-        job = _follow(client, daemon, job_id, options, console)
+        job = _follow(client, daemon, job_id, options, console, clock=clock)
         logs = client.logs(job.id)
     except BaseException:
         # Ctrl-C or a failure: stop the job's nodes (their own processes) with it.
@@ -198,14 +201,20 @@ def run_ddp_demo(options: DdpDemoOptions, console: Console) -> DdpSummary:
     finally:
         if options.keep is None:
             shutil.rmtree(root, ignore_errors=True)
-    return _summary(job, logs, reference, time.monotonic() - started)
+    return _summary(job, logs, reference, clock.monotonic() - started)
 
 
 def _follow(
-    client: Client, daemon: Daemon, job_id: str, options: DdpDemoOptions, console: Console
+    client: Client,
+    daemon: Daemon,
+    job_id: str,
+    options: DdpDemoOptions,
+    console: Console,
+    *,
+    clock: Clock,
 ) -> JobView:
     """Print transitions; reclaim a node of each gang once it has made progress."""
-    deadline = time.monotonic() + options.timeout_seconds
+    deadline = clock.monotonic() + options.timeout_seconds
     shown, reclaimed = 0, 0
     resumed_at = 0
     reclaimed_seqs: set[int] = set()
@@ -227,7 +236,7 @@ def _follow(
             _reclaim(daemon, current, options, console)
             reclaimed_seqs.add(current.seq)
             reclaimed += 1
-        if time.monotonic() > deadline:
+        if clock.monotonic() > deadline:
             raise SpotdError(f"demo job {job_id} did not finish in {options.timeout_seconds:g} s")
         time.sleep(0.25)
 

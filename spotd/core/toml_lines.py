@@ -2,7 +2,7 @@
 
 Not a TOML parser: :class:`KeyLines` lexes just enough to tell a header or a
 ``key = value`` line from the inside of a value, and lets :mod:`tomllib`
-decode each key (:mod:`spotd.core.spec` uses it to put line numbers on problems).
+decode each key (:mod:`spotd.core.spec_io` uses it to put line numbers on problems).
 """
 
 from __future__ import annotations

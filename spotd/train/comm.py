@@ -23,11 +23,17 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from spotd.core.errors import SpotdError
+
 if TYPE_CHECKING:
     import torch
     from torch.distributed import ProcessGroup
 
-__all__ = ["Comm"]
+__all__ = ["Comm", "ProcessGroupError"]
+
+
+class ProcessGroupError(SpotdError):
+    """torch.distributed made no process group this rank is in, where it had to."""
 
 
 def _initialized() -> bool:
@@ -151,5 +157,14 @@ def _new_gloo_group() -> ProcessGroup | None:
 
     if not dist.is_gloo_available():
         return None
-    group: ProcessGroup | None = dist.new_group(backend="gloo")
+    group = dist.new_group(backend="gloo")
+    # new_group answers GroupMember.NON_GROUP_MEMBER (-100) on a rank outside the new
+    # group (torch 2.14 says so in its type). Every rank is inside a group of all of
+    # them, so that answer means torch and this rank disagree on the world: stop here
+    # rather than hand DCP a number where a group belongs.
+    if not isinstance(group, dist.ProcessGroup):
+        raise ProcessGroupError(
+            f"torch.distributed.new_group over all ranks left rank {dist.get_rank()} "
+            f"out of the checkpoint group (it answered {group!r})"
+        )
     return group

@@ -14,7 +14,7 @@ torch is imported inside the functions, so this module imports without it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
     from torch.optim import Optimizer
 
 __all__ = [
+    "STATE_KEY",
     "ModelState",
+    "WriterFactory",
     "async_supported",
     "load",
     "local_path",
@@ -38,6 +40,12 @@ __all__ = [
     "save",
     "start_async_save",
 ]
+
+STATE_KEY = "_spotd"
+"""Key under which a checkpoint keeps spotd's own state (the step)."""
+
+WriterFactory = Callable[[str], "StorageWriter"]
+"""Builds the DCP storage writer for one checkpoint folder URI."""
 
 
 class ModelState:

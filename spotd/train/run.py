@@ -64,69 +64,25 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
-import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import Future
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
-from spotd import checkpoints as ck
-from spotd.core.errors import CheckpointError
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.train import dcp
+from spotd.train.agreement import StepAgreement
 from spotd.train.budget import SaveBudget
+from spotd.train.checkpointer import Checkpointer
 from spotd.train.comm import Comm
-from spotd.train.progress import write_progress
-from spotd.train.signals import Notice, SignalFlag, read_notice
-
-if TYPE_CHECKING:
-    from torch.distributed.checkpoint.storage import StorageWriter
+from spotd.train.dcp import WriterFactory
+from spotd.train.log import RankLog
+from spotd.train.preemption import Preemption
+from spotd.train.progress import ProgressReporter
+from spotd.train.resume import ResumeSource, load_checkpoint
+from spotd.train.schedule import SaveSchedule
 
 __all__ = ["Run", "WriterFactory"]
-
-WriterFactory = Callable[[str], "StorageWriter"]
-"""Builds the DCP storage writer for one checkpoint folder URI."""
-
-STATE_KEY = "_spotd"
-"""Key under which the checkpoint keeps spotd's own state (the step)."""
-
-_BIG = 1e18  # stands for "no deadline" in a MAX reduction of negated seconds left
-
-
-@dataclass
-class _Pending:
-    """A save every rank started at the same step, not yet agreed to be finished."""
-
-    step: int
-    folder: str
-    future: Future[Any]
-    started: float
-    finished: float | None = None
-
-    def on_done(self, _future: Future[Any]) -> None:
-        # Runs on the writer thread: only take the time, the rest is the loop's job.
-        self.finished = time.monotonic()
-
-    def done(self) -> bool:
-        return self.future.done()
-
-    def error(self) -> BaseException | None:
-        """This rank's failure, once done; None if it succeeded (or is running)."""
-        return self.future.exception() if self.future.done() else None
-
-    def wait(self) -> BaseException | None:
-        """Block until this rank's write is done; return its failure, if any."""
-        try:
-            self.future.result()
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # DCP's CheckpointException is a BaseException
-            return exc  # reported and agreed on with the other ranks, never swallowed
-        return None
-
-    def duration(self) -> float:
-        return (self.finished or time.monotonic()) - self.started
 
 
 def _env_str(env: Mapping[str, str], name: str) -> str | None:
@@ -145,10 +101,6 @@ def _env_float(env: Mapping[str, str], name: str) -> float | None:
     return number if number > 0 else None
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 class Run:
     """Resume, checkpoint, stop and report for one training process (see the module doc).
 
@@ -161,7 +113,14 @@ class Run:
     environment. ``every_steps`` and ``interval_seconds`` may both be set: a save is
     due when either says so. ``first_save_seconds`` is the save-time estimate used
     before a save has been measured. ``writer_factory`` replaces DCP's default
-    storage writer (local: ``FileSystemWriter``; other URIs: fsspec).
+    storage writer (local: ``FileSystemWriter``; other URIs: fsspec). ``clock`` times
+    the saves and the progress file and reads the notice's time left.
+
+    The work is shared by a few parts: :class:`~spotd.train.preemption.Preemption`
+    (signal and notice), :class:`~spotd.train.checkpointer.Checkpointer` (saves and
+    markers), :class:`~spotd.train.agreement.StepAgreement` (the per-step
+    collective), :class:`~spotd.train.progress.ProgressReporter` (the progress file)
+    and :mod:`spotd.train.resume`.
     """
 
     def __init__(
@@ -182,45 +141,32 @@ class Run:
         handle_signals: bool = True,
         writer_factory: WriterFactory | None = None,
         log: Callable[[str], None] | None = None,
+        clock: Clock = WALL,
     ) -> None:
-        if every_steps is not None and every_steps < 1:
-            raise ValueError(f"every_steps must be >= 1, got {every_steps}")
-        self.checkpoint_uri = checkpoint_uri or None
-        self._resume_from = resume_from or None
-        self._resume_latest = resume_latest
-        self.interval_seconds = interval_seconds
-        self.every_steps = every_steps
-        self._notice_file = notice_file
-        self._progress_file = progress_file
+        schedule = SaveSchedule(every_steps, interval_seconds, clock)  # checks every_steps
         self.budget = SaveBudget(first_save_seconds, save_factor, save_margin_seconds)
-        self._progress_every = progress_every_seconds
-        self._async_wanted = async_save
-        self._async: bool | None = None  # decided at the first save, when torch is needed
-        self._writer_factory: WriterFactory = writer_factory or dcp.make_writer
-        self._log = log or _stderr
+        self._resume = ResumeSource(resume_from or None, resume_latest, checkpoint_uri or None)
         self._comm = Comm()
-        self._signals = SignalFlag()
-        if handle_signals:
-            self._signals.install()
-
-        self._pending: _Pending | None = None
-        self._decided: tuple[int, bool, bool] | None = None  # (step, stop, save)
-        self._stopping = False
-        self._notice: Notice | None = None
-        self._saved_step = 0  # last step every rank agreed was saved (or resumed from)
-        # Whether _saved_step means anything yet: the same on every rank, unlike
-        # last_checkpoint, which rank 0 keeps back when it could not write the marker.
-        self._saved_any = False
-        self._attempted_step = 0
-        self._last_save_started = time.monotonic()
-        self.last_checkpoint: str | None = None
-        """URI of the last complete checkpoint: written by this run, or resumed from."""
+        self._say = RankLog(log, is_main=self._comm.is_main)
+        self._preemption = Preemption(notice_file, clock, handle_signals=handle_signals)
+        # Only global rank 0 writes the progress file; the others keep count.
+        report_to = progress_file if self._comm.is_main else None
+        self._progress = ProgressReporter(report_to, progress_every_seconds, clock, self._say)
+        self._checkpoints = Checkpointer(
+            checkpoint_uri or None,
+            comm=self._comm,
+            schedule=schedule,
+            budget=self.budget,
+            progress=self._progress,
+            say=self._say,
+            time_left=self._preemption.time_left,
+            clock=clock,
+            writer_factory=writer_factory or dcp.make_writer,
+            async_save=async_save,
+        )
+        self._agreement = StepAgreement(self._comm, self._preemption, self._checkpoints)
         self.resumed_from: str | None = None
         """URI of the checkpoint :meth:`restore` loaded, or None after a fresh start."""
-        self._step = 0
-        self._total_steps: int | None = None
-        self._progress_written_at: float | None = None
-        self._progress_checkpoint: str | None = None
         self._closed = False
 
     # ------------------------------------------------------------------ setup
@@ -262,19 +208,38 @@ class Run:
         return self._comm.is_main
 
     @property
+    def checkpoint_uri(self) -> str | None:
+        """Folder of this run's checkpoints; None: no saving."""
+        return self._checkpoints.uri
+
+    @property
+    def every_steps(self) -> int | None:
+        """A regular save is due at every multiple of this step (None: not by steps)."""
+        return self._checkpoints.schedule.every_steps
+
+    @property
+    def interval_seconds(self) -> float | None:
+        """A regular save is due this long after the last one started (None: not by time)."""
+        return self._checkpoints.schedule.interval_seconds
+
+    @property
+    def last_checkpoint(self) -> str | None:
+        """URI of the last complete checkpoint: written by this run, or resumed from."""
+        return self._checkpoints.last_checkpoint
+
+    @property
     def signal_received(self) -> signal.Signals | None:
         """The signal this rank itself got (SIGTERM), if any; no collective."""
-        return self._signals.received
+        return self._preemption.signal_received
 
     @property
     def stop_requested(self) -> bool:
         """This rank's own view (no collective): a signal or a notice file was seen."""
-        return self._stopping or self._local_stop()
+        return self._preemption.requested
 
     def time_left(self) -> float | None:
         """Seconds until this node's kill per the notice file; None when unknown."""
-        notice = read_notice(self._notice_file)
-        return None if notice is None else notice.seconds_left()
+        return self._preemption.time_left()
 
     # ----------------------------------------------------------------- resume
 
@@ -285,54 +250,17 @@ class Run:
         :class:`~spotd.train.ModelState`, tensors, or nested dicts of them; the same
         mapping must be passed to :meth:`save`. Collective.
         """
-        folder = self._agreed_resume_folder()
+        folder = self._resume.agreed_folder(self._comm)
         if folder is None:
             self._say("no checkpoint to resume from: fresh start")
-            self._after_restore(0, None)
-            return 0
-        payload: dict[str, Any] = {**state, STATE_KEY: {"step": -1}}
-        dcp.load(payload, dcp.make_reader(folder), self._comm.ckpt_group)
-        step = int(payload[STATE_KEY]["step"])
-        if step < 0:
-            raise CheckpointError(f"{folder}: no step recorded under {STATE_KEY!r}")
-        self._say(f"resumed from {folder} at step {step} (world size {self.world_size})")
-        self._after_restore(step, folder)
+            step = 0
+        else:
+            step = load_checkpoint(folder, state, self._comm)
+            self._say(f"resumed from {folder} at step {step} (world size {self.world_size})")
+        self._checkpoints.resumed(step, folder)
+        self.resumed_from = folder
+        self._progress.resumed(step, folder)
         return step
-
-    def _agreed_resume_folder(self) -> str | None:
-        """Rank 0 picks the folder and every rank gets its choice (or its error)."""
-        choice: str | None = None
-        if self.is_main:
-            try:
-                folder = self._resume_folder()
-                choice = "none:" if folder is None else f"ok:{folder}"
-            except CheckpointError as exc:
-                choice = f"error:{exc}"
-        agreed = self._comm.broadcast(choice) or "none:"
-        kind, _, value = agreed.partition(":")
-        if kind == "error":
-            raise CheckpointError(value)
-        return value if kind == "ok" else None
-
-    def _resume_folder(self) -> str | None:
-        if self._resume_from is not None:
-            if not ck.is_complete(self._resume_from):
-                raise CheckpointError(
-                    f"{self._resume_from}: no {ck.MARKER} marker; refusing to resume from a "
-                    "checkpoint that was not completely written"
-                )
-            return self._resume_from
-        if self._resume_latest and self.checkpoint_uri is not None:
-            latest = ck.latest_complete(self.checkpoint_uri)
-            return None if latest is None else latest.uri
-        return None
-
-    def _after_restore(self, step: int, folder: str | None) -> None:
-        self._saved_step = self._attempted_step = self._step = step
-        self._saved_any = folder is not None  # rank 0 broadcast it: the same everywhere
-        self._last_save_started = time.monotonic()
-        self.last_checkpoint = self.resumed_from = folder
-        self._write_progress(force=True)
 
     # ------------------------------------------------------------- decisions
 
@@ -341,7 +269,7 @@ class Run:
 
         Collective. Once True it stays True (without further collectives).
         """
-        return self._poll(step)[0]
+        return self._agreement.decide(step)[0]
 
     def should_save(self, step: int) -> bool:
         """Whether a regular checkpoint is due at ``step``; the same answer on every rank.
@@ -350,46 +278,7 @@ class Run:
         have passed since the last save started (on any rank), and ``step`` was not
         saved yet. Always False without a checkpoint URI. Collective.
         """
-        return self._poll(step)[1]
-
-    def _poll(self, step: int) -> tuple[bool, bool]:
-        """One all-reduce per step: stop flag, save due, and the pending save's state."""
-        if self._decided is not None and self._decided[0] == step:
-            return self._decided[1], self._decided[2]
-        if self._stopping:
-            # Every rank learned it from the same reduction (or the same emergency
-            # save call), so all of them skip the collective from here on.
-            return True, False
-        pending = self._pending
-        local = [
-            1.0 if self._local_stop() else 0.0,
-            1.0 if self._save_due(step) else 0.0,
-            1.0 if pending is not None and not pending.done() else 0.0,
-            1.0 if pending is not None and pending.error() is not None else 0.0,
-        ]
-        stop, due, running, failed = self._comm.max(local)
-        if pending is not None and running == 0:
-            # Every rank's write is done: this reduction was the barrier.
-            self._finish(pending, failed=failed > 0)
-        self._stopping = self._stopping or stop > 0
-        decision = (self._stopping, due > 0 and not self._stopping)
-        self._decided = (step, *decision)
-        return decision
-
-    def _local_stop(self) -> bool:
-        if self._signals.received is not None:
-            return True
-        if self._notice is None:
-            self._notice = read_notice(self._notice_file)
-        return self._notice is not None
-
-    def _save_due(self, step: int) -> bool:
-        if self.checkpoint_uri is None or step <= self._attempted_step:
-            return False
-        if self.every_steps is not None and step % self.every_steps == 0:
-            return True
-        elapsed = time.monotonic() - self._last_save_started
-        return self.interval_seconds is not None and elapsed >= self.interval_seconds
+        return self._agreement.decide(step)[1]
 
     # ------------------------------------------------------------------- save
 
@@ -410,143 +299,15 @@ class Run:
                 self._say("no SPOTD_CHECKPOINT_URI: nothing to save before stopping")
             return None
         if emergency:
-            return self._emergency_save(step, state)
-        self._drain()  # one save in flight at a time: back-pressure, and order
-        if step == self._saved_step and self._saved_any:
-            return self.last_checkpoint
-        return self._write(step, state, wait=not self._use_async())
+            self._preemption.agree()
+            return self._checkpoints.save_before_stop(step, state)
+        return self._checkpoints.save(step, state)
 
     def wait(self) -> str | None:
         """Block until a pending save is complete everywhere (marked); return the latest
         complete checkpoint. Collective."""
-        self._drain()
+        self._checkpoints.wait()
         return self.last_checkpoint
-
-    def _emergency_save(self, step: int, state: Mapping[str, Any]) -> str | None:
-        self._stopping = True
-        self._drain()
-        if step == self._saved_step and self._saved_any:
-            self._say(f"step {step} is already checkpointed at {self.last_checkpoint}")
-            return self.last_checkpoint
-        if not self._emergency_fits(step):
-            return None
-        return self._write(step, state, wait=True)
-
-    def _emergency_fits(self, step: int) -> bool:
-        """Agree whether a save fits before the earliest kill; log the decision."""
-        left = self.time_left()
-        estimate = self.budget.estimate()
-        neg_left, est = self._comm.max(
-            [-(left if left is not None else _BIG), estimate if estimate is not None else -1.0]
-        )
-        min_left = None if -neg_left >= _BIG / 2 else -neg_left
-        max_estimate = None if est < 0 else est
-        need = "unknown" if max_estimate is None else f"~{max_estimate:.1f}s"
-        if SaveBudget.fits(max_estimate, min_left):
-            have = "no deadline known" if min_left is None else f"{min_left:.1f}s left"
-            self._say(f"emergency checkpoint at step {step} (needs {need}, {have})")
-            return True
-        resume = self.last_checkpoint or "nothing (fresh start)"
-        self._say(
-            f"skipping the emergency checkpoint at step {step}: it needs {need} but only "
-            f"{min_left:.1f}s are left before the node is killed; a restart resumes from "
-            f"{resume}"
-        )
-        return False
-
-    def _use_async(self) -> bool:
-        if self._async is None:
-            ok = self._async_wanted and dcp.async_supported()
-            if ok and self._comm.distributed and self._comm.ckpt_group is None:
-                ok = False  # async_save needs a CPU (gloo) group for its background thread
-            if self._async_wanted and not ok:
-                self._say("asynchronous checkpoints unavailable here; saving synchronously")
-            self._async = ok
-        return self._async
-
-    def _write(self, step: int, state: Mapping[str, Any], *, wait: bool) -> str | None:
-        """Start (or, with ``wait``, do and finish) the save of ``step``; every rank."""
-        assert self.checkpoint_uri is not None
-        folder = ck.join(self.checkpoint_uri, ck.checkpoint_name(step))
-        self._prepare_folder(folder)
-        payload: dict[str, Any] = {**state, STATE_KEY: {"step": step}}
-        writer = self._writer_factory(folder)
-        self._attempted_step = step
-        self._last_save_started = started = time.monotonic()
-        future = self._launch(payload, writer, background=not wait)
-        pending = _Pending(step=step, folder=folder, future=future, started=started)
-        future.add_done_callback(pending.on_done)
-        self._pending = pending
-        if wait:
-            self._drain()
-            return folder if self.last_checkpoint == folder else None
-        return folder
-
-    def _launch(
-        self, payload: dict[str, Any], writer: StorageWriter, *, background: bool
-    ) -> Future[Any]:
-        """Run DCP's save; failures end up in the returned future, not raised here."""
-        group = self._comm.ckpt_group
-        try:
-            if background:
-                return dcp.start_async_save(payload, writer, group)
-            dcp.save(payload, writer, group)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # DCP's CheckpointException; agreed on in _drain
-            failed: Future[Any] = Future()
-            failed.set_exception(exc)
-            return failed
-        done: Future[Any] = Future()
-        done.set_result(None)
-        return done
-
-    def _prepare_folder(self, folder: str) -> None:
-        """Rank 0 clears what an earlier attempt left in ``folder``; all wait for it.
-
-        A torn folder may hold shards of another world size, and a complete one must
-        lose its marker before any of its files change.
-        """
-        if self.is_main:
-            try:
-                dcp.remove_folder(folder)
-            except OSError as exc:
-                self._say(f"could not clear {folder} before writing it: {exc}")
-        self._comm.barrier()
-
-    def _drain(self) -> None:
-        """Wait for the pending save on this rank, agree with all ranks, finish it."""
-        pending = self._pending
-        if pending is None:
-            return
-        error = pending.wait()
-        (failed,) = self._comm.max([1.0 if error is not None else 0.0])
-        self._finish(pending, failed=failed > 0)
-
-    def _finish(self, pending: _Pending, *, failed: bool) -> None:
-        """Every rank's write of ``pending`` is done: rank 0 marks it, or all log it torn."""
-        self._pending = None
-        error = pending.error()
-        if error is not None:
-            self._say(f"rank {self.rank}: writing step {pending.step} failed: {error!r}", True)
-        if failed:
-            self._say(
-                f"checkpoint at step {pending.step} failed; {pending.folder} stays without "
-                f"{ck.MARKER} and will never be resumed from"
-            )
-            return
-        self.budget.record(pending.duration())
-        self._saved_step = pending.step
-        self._saved_any = True
-        if self.is_main:
-            try:
-                ck.mark_complete(pending.folder)
-            except CheckpointError as exc:
-                self._say(f"could not mark {pending.folder} complete: {exc}")
-                return
-        self.last_checkpoint = pending.folder
-        self._step = max(self._step, pending.step)
-        self._write_progress(force=True)
 
     # --------------------------------------------------------------- progress
 
@@ -557,28 +318,7 @@ class Run:
         ``progress_every_seconds``, unless ``force`` or a new checkpoint completed.
         Not collective.
         """
-        self._step = step
-        if total_steps is not None:
-            self._total_steps = total_steps
-        self._write_progress(force=force)
-
-    def _write_progress(self, *, force: bool) -> None:
-        if not self.is_main or self._progress_file is None:
-            return
-        now = time.monotonic()
-        stale = (
-            self._progress_written_at is None
-            or now - self._progress_written_at >= self._progress_every
-            or self._progress_checkpoint != self.last_checkpoint
-        )
-        if not (force or stale):
-            return
-        try:
-            write_progress(self._progress_file, self._step, self._total_steps, self.last_checkpoint)
-        except OSError as exc:
-            self._say(f"cannot write progress file {self._progress_file}: {exc}")
-        self._progress_written_at = now
-        self._progress_checkpoint = self.last_checkpoint
+        self._progress.report(step, total_steps, force=force)
 
     # ------------------------------------------------------------------ close
 
@@ -595,13 +335,13 @@ class Run:
         self._closed = True
         try:
             if wait:
-                self._drain()
+                self._checkpoints.wait()
                 # Only once no save is in flight: one left running (wait=False) still
                 # needs the group, and the process is on its way out anyway.
                 self._comm.close()
-            self._write_progress(force=True)
+            self._progress.flush()
         finally:
-            self._signals.restore()
+            self._preemption.close()
 
     def __enter__(self) -> Self:
         return self
@@ -613,10 +353,3 @@ class Run:
         tb: TracebackType | None,
     ) -> None:
         self.close(wait=exc_type is None)
-
-    # -------------------------------------------------------------------- log
-
-    def _say(self, message: str, all_ranks: bool = False) -> None:
-        """One log line; from rank 0 only unless ``all_ranks``."""
-        if all_ranks or self.is_main:
-            self._log(f"spotd.train: {message}")

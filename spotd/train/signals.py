@@ -29,6 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
+from spotd.core.clock import WALL
+
 __all__ = ["Notice", "SignalFlag", "read_notice"]
 
 Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
@@ -47,13 +49,13 @@ class Notice:
     detail: str
 
     def seconds_left(self, now: datetime | None = None) -> float | None:
-        """Seconds from ``now`` (default: the current UTC time) to the deadline.
+        """Seconds from ``now`` (default: the wall clock's) to the deadline.
 
         None when the deadline is unknown; negative once it has passed.
         """
         if self.deadline is None:
             return None
-        return (self.deadline - (now or datetime.now(UTC))).total_seconds()
+        return (self.deadline - (now or WALL.now())).total_seconds()
 
 
 def _parse_deadline(value: object) -> datetime | None:

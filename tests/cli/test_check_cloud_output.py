@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import spotd.cli.app as cli
+import spotd.cli.render.market as cli
 from spotd.core.spec import JobSpec
 from spotd.daemon.cloudcheck import check_providers
 from spotd.daemon.config import Settings
@@ -54,7 +54,7 @@ def printed(harness: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> li
     settings = Settings(data_dir=tmp_path / "state")
     provider = harness.provider
     for check in check_providers({provider.name: provider}, gang_job(harness), settings):
-        cli._print_check(check)
+        cli.print_check(check)
     return console.export_text().splitlines()
 
 

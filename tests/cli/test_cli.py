@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from spotd.cli.app import _again, app
+from spotd.cli.app import app
+from spotd.cli.commands.options import again
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -33,8 +34,8 @@ def test_help_keeps_the_config_table_in_brackets() -> None:
 
 
 def test_the_next_command_carries_the_config_it_was_given() -> None:
-    assert _again("status", "j-1", None) == "spotd status j-1"
-    assert _again("status", "j-1", Path("/etc/my spotd.toml")) == (
+    assert again("status", "j-1", None) == "spotd status j-1"
+    assert again("status", "j-1", Path("/etc/my spotd.toml")) == (
         "spotd status j-1 --config '/etc/my spotd.toml'"
     )
 
@@ -153,7 +154,7 @@ def test_plan_shows_the_fabric_environment_of_its_choice_after_the_table(tmp_pat
 def test_plan_json_carries_the_environment_and_the_preflight_floor(tmp_path: Path) -> None:
     from spotd.core.fabric_env import default_min_busbw_gbps, fabric_environment
     from spotd.core.network import Fabric, Interconnect
-    from spotd.core.spec import load_job_file
+    from spotd.core.spec_io import load_job_file
 
     job = EXAMPLES / "multinode-70b.toml"
     view = json.loads(_plan(tmp_path, job, "--json"))
@@ -206,7 +207,7 @@ def test_plan_of_one_node_shows_no_fabric_environment(tmp_path: Path) -> None:
 
 
 def test_plan_of_a_submitted_job_shows_its_pool_cooling_down(tmp_path: Path) -> None:
-    from spotd.core.spec import load_job_file
+    from spotd.core.spec_io import load_job_file
     from spotd.core.states import JobStatus, Transition, transition
     from spotd.core.values import AttemptClose, AttemptEnd, Market, NewAttempt, Pool
     from spotd.daemon.config import load_settings

@@ -17,8 +17,9 @@ from daemon_support import Daemon, Setup, make_setup
 from rich.console import Console
 from typer.testing import CliRunner
 
-from spotd.cli.app import _status_table, app
+from spotd.cli.app import app
 from spotd.cli.demo import event_line, print_event
+from spotd.cli.render.jobs import status_table
 from spotd.daemon.views import AttemptView, EventView, JobView
 
 NOW = datetime(2026, 1, 5, 10, 30, tzinfo=UTC)
@@ -43,7 +44,7 @@ def test_the_status_table_never_cuts_a_job_id_at_80_columns() -> None:
     jobs = [_job("j-41f68be2c3"), _job("j-0a9d77e1b5")]
     for width in (80, 60):
         shown = io.StringIO()
-        Console(file=shown, width=width, force_terminal=True).print(_status_table(jobs))
+        Console(file=shown, width=width, force_terminal=True).print(status_table(jobs))
         assert "…" not in shown.getvalue()
         for job in jobs:
             assert job.id in shown.getvalue(), shown.getvalue()
@@ -135,7 +136,7 @@ def test_piped_output_has_room_for_a_table_row_on_one_line(
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     if columns is not None:
         env["COLUMNS"] = columns
-    probe = "from spotd.cli.app import out; print(out.width)"
+    probe = "from spotd.cli.render.console import out; print(out.width)"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env=env, timeout=60, check=True)  # fmt: skip
     assert int(done.stdout) == width

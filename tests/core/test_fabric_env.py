@@ -14,7 +14,7 @@ from spotd.core.fabric_env import (
     instance_family,
 )
 from spotd.core.network import Fabric, Interconnect
-from spotd.core.spec import parse_job_toml
+from spotd.core.spec_io import parse_job_toml
 from spotd.market.catalog import catalog
 
 IB = Interconnect(Fabric.INFINIBAND, 400.0)

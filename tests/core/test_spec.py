@@ -17,18 +17,8 @@ from pydantic import ValidationError
 
 from spotd.core import limits
 from spotd.core.errors import JobSpecError
-from spotd.core.spec import (
-    SHELL,
-    CheckpointSpec,
-    JobSpec,
-    MarketMode,
-    MarketSpec,
-    Resources,
-    load_job_file,
-    parse_job_toml,
-    spec_from_json,
-    spec_to_json,
-)
+from spotd.core.spec import SHELL, CheckpointSpec, JobSpec, MarketMode, MarketSpec, Resources
+from spotd.core.spec_io import load_job_file, parse_job_toml, spec_from_json, spec_to_json
 from spotd.core.toml_lines import KeyLines
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -184,6 +174,32 @@ def test_specs_are_frozen_and_hashable() -> None:
     assert hash(spec) == hash(same)
     with pytest.raises(ValueError, match="frozen"):
         spec.name = "other"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "other",
+    ["priority = 5\n", 'team = "vision"\n'],
+    ids=["priority", "team"],
+)
+def test_specs_that_differ_in_priority_or_team_are_neither_equal_nor_hash_alike(
+    other: str,
+) -> None:
+    spec = parse(MINIMAL)
+    differs = parse(other + MINIMAL)
+    assert spec != differs
+    assert hash(spec) != hash(differs)
+    assert len({spec, differs}) == 2
+
+
+def test_equal_specs_hash_alike_whatever_the_order_of_their_tables() -> None:
+    fabric = '[fabric_env.efa]\nFI_A = "1"\nFI_B = "2"\n[fabric_env.infiniband]\nNCCL_X = "3"\n'
+    reordered = '[fabric_env.infiniband]\nNCCL_X = "3"\n[fabric_env.efa]\nFI_B = "2"\nFI_A = "1"\n'
+    head = 'priority = 7\nteam = "nlp"\n'
+    spec = parse(head + MINIMAL + '[env]\nA = "1"\nB = "2"\n' + fabric)
+    same = parse(head + MINIMAL + '[env]\nB = "2"\nA = "1"\n' + reordered)
+    assert spec == same
+    assert hash(spec) == hash(same)
+    assert {spec: "kept"}[same] == "kept"
 
 
 # --------------------------------------------------------------------------

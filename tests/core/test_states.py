@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from spotd.core.errors import IllegalTransition
-from spotd.core.spec import JobSpec, parse_job_toml
+from spotd.core.spec import JobSpec
+from spotd.core.spec_io import parse_job_toml
 from spotd.core.states import TRANSITIONS, FailureCause, JobStatus, Transition, allowed, transition
 from spotd.store import SqlStore
 

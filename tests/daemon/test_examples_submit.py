@@ -15,7 +15,7 @@ from pathlib import Path
 
 from daemon_support import Daemon, make_setup
 
-from spotd.core.spec import load_job_file
+from spotd.core.spec_io import load_job_file
 
 EXAMPLES = Path(str(resources.files("spotd.examples")))
 NEEDS: dict[str, str | None] = {

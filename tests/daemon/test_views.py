@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from spotd.cli.app import _progress_line
+from spotd.cli.render.jobs import progress_line
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
 from spotd.core.values import AttemptEnd, AttemptRecord, JobRecord, Market, Pool
@@ -53,7 +53,7 @@ def test_a_deadline_job_shows_its_progress_time_left_and_slack() -> None:
     assert view.finish_in_hours == pytest.approx((20.0 - 8.0) / 0.8)
     (attempt,) = job_view(job, [ran(10, rate=0.8)], now).attempts
     assert (attempt.work_per_hour, attempt.checkpoint_interval_hours) == (0.8, 1.0)
-    line = _progress_line(job_view(job, [ran(10, rate=0.8)], now))
+    line = progress_line(job_view(job, [ran(10, rate=0.8)], now))
     assert line == (
         "progress: 8.0 of 20.0 compute hours (estimate); deadline in 20.0 h, 8.0 h of slack;"
         " 15.0 h to go at the current rate"
@@ -62,7 +62,7 @@ def test_a_deadline_job_shows_its_progress_time_left_and_slack() -> None:
 
 def test_a_job_behind_its_deadline_shows_its_slack_in_red() -> None:
     job = record(deadline=due(20, 12))
-    line = _progress_line(job_view(job, [ran(10, rate=0.5)], T0 + timedelta(hours=10)))
+    line = progress_line(job_view(job, [ran(10, rate=0.5)], T0 + timedelta(hours=10)))
     assert line.endswith(
         "deadline in 2.0 h, [red]-13.0 h of slack[/]; [red]30.0 h to go at the current rate[/]"
     )
@@ -84,13 +84,13 @@ def test_time_to_go_is_at_the_running_attempts_rate_and_only_while_one_runs() ->
 
 def test_a_passed_deadline_says_so() -> None:
     job = record(deadline=due(20, 12))
-    line = _progress_line(job_view(job, [ran(15, rate=1.0)], T0 + timedelta(hours=15)))
+    line = progress_line(job_view(job, [ran(15, rate=1.0)], T0 + timedelta(hours=15)))
     assert line is not None and line.endswith(
         "; [red]deadline passed 3.0 h ago[/]; [red]5.0 h to go at the current rate[/]"
     )
     # A job with compute hours but no finish_by still gets its time to go.
     open_ended = record(deadline={"compute_hours": 20})
-    line = _progress_line(job_view(open_ended, [ran(5, rate=0.5)], T0 + timedelta(hours=5)))
+    line = progress_line(job_view(open_ended, [ran(5, rate=0.5)], T0 + timedelta(hours=5)))
     assert line == (
         "progress: 2.5 of 20.0 compute hours (estimate); 35.0 h to go at the current rate"
     )
@@ -100,25 +100,25 @@ def test_without_a_deadline_or_once_ended_only_the_work_done_shows() -> None:
     plain = job_view(record(), [ran(3, rate=1.0)], T0 + timedelta(hours=3))
     assert plain.progress is not None
     assert (plain.progress.compute_hours, plain.progress.slack_hours) == (None, None)
-    assert _progress_line(plain) == "progress: 3.0 compute hours (estimate)"
+    assert progress_line(plain) == "progress: 3.0 compute hours (estimate)"
     quick = job_view(record(JobStatus.SUCCEEDED), [], T0 + timedelta(hours=3))
-    assert _progress_line(quick) == "progress: complete"  # it ended before a pass saw it run
+    assert progress_line(quick) == "progress: complete"  # it ended before a pass saw it run
     # Ended: no deadline figures, and a success is complete whatever the estimate said.
     done = record(JobStatus.SUCCEEDED, deadline=due(2, 9))
     slow = [ran(2, rate=0.8, end=AttemptEnd.SUCCEEDED)]
     view = job_view(done, slow, T0 + timedelta(hours=50))
     assert view.progress is not None
     assert (view.progress.hours_to_deadline, view.progress.slack_hours) == (None, None)
-    assert _progress_line(view) == "progress: 2.0 of 2.0 compute hours (estimate)"
+    assert progress_line(view) == "progress: 2.0 of 2.0 compute hours (estimate)"
     failed = job_view(record(JobStatus.FAILED, deadline=due(2, 9)), slow, T0 + timedelta(hours=50))
-    assert _progress_line(failed) == "progress: 1.6 of 2.0 compute hours (estimate)"
+    assert progress_line(failed) == "progress: 1.6 of 2.0 compute hours (estimate)"
 
 
 def test_a_reply_from_a_daemon_without_progress_still_reads() -> None:
     view = job_view(record(), [], T0).model_dump(mode="json")
     del view["progress"]
     old = JobView.model_validate(view)
-    assert old.progress is None and _progress_line(old) is None
+    assert old.progress is None and progress_line(old) is None
 
 
 def test_status_shows_the_ledgers_cost_not_price_times_time() -> None:

@@ -1,0 +1,1 @@
+"""The ``spotd`` commands, one module per group; :mod:`spotd.cli.app` registers them."""

@@ -1,0 +1,132 @@
+"""The commands on submitted jobs: ``status``, ``events``, ``cancel`` and ``logs``."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.markup import escape
+
+from spotd.cli.commands.options import ConfigOpt, JobArg, JsonOpt, again
+from spotd.cli.errors import guard
+from spotd.cli.render.console import err, out
+from spotd.cli.render.jobs import events_table, print_jobs, write_log
+from spotd.daemon.config import load_settings
+
+if TYPE_CHECKING:
+    from spotd.daemon.views import JobView
+
+
+def status(  # noqa: PLR0917 (typer options)
+    job: Annotated[str | None, typer.Argument(help="Job id, id prefix or name.")] = None,
+    config: ConfigOpt = None,
+    as_json: JsonOpt = False,
+    all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Include ended jobs.")] = False,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            "-s",
+            help="Only jobs in this status (repeatable; `active` and `ended` too).",
+            show_default=False,
+        ),
+    ] = None,
+    team: Annotated[
+        str | None, typer.Option(help="Only the jobs of this team.", show_default=False)
+    ] = None,
+    limit: Annotated[
+        int, typer.Option(min=1, max=1000, help="Most jobs to show, newest first.")
+    ] = 100,
+    cursor: Annotated[
+        str | None,
+        typer.Option(
+            help="Continue after the jobs shown before (with the cursor it printed).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Show jobs, newest first (the active ones unless told): where they run, their
+    attempts, preemptions and cost."""
+    from spotd.cli.client import Client
+
+    more: list[str] = []
+
+    def run() -> list[JobView]:
+        client = Client.from_settings(load_settings(config))
+        if job is not None:
+            return [client.job(job)]
+        statuses = only or (None if all_jobs else ["active"])
+        page = client.jobs(statuses=statuses, team=team, limit=limit, cursor=cursor)
+        if page.next is not None:
+            more.append(page.next)
+        return page.jobs
+
+    jobs = guard(run)
+    if more:
+        # On stderr: a --json reader gets the jobs alone on stdout, as before.
+        flags = [" --all"] * all_jobs + [f" --status {shlex.quote(s)}" for s in only or ()]
+        flags += [f" --team {shlex.quote(team)}"] if team is not None else []
+        flags += [f" --limit {limit}"] * (limit != 100) + [f" --cursor {more[0]}"]
+        next_page = again("status", "".join(flags).lstrip(), config)
+        err.print(f"more jobs: `{escape(next_page)}`", highlight=False)
+    if as_json:
+        payload = [j.model_dump(mode="json") for j in jobs]
+        out.print_json(json.dumps(payload[0] if job is not None else payload))
+        return
+    print_jobs(jobs, one=job is not None)
+
+
+def events(job: JobArg, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
+    """Show every transition of a job, with its cause."""
+    from spotd.cli.client import Client
+
+    rows = guard(lambda: Client.from_settings(load_settings(config)).events(job))
+    if as_json:
+        out.print_json(json.dumps([e.model_dump(mode="json") for e in rows]))
+        return
+    out.print(events_table(rows))
+
+
+def cancel(job: JobArg, config: ConfigOpt = None) -> None:
+    """Cancel a job and stop its instances."""
+    from spotd.cli.client import Client
+
+    view = guard(lambda: Client.from_settings(load_settings(config)).cancel(job))
+    out.print(f"{view.id} {view.status}")
+
+
+def logs(
+    job: JobArg,
+    config: ConfigOpt = None,
+    follow: Annotated[
+        bool,
+        typer.Option("--follow", "-f",
+                     help="Keep printing new output until the job ends (Ctrl-C stops)."),
+    ] = False,
+) -> None:
+    """Print the job's output, attempt by attempt."""
+    from spotd.cli.client import Client
+
+    if follow:
+        _follow_logs(job, config)
+        return
+    found = guard(lambda: Client.from_settings(load_settings(config)).logs(job))
+    if not found:
+        err.print(f"{escape(job)}: no instance has been launched for it yet, so no output")
+    for header, text in found.items():
+        write_log(header, text)
+
+
+def _follow_logs(job: str, config: Path | None) -> None:
+    from spotd.cli.client import Client
+    from spotd.cli.follow import follow_logs
+
+    try:
+        ended = guard(lambda: follow_logs(Client.from_settings(load_settings(config)), job,
+                                          write_log))  # fmt: skip
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    err.print(f"{ended.id}: {ended.status}", highlight=False)

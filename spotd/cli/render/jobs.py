@@ -1,0 +1,189 @@
+"""Jobs as ``spotd status``, ``events`` and ``logs`` print them."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from rich.markup import escape
+from rich.table import Table
+
+from spotd.cli.render.console import out
+
+if TYPE_CHECKING:
+    from spotd.daemon.views import EventView, JobView
+
+
+def _where(job: JobView) -> str:
+    if not job.attempts:
+        return "-"
+    a = job.attempts[-1]
+    return f"{a.provider}/{a.zone}/{a.instance_type} ({a.market})"
+
+
+def status_table(jobs: list[JobView]) -> Table:
+    """One row per job: id, name, status, where it runs, attempts, preemptions, cost."""
+    table = Table(box=None, header_style="bold")
+    # The id is what every other command takes: never cut. Narrow terminals, and a pipe
+    # (80 columns to rich), fold the other cells instead, losing nothing.
+    table.add_column("ID", no_wrap=True, min_width=max((len(j.id) for j in jobs), default=2))
+    for column in ("NAME", "STATUS", "WHERE", "ATTEMPTS", "PREEMPTED", "COST USD"):
+        right = column in ("ATTEMPTS", "COST USD")
+        table.add_column(column, justify="right" if right else "left", overflow="fold")
+    colour = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
+    for j in jobs:
+        status = j.status if not j.failure else f"{j.status} ({j.failure})"
+        table.add_row(
+            j.id,
+            escape(j.name),
+            f"[{colour.get(j.status, 'cyan')}]{escape(status)}[/]",
+            escape(_where(j)),
+            str(len(j.attempts)),
+            str(j.preemptions),
+            f"{j.cost_usd:,.2f}",
+        )
+    return table
+
+
+def print_jobs(jobs: list[JobView], *, one: bool) -> None:
+    """The status table and why jobs wait; for ``one`` job also its progress, restarts,
+    attempts and gang."""
+    out.print(status_table(jobs))
+    for waits in waiting_lines(jobs, one=one):
+        out.print(waits, highlight=False)
+    if one and jobs:
+        line = progress_line(jobs[0])
+        if line is not None:
+            out.print(line)
+        line = restart_line(jobs[0])
+        if line is not None:
+            out.print(line, highlight=False)
+        print_attempts(jobs[0])
+        for line in gang_lines(jobs[0]):
+            out.print(line, highlight=False)
+
+
+def waiting_lines(jobs: list[JobView], *, one: bool) -> list[str]:
+    """Why each job the engine has placed nowhere yet waits (``waiting: ...``), under
+    the table; each prefixed with its id in a list of several."""
+    return [
+        escape(f"{'' if one else j.id + ' '}waiting: {j.waiting}")
+        for j in jobs
+        if j.waiting is not None
+    ]
+
+
+def restart_line(job: JobView) -> str | None:
+    """``restarts: 1 of 3 (exit 137)`` for a job with ``retry.max_restarts_on_errors``;
+    None for a job that restarts on no error."""
+    if not job.max_restarts and not job.restarts:
+        return None
+    line = f"restarts: {job.restarts} of {job.max_restarts}"
+    if job.restarts and job.last_exit_code is not None:
+        line += f" (exit {job.last_exit_code})"
+    return line
+
+
+def progress_line(job: JobView) -> str | None:
+    """One line on how far the job is, e.g. for a running deadline job
+    ``progress: 12.4 of 24.0 compute hours (estimate); deadline in 30.5 h, 18.9 h of
+    slack; 13.1 h to go at the current rate``; None from a daemon too old to say."""
+    p = job.progress
+    if p is None:
+        return None
+    if p.compute_hours is None and job.status == "succeeded":
+        return "progress: complete"  # no hours stated to count against, and its command said so
+    of = f" of {p.compute_hours:.1f}" if p.compute_hours is not None else ""
+    source = "estimate"
+    if p.from_job and p.step is not None:
+        source = f"the job's step {p.step:,} of {p.total_steps:,}"
+    parts = [f"progress: {p.done_hours:.1f}{of} compute hours ({source})"]
+    late = False
+    if p.hours_to_deadline is not None and p.hours_to_deadline < 0:
+        parts.append(f"[red]deadline passed {-p.hours_to_deadline:.1f} h ago[/]")
+        late = True
+    elif p.hours_to_deadline is not None:
+        deadline = f"deadline in {p.hours_to_deadline:.1f} h"
+        if p.slack_hours is not None:
+            slack = f"{p.slack_hours:.1f} h of slack"
+            deadline += f", [red]{slack}[/]" if p.slack_hours < 0 else f", {slack}"
+        parts.append(deadline)
+        late = p.finish_in_hours is not None and p.finish_in_hours > p.hours_to_deadline
+    if p.finish_in_hours is not None:
+        pace = f"{p.finish_in_hours:.1f} h to go at the current rate"
+        parts.append(f"[red]{pace}[/]" if late else pace)
+    return "; ".join(parts)
+
+
+def gang_lines(job: JobView) -> list[str]:
+    """What the agents of the latest attempt said: gang, preflight, step, GPUs."""
+    if not job.attempts or job.attempts[-1].gang is None:
+        return []
+    from spotd.core.agent_wire import GPU_UTIL_THRESHOLD_PCT
+    from spotd.engine.gang import preflight_summary
+
+    a = job.attempts[-1]
+    gang = a.gang
+    assert gang is not None
+    where = escape(", ".join(gang.addresses)) or "no address yet"
+    lines = [f"attempt {a.seq}: {gang.joined} of {a.nodes} node(s) joined, "
+             f"{gang.started} passed preflight ({where})"]  # fmt: skip
+    if gang.preflight is not None:
+        summary = escape(preflight_summary(gang.preflight))
+        lines.append(f"  {summary}" if gang.preflight.passed else f"  [red]{summary}[/]")
+    if gang.step is not None:
+        of = f" of {gang.total_steps:,}" if gang.total_steps else ""
+        kept = f", last checkpoint {escape(gang.checkpoint)}" if gang.checkpoint else ""
+        lines.append(f"  step {gang.step:,}{of} (from the job){kept}")
+    for g in gang.gpus:
+        utils = " ".join(f"{u:.0f}" for u in g.util_pct)
+        low = ""
+        if g.low_share:
+            share = f"{g.low_share:.0%} of {g.samples} samples"
+            low = f", under {GPU_UTIL_THRESHOLD_PCT:g} % in {share}"
+        lines.append(f"  GPUs of {escape(g.instance_id)}: {utils} % now{low}")
+    return lines
+
+
+def _times(clock: str | None) -> str:
+    """A table title's note of the clock its times are on, when not the wall's."""
+    return f" (times: {clock})" if clock else ""
+
+
+def print_attempts(job: JobView) -> None:
+    """The job's attempts: where each ran, its price, times, why it ended and its cost."""
+    table = Table(title=f"attempts{_times(job.clock)}", box=None, header_style="bold")
+    columns = ("#", "PROVIDER", "ZONE", "TYPE", "MARKET", "USD/H", "START", "END", "REASON", "COST")
+    for column in columns:
+        table.add_column(column)
+    for a in job.attempts:
+        table.add_row(
+            str(a.seq), a.provider, a.zone, a.instance_type, a.market,
+            f"{a.price_per_node_hour * a.nodes:.2f}",
+            f"{a.started_at:%m-%d %H:%M}",
+            f"{a.ended_at:%m-%d %H:%M}" if a.ended_at else "-",
+            escape(a.end_reason or "-"),
+            f"{a.cost_usd:.2f}",
+        )
+    out.print(table)
+
+
+def events_table(rows: list[EventView]) -> Table:
+    """Every transition of a job: when, from and to which status, its cause and detail."""
+    clock = rows[0].clock if rows else None
+    table = Table(title=f"events{_times(clock)}" if clock else None, box=None,
+                  header_style="bold")  # fmt: skip
+    for column in ("AT", "FROM", "TO", "CAUSE", "DETAIL"):
+        table.add_column(column, no_wrap=column == "AT", overflow="fold")
+    for e in rows:
+        when = f"{e.at:%Y-%m-%d %H:%M:%S}"
+        table.add_row(when, e.from_status or "-", e.to_status, escape(e.cause), escape(e.detail))
+    return table
+
+
+def write_log(header: str | None, text: str) -> None:
+    """``text`` of one node's output, under a rule naming it when ``header`` is given."""
+    if header is not None:
+        out.rule(escape(header))
+    sys.stdout.write(text)
+    sys.stdout.flush()

@@ -1,0 +1,88 @@
+"""``spotd demo`` interrupted by Ctrl-C leaves nothing behind: no folder, no node."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from spotd.core.values import InstanceState
+from spotd_sim.records import VmStatus
+
+
+def running_vms(tmp: Path) -> list[int]:
+    """The VM processes of the demo's simulated nodes that run their job."""
+    found = []
+    for path in tmp.glob("spotd-demo-*/sim/*.state.json"):
+        try:
+            status = VmStatus.load(path)
+        except (OSError, ValueError):
+            continue  # being written
+        if status is not None and status.state is InstanceState.RUNNING and status.pid:
+            found.append(status.pid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def start_demo(tmp: Path) -> subprocess.Popen[bytes]:
+    """``spotd demo`` with ``tmp`` as its temporary directory."""
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    return subprocess.Popen([sys.executable, "-m", "spotd", "demo", "--json"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+
+
+def interrupt(demo: subprocess.Popen[bytes]) -> str:
+    """Ctrl-C, and what the demo said until it ended."""
+    try:
+        demo.send_signal(signal.SIGINT)
+        _, err = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    assert demo.returncode != 0, err
+    return err.decode(errors="replace")
+
+
+def wait_for(demo: subprocess.Popen[bytes], found: Callable[[], object], what: str) -> None:
+    limit = time.monotonic() + 90
+    while not found():
+        if demo.poll() is not None or time.monotonic() > limit:
+            demo.kill()
+            pytest.fail(f"the demo never got to {what} (exit {demo.wait()})")
+        time.sleep(0.02)
+
+
+@pytest.mark.slow
+def test_ctrl_c_as_the_demo_starts_removes_its_folder(tmp_path: Path) -> None:
+    demo = start_demo(tmp_path)
+    wait_for(demo, lambda: list(tmp_path.glob("spotd-demo-*")), "making its folder")
+    err = interrupt(demo)  # while its daemon starts
+    assert list(tmp_path.iterdir()) == [], err
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_the_job_runs_removes_the_folder_and_stops_the_nodes(
+    tmp_path: Path,
+) -> None:
+    demo = start_demo(tmp_path)
+    wait_for(demo, lambda: running_vms(tmp_path), "running its job")
+    vms = running_vms(tmp_path)
+    err = interrupt(demo)
+    assert list(tmp_path.iterdir()) == [], err
+    # The nodes were stopped, not left to run on in a folder that is gone.
+    assert not [pid for pid in vms if alive(pid)]
