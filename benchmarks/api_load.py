@@ -38,10 +38,11 @@ import httpx
 from sqlalchemy import insert
 
 from spotd.cli.client import Client
-from spotd.core.spec import JobSpec, spec_to_json
+from spotd.core.spec import JobSpec
+from spotd.core.spec_io import spec_to_json
 from spotd.daemon.config import load_settings
 from spotd.store import open_store
-from spotd.store.sql import new_job_id
+from spotd.store.job_sql import new_job_id
 from spotd.store.tables import ATTEMPTS, EVENTS, JOBS
 
 CONFIG = """

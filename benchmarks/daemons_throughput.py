@@ -39,10 +39,11 @@ from engine_scale import MemoryProvider, job_spec, market
 
 from spotd.core.clock import WallClock
 from spotd.core.states import JobStatus
-from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import EngineSettings
 from spotd.store import open_store
+from spotd.store.base import make_engine
 from spotd.store.coordination import Coordinator
-from spotd.store.sql import make_engine
 from spotd_policies.balanced import BalancedPolicy
 
 SEED = 7

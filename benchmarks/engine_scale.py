@@ -44,7 +44,8 @@ from spotd.core.values import (
     Offering,
     Pool,
 )
-from spotd.engine.reconcile import TAG_ATTEMPT, TAG_JOB, Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, EngineSettings
 from spotd.store import open_store
 from spotd_policies.balanced import BalancedPolicy
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -42,6 +41,8 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 from fsspec.registry import known_implementations
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import CheckpointError
 from spotd.files import write_atomic
 
@@ -141,26 +142,27 @@ _PSEUDO_FILESYSTEMS = frozenset({
 _MOUNTS = Path("/proc/self/mounts")
 
 
-def check_writable(uri: str) -> None:
+def check_writable(uri: str, clock: Clock = WALL) -> None:
     """Raise CheckpointError when a local ``uri`` is no place to write checkpoints.
 
     The folder need not exist yet, but the nearest folder of it that does must be
     one this process may write, on a writable filesystem that is storage (not
     /proc or /sys); and a missing folder right under ``/`` is refused rather than
     created there. Other locations (``s3://``, ``gs://``, chains) are not probed.
+    ``clock`` paces the reads of the mount table.
     """
     if "::" in uri or fsspec.core.split_protocol(uri)[0] not in (None, "file", "local"):
         return  # a remote store is not probed: that would need its credentials here
     _, path = _fs(uri)
     try:
-        problem = _local_problem(Path(path))
+        problem = _local_problem(Path(path), clock)
     except OSError as exc:  # a folder on the way the daemon may not even look into
         problem = f"cannot look at it: {exc}"
     if problem is not None:
         raise CheckpointError(f"{uri}: {problem}")
 
 
-def _local_problem(target: Path) -> str | None:
+def _local_problem(target: Path, clock: Clock) -> str | None:
     existing = next(p for p in (target, *target.parents) if p.exists())
     if not existing.is_dir():
         return f"{existing} is a file, not a folder"
@@ -168,7 +170,7 @@ def _local_problem(target: Path) -> str | None:
         top = Path(existing.anchor, target.relative_to(existing).parts[0])
         return (f"{top} does not exist, and spotd creates no folder at the top of the "
                 "filesystem: create it first, or correct the path")  # fmt: skip
-    fstype = _filesystem_type(existing)
+    fstype = _filesystem_type(existing, clock)
     if fstype in _PSEUDO_FILESYSTEMS:
         return f"{existing} is on {fstype}, a pseudo filesystem of the kernel, not storage"
     if os.statvfs(existing).f_flag & os.ST_RDONLY:
@@ -178,11 +180,11 @@ def _local_problem(target: Path) -> str | None:
     return None
 
 
-def _filesystem_type(path: Path) -> str | None:
+def _filesystem_type(path: Path, clock: Clock) -> str | None:
     """The type of the filesystem ``path`` is on (Linux's mount table); None elsewhere."""
     real = str(path.resolve())
     longest, fstype = -1, None
-    for point, kind in _mount_table(int(time.monotonic())):
+    for point, kind in _mount_table(int(clock.monotonic())):
         inside = real == point or real.startswith(point.rstrip("/") + "/")
         # The last of the longest: a later mount over the same point hides the earlier.
         if inside and len(point) >= longest:
@@ -193,7 +195,7 @@ def _filesystem_type(path: Path) -> str | None:
 @lru_cache(maxsize=1)
 def _mount_table(second: int) -> tuple[tuple[str, str], ...]:
     """(mount point, filesystem type) of each mount, read again each ``second`` (of
-    the monotonic clock): a burst of submits reads the table once, not once each."""
+    a clock's monotonic seconds): a burst of submits reads the table once, not once each."""
     try:
         table = _MOUNTS.read_text(encoding="utf-8")
     except OSError:

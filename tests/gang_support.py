@@ -11,7 +11,7 @@ from spotd.core.network import Fabric
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
 from spotd.core.values import AttemptRecord, JobRecord, LaunchRequest, Market, Offering
-from spotd.engine.reconcile import job_environment
+from spotd.engine.launching import job_environment
 
 FABRIC_MARKS = {
     Fabric.EFA: ("FI_PROVIDER", "efa"),

@@ -21,12 +21,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from spotd.agent.reporter import ReportFailed, ReportRejected
 from spotd.core.agent_wire import JoinReport, Roster, Waiting
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.spec import GangSpec
 
 log = logging.getLogger(__name__)
@@ -91,16 +92,18 @@ def wait_for_roster(
     timeout: float,
     poll_seconds: float = 1.0,
     stop: threading.Event | None = None,
+    clock: Clock = WALL,
 ) -> Roster | None:
-    """Join and ask again until the roster comes; None after ``timeout`` seconds.
+    """Join and ask again until the roster comes; None after ``timeout`` seconds of
+    ``clock``, which also dates each join.
 
     A refused join (wrong token, unknown attempt) ends the wait at once: no
     retry could pass it. Transient failures are retried like waiting.
     """
-    deadline = time.monotonic() + timeout
+    deadline = clock.monotonic() + timeout
     while True:
         try:
-            answer = join(report.model_copy(update={"at": datetime.now(UTC)}))
+            answer = join(report.model_copy(update={"at": clock.now()}))
         except ReportRejected as exc:
             log.error("the daemon refused this node's join: %s", exc)
             return None
@@ -111,7 +114,7 @@ def wait_for_roster(
             return answer
         if answer is not None:
             log.info("gang: %d of %d node(s) joined", answer.joined, answer.nodes)
-        left = deadline - time.monotonic()
+        left = deadline - clock.monotonic()
         if left <= 0 or (stop is not None and stop.is_set()):
             return None
         time.sleep(min(poll_seconds, left))

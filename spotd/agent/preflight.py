@@ -51,6 +51,8 @@ from spotd.agent.preflight_worker import (
     WorkerSpec,
 )
 from spotd.core.agent_wire import GpuReading, PreflightCheck, PreflightFigures
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 
 __all__ = [
     "DEFAULT_SIZE_MB",
@@ -154,21 +156,23 @@ class _Worker:
     result: WorkerResult | WorkerFailure | None = field(default=None)
 
 
-def run_preflight(plan: PreflightPlan, gpus: GpuSource | None) -> PreflightFigures:
+def run_preflight(
+    plan: PreflightPlan, gpus: GpuSource | None, clock: Clock = WALL
+) -> PreflightFigures:
     """Run this node's part of the gang's preflight; every node gets the same verdict.
 
     ``gpus`` is the node's GPU source (:func:`spotd.agent.gpu.open_gpu_source`),
     None where no driver answers. Blocks until the gang is done or
-    ``plan.timeout_seconds`` have passed; never raises for a failed check.
+    ``plan.timeout_seconds`` of ``clock`` have passed; never raises for a failed check.
     """
-    start = time.monotonic()
+    start = clock.monotonic()
     deadline = start + plan.timeout_seconds
     readings, sample_error = _sample(gpus)
     checks = [*_gpu_checks(plan, gpus, readings, sample_error)]
     checks.append(_checkpoint_check(plan, plan.timeout_seconds * PROBE_SHARE))
     backend = plan.backend or _default_backend(plan, readings)
-    gang = _run_gang(plan, backend, _failure_line(checks), deadline)
-    return _figures(plan, backend, checks, gang, time.monotonic() - start)
+    gang = _run_gang(plan, backend, _failure_line(checks), deadline, clock)
+    return _figures(plan, backend, checks, gang, clock.monotonic() - start)
 
 
 # ---- node checks ----------------------------------------------------------------
@@ -321,7 +325,7 @@ def _torch_available() -> bool:
 
 
 def _run_gang(
-    plan: PreflightPlan, backend: Backend, node_failure: str, deadline: float
+    plan: PreflightPlan, backend: Backend, node_failure: str, deadline: float, clock: Clock
 ) -> _GangOutcome:
     if plan.world_size == 1:
         why = "a gang of one process: no peer to measure against"
@@ -337,18 +341,20 @@ def _run_gang(
         size_bytes=max(4, int(size_mb * 1e6)),
         iterations=plan.iterations,
         warmup=WARMUP_ITERATIONS,
-        timeout_seconds=max(deadline - time.monotonic(), 0.0) + WORKER_GRACE_SECONDS,
+        timeout_seconds=max(deadline - clock.monotonic(), 0.0) + WORKER_GRACE_SECONDS,
         node_failure=node_failure,
     )
-    return _launch(plan, spec, deadline)
+    return _launch(plan, spec, deadline, clock)
 
 
-def _launch(plan: PreflightPlan, spec: WorkerSpec, deadline: float) -> _GangOutcome:
+def _launch(
+    plan: PreflightPlan, spec: WorkerSpec, deadline: float, clock: Clock
+) -> _GangOutcome:
     workers: list[_Worker] = []
     try:
         for local_rank in range(plan.local_procs):
             workers.append(_start_worker(plan, spec, local_rank))
-        state = _wait(workers, deadline)
+        state = _wait(workers, deadline, clock)
     except OSError as exc:
         state = f"cannot start a preflight worker: {exc}"
     finally:
@@ -393,7 +399,7 @@ def _start_worker(plan: PreflightPlan, spec: WorkerSpec, local_rank: int) -> _Wo
     return _Worker(proc=proc, stdout=stdout, stderr=stderr, local_rank=local_rank)
 
 
-def _wait(workers: list[_Worker], deadline: float) -> str:
+def _wait(workers: list[_Worker], deadline: float, clock: Clock) -> str:
     """``done`` when all exited 0, ``timeout`` at the deadline, else why one failed.
 
     Polls them all, so one worker's early failure ends the wait at once instead of
@@ -406,7 +412,7 @@ def _wait(workers: list[_Worker], deadline: float) -> str:
                 return _worker_error(worker, code)
         if all(code == 0 for code in codes):
             return "done"
-        if time.monotonic() >= deadline:
+        if clock.monotonic() >= deadline:
             return "timeout"
         time.sleep(_POLL_SECONDS)
 

@@ -20,13 +20,17 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from spotd.core.clock import WALL
+
+if TYPE_CHECKING:
+    from spotd.core.contracts import Clock
 
 SPEC_VARIABLE = "SPOTD_PREFLIGHT_SPEC"
 EXIT_FAILED = 1
@@ -148,7 +152,8 @@ def _register_pinned_gloo(dist: Any, address: str) -> str:
 
 @dataclass(frozen=True)
 class _Session:
-    """One rank's handles on torch, its store and its device (torch kept behind Any)."""
+    """One rank's handles on torch, its store and its device (torch kept behind Any), and
+    the clock that times its all-reduces."""
 
     torch: Any
     dist: Any
@@ -156,6 +161,7 @@ class _Session:
     device: Any
     spec: WorkerSpec
     rank: _Rank
+    clock: Clock
 
     def synchronize(self) -> None:
         """Wait for queued CUDA work: collectives there are asynchronous."""
@@ -183,11 +189,11 @@ class _Session:
 
     def time_all_reduce(self, buffer: Any) -> float:
         """The slowest rank's mean seconds per all-reduce of ``buffer``."""
-        start = time.perf_counter()
+        start = self.clock.monotonic()
         for _ in range(self.spec.iterations):
             self.dist.all_reduce(buffer)
         self.synchronize()
-        elapsed = time.perf_counter() - start
+        elapsed = self.clock.monotonic() - start
         mine = self.torch.tensor([elapsed], dtype=self.torch.float64, device=self.device)
         self.dist.all_reduce(mine, op=self.dist.ReduceOp.MAX)
         return float(mine.item()) / self.spec.iterations
@@ -201,7 +207,7 @@ def _device(torch: Any, spec: WorkerSpec, rank: _Rank) -> Any:
     return device
 
 
-def _join(spec: WorkerSpec, rank: _Rank) -> _Session:
+def _join(spec: WorkerSpec, rank: _Rank, clock: Clock) -> _Session:
     """Open the store, publish this node's verdict, join the process group."""
     torch, dist = _load_torch()
     timeout = timedelta(seconds=spec.timeout_seconds)
@@ -220,12 +226,15 @@ def _join(spec: WorkerSpec, rank: _Rank) -> _Session:
     dist.init_process_group(
         backend, store=store, rank=rank.rank, world_size=rank.world_size, timeout=timeout
     )
-    return _Session(torch=torch, dist=dist, store=store, device=device, spec=spec, rank=rank)
+    return _Session(
+        torch=torch, dist=dist, store=store, device=device, spec=spec, rank=rank, clock=clock
+    )
 
 
-def run_worker(spec: WorkerSpec, rank: _Rank) -> WorkerResult:
-    """Join the gang, share the node verdicts, measure; raises on any failure."""
-    session = _join(spec, rank)
+def run_worker(spec: WorkerSpec, rank: _Rank, clock: Clock = WALL) -> WorkerResult:
+    """Join the gang, share the node verdicts, measure (timed by ``clock``); raises on any
+    failure."""
+    session = _join(spec, rank, clock)
     try:
         # Zeros: the sums stay zero, so no overflow to inf however many iterations.
         buffer = session.torch.zeros(
@@ -254,7 +263,7 @@ def main(environ: Mapping[str, str] | None = None) -> int:
     rank_id = int(env.get("RANK", "-1"))
     try:
         spec = WorkerSpec.model_validate_json(env[SPEC_VARIABLE])
-        result = run_worker(spec, _Rank.from_env(env))
+        result = run_worker(spec, _Rank.from_env(env), WALL)
     except Exception as exc:
         message = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line
         print(WorkerFailure(rank=rank_id, error=message).model_dump_json(), flush=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 
@@ -36,6 +35,8 @@ from spotd.core.agent_wire import (
     SecretsAsk,
     Waiting,
 )
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import SpotdError
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ class ReportQueue:
     """Sends reports in order from a background thread, retrying each until it goes.
 
     A newer heartbeat replaces one still waiting: only the latest says anything.
+    ``clock`` times :meth:`drain`.
     """
 
     def __init__(
@@ -145,8 +147,10 @@ class ReportQueue:
         *,
         initial_backoff: float = 0.5,
         max_backoff: float = 30.0,
+        clock: Clock = WALL,
     ) -> None:
         self._send = send
+        self._clock = clock
         self._initial = initial_backoff
         self._max = max_backoff
         self._queue: deque[AgentReport] = deque()
@@ -176,10 +180,10 @@ class ReportQueue:
                 return self._cond.wait_for(lambda: not self._queue, timeout=timeout)
         # ``stop`` is set from a signal handler, which cannot notify the condition
         # safely: look at it a few times a second instead.
-        deadline = time.monotonic() + timeout
+        deadline = self._clock.monotonic() + timeout
         with self._cond:
             while self._queue and not stop.is_set():
-                left = deadline - time.monotonic()
+                left = deadline - self._clock.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(min(left, _STOP_POLL_SECONDS))

@@ -1,4 +1,22 @@
-"""Wall-clock time, for the daemon on real clouds; and one corrected to the database's."""
+"""Wall-clock time, for the daemon on real clouds; one corrected to the database's; and a
+manual one that moves only when told, for tests.
+
+Nothing else in spotd, its providers or its policies reads the time: whatever needs
+it is handed a :class:`~spotd.core.contracts.Clock` and asks it. A clock answers two
+questions:
+
+* ``now()``: the time of day, aware UTC. It is the clock's own: a simulated market's
+  runs faster than the wall (:class:`spotd_sim.clock.SimClock`).
+* ``monotonic()``: real seconds from an arbitrary start, never going back, for
+  what real time bounds: timeouts, retry backoffs, cache ages, how long a save took.
+  Only differences of two readings mean anything.
+
+Entry points take ``clock: Clock = WALL`` so that callers need not care; tests hand
+a :class:`ManualClock` and :meth:`~ManualClock.advance` it, so nothing waits or
+races the wall clock. ``tests/test_clock_discipline.py`` keeps the rule: only this
+module and ``spotd_sim/clock.py`` may call ``time.time``, ``time.monotonic``,
+``datetime.now`` and the like.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Final
 
 log = logging.getLogger(__name__)
 
@@ -16,8 +35,15 @@ class WallClock:
     def now(self) -> datetime:
         return datetime.now(UTC)
 
+    def monotonic(self) -> float:
+        return time.monotonic()
+
     def seconds_to_real(self, seconds: float) -> float:
         return seconds
+
+
+WALL: Final = WallClock()
+"""The wall clock, for entry points' defaults: ``clock: Clock = WALL``."""
 
 
 class DatabaseClock:
@@ -67,5 +93,49 @@ class DatabaseClock:
                             exc_info=True)  # fmt: skip
         return self._local() + self._offset
 
+    def monotonic(self) -> float:
+        """This machine's monotonic seconds: intervals need no reference."""
+        return self._monotonic()
+
     def seconds_to_real(self, seconds: float) -> float:
         return seconds
+
+
+class ManualClock:
+    """A clock that moves only when told: ``advance(seconds)``.
+
+    For tests that drive time themselves: an engine, an in-process simulated
+    market (:class:`spotd_sim.inprocess.InProcessSimProvider`), cooldowns and
+    deadlines all see the moment the test set, and nothing happens between two
+    calls to :meth:`advance`. Its seconds count as real ones (``seconds_to_real``
+    is the identity): no real time passes on it at all, and :meth:`monotonic`
+    moves with :meth:`now`, from 0 at ``start``.
+    """
+
+    def __init__(self, start: datetime) -> None:
+        if start.utcoffset() is None:
+            raise ValueError("a clock's start must be timezone-aware")
+        self._now = start.astimezone(UTC)
+        self._elapsed = 0.0
+
+    def now(self) -> datetime:
+        """The moment the clock was last set to, timezone-aware UTC."""
+        return self._now
+
+    def monotonic(self) -> float:
+        """Seconds advanced since the clock was made."""
+        return self._elapsed
+
+    def advance(self, seconds: float) -> datetime:
+        """Move the clock ``seconds`` on (never back) and return the new now."""
+        if seconds < 0:
+            raise ValueError(f"a clock only moves forward, got {seconds} s")
+        self._now += timedelta(seconds=seconds)
+        self._elapsed += seconds
+        return self._now
+
+    def seconds_to_real(self, seconds: float) -> float:
+        return seconds
+
+    def __repr__(self) -> str:
+        return f"ManualClock({self._now.isoformat()})"

@@ -39,10 +39,16 @@ if TYPE_CHECKING:
 
 
 class Clock(Protocol):
-    """Where "now" comes from: the wall clock, or a simulated one."""
+    """Where "now" comes from: the wall clock, or a simulated one (see
+    :mod:`spotd.core.clock`: nothing else reads the time)."""
 
     def now(self) -> datetime:
         """The current time, timezone-aware UTC."""
+        ...
+
+    def monotonic(self) -> float:
+        """Real seconds from an arbitrary start, never going back: for timeouts,
+        backoffs and cache ages. Only the difference of two readings means anything."""
         ...
 
     def seconds_to_real(self, seconds: float) -> float:

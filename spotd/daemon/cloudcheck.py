@@ -10,10 +10,10 @@ placement object and fabric interfaces. Nothing billable is created.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from fnmatch import fnmatchcase
 
-from spotd.core.contracts import CloudChecker, Provider
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock, CloudChecker, Provider
 from spotd.core.errors import ConfigError
 from spotd.core.fabric_env import fabric_environment
 from spotd.core.spec import JobSpec
@@ -21,7 +21,8 @@ from spotd.core.values import CheckOutcome, CloudCheck, LaunchRequest
 from spotd.daemon.config import Settings
 from spotd.daemon.wiring import build_providers
 from spotd.engine.context import placement_context
-from spotd.engine.reconcile import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, max_run_seconds
+from spotd.engine.launching import max_run_seconds
+from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, TAG_OWNER
 from spotd.engine.shipping import shipping_environment
 from spotd.market.cache import MarketCache
 from spotd.registry import load_policy
@@ -31,31 +32,40 @@ CHECK_JOB_ID = "j-check-cloud"
 
 
 def check_clouds(
-    settings: Settings, spec: JobSpec | None = None, provider: str | None = None
+    settings: Settings,
+    spec: JobSpec | None = None,
+    provider: str | None = None,
+    clock: Clock = WALL,
 ) -> list[CloudCheck]:
-    """The checks of every enabled provider matching ``provider`` (a name or glob)."""
+    """The checks of every enabled provider matching ``provider`` (a name or glob);
+    ``clock`` is the placement's "now"."""
     _, providers = build_providers(settings)
     chosen = {n: p for n, p in providers.items() if provider is None or fnmatchcase(n, provider)}
     if not chosen:
         enabled = ", ".join(sorted(providers)) or "none"
         raise ConfigError(f"no enabled provider matches {provider!r} (enabled: {enabled})")
-    return check_providers(chosen, spec, settings)
+    return check_providers(chosen, spec, settings, clock)
 
 
 def check_providers(
-    providers: Mapping[str, Provider], spec: JobSpec | None, settings: Settings
+    providers: Mapping[str, Provider],
+    spec: JobSpec | None,
+    settings: Settings,
+    clock: Clock = WALL,
 ) -> list[CloudCheck]:
     """The checks of these providers, by name, for a new job of ``spec`` if given."""
-    return [_check_one(p, spec, settings) for _, p in sorted(providers.items())]
+    return [_check_one(p, spec, settings, clock) for _, p in sorted(providers.items())]
 
 
-def _check_one(provider: Provider, spec: JobSpec | None, settings: Settings) -> CloudCheck:
+def _check_one(
+    provider: Provider, spec: JobSpec | None, settings: Settings, clock: Clock
+) -> CloudCheck:
     if not isinstance(provider, CloudChecker):
         nothing = CheckOutcome("checks", True, "this provider has no checks to run")
         return CloudCheck(provider.name, (nothing,))
     if spec is None:
         return provider.check_cloud(None)
-    request, problem = launch_request_for(provider, spec, settings)
+    request, problem = launch_request_for(provider, spec, settings, clock)
     checked = provider.check_cloud(request)
     if problem is None:
         return checked
@@ -63,14 +73,15 @@ def _check_one(provider: Provider, spec: JobSpec | None, settings: Settings) -> 
 
 
 def launch_request_for(
-    provider: Provider, spec: JobSpec, settings: Settings
+    provider: Provider, spec: JobSpec, settings: Settings, clock: Clock = WALL
 ) -> tuple[LaunchRequest | None, CheckOutcome | None]:
     """The request the daemon would send ``provider`` for a new job of ``spec``.
 
     The configured policy chooses among this provider's offerings only; when
-    none fits, no request and a failed outcome saying why.
+    none fits, no request and a failed outcome saying why. ``clock`` is the
+    placement's "now".
     """
-    market = MarketCache({provider.name: provider})
+    market = MarketCache({provider.name: provider}, clock=clock)
     market.refresh_all()
     snapshot = market.snapshot(provider.name)
     if snapshot.error is not None:
@@ -81,7 +92,7 @@ def launch_request_for(
     policy = load_policy(settings.scheduling.policy)
     offerings = market.offerings()
     ctx = placement_context(
-        CHECK_JOB_ID, here, datetime.now(UTC), pools=(o.pool for o in offerings),
+        CHECK_JOB_ID, here, clock.now(), pools=(o.pool for o in offerings),
         cooldown_hours=settings.scheduling.cooldown_hours,
         changeover_hours=settings.scheduling.changeover_hours,
     )  # fmt: skip

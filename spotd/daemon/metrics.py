@@ -61,7 +61,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -81,6 +80,7 @@ from prometheus_client.registry import Collector
 
 from spotd.billing.ledger import ledger_so_far
 from spotd.billing.ledger import totals as ledger_totals
+from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
 from spotd.core.states import ACTIVE, JobStatus
 from spotd.core.values import AttemptEnd, AttemptRecord, JobRecord, LedgerEntry, Offering, Pool
@@ -342,6 +342,9 @@ class SpotdCollector(Collector):
     ``history_seconds`` (real seconds; 0: at every scrape) and served from the
     last read in between: Prometheus takes rates of them over minutes. Spend,
     attempt counts and the per-job series are read at every scrape.
+
+    ``wall`` is the real clock (the price polls' ages, the history's), which the
+    engine's, on a simulated market, is not.
     """
 
     def __init__(
@@ -350,14 +353,14 @@ class SpotdCollector(Collector):
         spend_fn: Callable[[], FleetTotals] | None = None,
         *,
         outbox: Outboxlike | None = None,
-        wall_clock: Callable[[], float] = time.time,
+        wall: Clock = WALL,
         queries: MetricQueries | None = None,
         history_seconds: float = HISTORY_SECONDS,
     ) -> None:
         self._engine = engine
         self._spend_fn = spend_fn
         self._outbox = outbox
-        self._wall = wall_clock
+        self._wall = wall
         self._queries = queries
         self._history_seconds = history_seconds
         self._history: dict[str, tuple[float, list[Metric]]] = {}
@@ -401,7 +404,7 @@ class SpotdCollector(Collector):
     def _recent(self, name: str, read: Callable[[], list[Metric]]) -> list[Metric]:
         """``read()``, or what it returned less than ``history_seconds`` ago."""
         with self._history_lock:
-            now = time.monotonic()
+            now = self._wall.monotonic()
             kept = self._history.get(name)
             if kept is not None and now - kept[0] < self._history_seconds:
                 return kept[1]
@@ -570,7 +573,7 @@ class SpotdCollector(Collector):
     # -- the daemon's own ---------------------------------------------------
 
     def _polls(self) -> list[Metric]:
-        now = self._wall()
+        now = self._wall.now().timestamp()
         age = GaugeMetricFamily(
             "spotd_price_poll_age_seconds",
             "Seconds since the provider's last good price poll (+Inf: never polled).",

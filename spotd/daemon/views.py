@@ -90,6 +90,8 @@ class AttemptView(BaseModel):
     """Reference compute hours a running hour here does (None: not known)."""
     checkpoint_interval_hours: float | None = None
     saves_on_notice: bool | None = None
+    exit_code: int | None = None
+    """The job command's exit code that ended the attempt (its first failing node's)."""
     gang: GangView | None = None
     """What the attempt's agents reported; None where none did (or an older daemon)."""
 
@@ -155,7 +157,7 @@ class JobView(BaseModel):
     max_restarts: int = 0
     """Its ``retry.max_restarts_on_errors``."""
     last_exit_code: int | None = None
-    """The non-zero code of the latest error exit, where the node's agent reported it."""
+    """The non-zero code of the latest error exit (its first failing node's)."""
     clock: str | None = None
     """What clock the job's times are on when it is not the wall's (:func:`clock_label`);
     None on the wall's, and from a daemon older than the field."""
@@ -227,6 +229,7 @@ def attempt_view(
         running_at=a.running_at,
         ended_at=a.ended_at,
         end_reason=str(a.end_reason) if a.end_reason else None,
+        exit_code=a.exit_code,
         cost_usd=round(cost_usd, 6),
         work_per_hour=a.work_per_hour,
         checkpoint_interval_hours=a.checkpoint_interval_hours,
@@ -282,12 +285,13 @@ def restarts_of(job: JobRecord, attempts: Sequence[AttemptRecord]) -> int:
 def last_error_exit(
     attempts: Sequence[AttemptRecord], reports: Sequence[InstanceReport]
 ) -> int | None:
-    """The non-zero exit code the agents reported for the latest ``user-failed`` attempt
-    (the first failing node's); None without one (a provider without agents, the
-    simulated market, says it in the attempt's event instead)."""
+    """The non-zero exit code of the latest ``user-failed`` attempt (the first failing
+    node's), as the attempt keeps it, else as its agents reported it; None without one."""
     failed = [a for a in attempts if a.end_reason is AttemptEnd.USER_FAILED]
     if not failed:
         return None
+    if failed[-1].exit_code is not None:
+        return failed[-1].exit_code
     own = attempt_reports(failed[-1], reports)
     codes = [own[i].exit_code for i in failed[-1].instance_ids if i in own]
     return next((c for c in codes if c not in (None, 0)), None)

@@ -11,7 +11,8 @@ from spotd.core.errors import ConfigError
 from spotd.core.kinds import AnyKind
 from spotd.daemon.config import Settings
 from spotd.daemon.tokens import ensure_token
-from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import EngineSettings
 from spotd.engine.teams import TeamLimits
 from spotd.registry import kind_names, load_policy, require_sdk, sdk_missing
 from spotd.store import open_store

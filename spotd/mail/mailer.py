@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from spotd.billing.ledger import spend_so_far
+from spotd.core.clock import WALL
 from spotd.core.contracts import Clock, JobSource
 from spotd.core.errors import MailError
 from spotd.core.states import ACTIVE
@@ -31,6 +32,8 @@ class Mailer:
     reconcile loop): failures are logged, and queued messages are retried.
     ``claim(key)`` is ``store.claim_notification(key, at=now)``: True the
     first time a key is claimed, across every daemon on the database.
+    ``clock`` is the engine's (report windows, spend); ``wall`` the real one
+    (the messages' dates, the cron firings), which a simulated market's is not.
     """
 
     def __init__(
@@ -43,7 +46,7 @@ class Mailer:
         clock: Clock,
         claim: Callable[[str], bool],
         reports: ReportComposer | None = None,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        wall: Clock = WALL,
     ) -> None:
         self.settings = settings
         self.outbox = outbox
@@ -52,7 +55,7 @@ class Mailer:
         self._clock = clock
         self._claim = claim
         self._reports = reports
-        self._wall = wall_clock
+        self.wall = wall
 
     # -- Notifier -----------------------------------------------------------
 
@@ -83,7 +86,7 @@ class Mailer:
             log.warning("email %r has no recipients; not sent", composed.subject)
             return None
         try:
-            return self.outbox.put(composed.message(self.settings.sender, recipients))
+            return self.outbox.put(composed.message(self.settings.sender, recipients, self.wall))
         except OSError as exc:
             raise MailError(f"could not queue email {composed.subject!r}: {exc}") from exc
 
@@ -120,7 +123,7 @@ class Mailer:
 
     def scheduled_report(self, schedule: str) -> None:
         """The cron job of one ``[email.schedules]`` entry; never raises."""
-        fired = self._wall().astimezone(UTC)
+        fired = self.wall.now().astimezone(UTC)
         # Several daemons on one database: the first to claim this firing sends it.
         if not self._claimed(f"report:{schedule}:{fired:%Y-%m-%dT%H:%M}"):
             return
@@ -223,7 +226,7 @@ def schedule_mail(scheduler: Any, mailer: Mailer) -> list[str]:
         "interval",
         seconds=s.flush_seconds,
         id="mail-flush",
-        next_run_time=datetime.now(UTC),
+        next_run_time=mailer.wall.now(),
         **common,
     )
     scheduler.add_job(
@@ -256,19 +259,22 @@ def build_mailer(
     clock: Clock,
     claim: Callable[[str], bool],
     reports: ReportComposer | None = None,
+    wall: Clock = WALL,
 ) -> Mailer:
     """A mailer with SMTP transport and the outbox under ``<data_dir>/outbox``."""
     outbox = Outbox(
         data_dir / "outbox",
         base_delay_seconds=settings.retry_base_seconds,
         max_delay_seconds=settings.retry_max_seconds,
+        clock=wall,
     )
     return Mailer(
         settings,
         outbox,
-        SmtpNotifier(settings),
+        SmtpNotifier(settings, clock=wall),
         store=store,
         clock=clock,
         claim=claim,
         reports=reports,
+        wall=wall,
     )

@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import format_datetime, make_msgid
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.mail.common import PNG_SIGNATURE
 
 log = logging.getLogger(__name__)
@@ -22,8 +23,10 @@ def build_message(
     *,
     sender: str,
     to: Sequence[str],
+    clock: Clock = WALL,
 ) -> EmailMessage:
-    """A multipart/alternative email: plain text, and HTML with its PNGs inline.
+    """A multipart/alternative email: plain text, and HTML with its PNGs inline,
+    dated by ``clock``.
 
     ``images`` maps a Content-ID (without angle brackets) to PNG bytes; the
     HTML refers to each as ``cid:<content-id>``. The HTML part becomes a
@@ -38,7 +41,7 @@ def build_message(
     message["Subject"] = subject
     message["From"] = sender
     message["To"] = ", ".join(to)
-    message["Date"] = format_datetime(datetime.now(UTC))
+    message["Date"] = format_datetime(clock.now())
     # An explicit domain: make_msgid's default asks DNS for our FQDN, which can stall.
     message["Message-ID"] = make_msgid(domain=_domain_of(sender))
     message.set_content(text)
@@ -80,6 +83,7 @@ class Composed:
     images: Mapping[str, bytes] = field(default_factory=dict)
     """Content-ID -> PNG bytes, referenced in ``html`` as ``cid:<content-id>``."""
 
-    def message(self, sender: str, to: Sequence[str]) -> EmailMessage:
-        """The complete message."""
-        return build_message(self.subject, self.text, self.html, self.images, sender=sender, to=to)
+    def message(self, sender: str, to: Sequence[str], clock: Clock = WALL) -> EmailMessage:
+        """The complete message, dated by ``clock``."""
+        return build_message(self.subject, self.text, self.html, self.images, sender=sender,
+                             to=to, clock=clock)  # fmt: skip

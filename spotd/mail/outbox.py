@@ -17,6 +17,8 @@ from email.policy import default as default_policy
 from enum import Enum
 from pathlib import Path
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import MailError
 from spotd.files import write_atomic
 from spotd.mail.smtp import MessageSender
@@ -53,21 +55,27 @@ class Outbox:
     one gets a ``.json`` file beside it with its attempts and next-attempt
     time (exponential backoff). Flushes are serialised within a process by a
     lock and across processes (the daemon and ``spotd report --email``) by
-    ``flock`` on ``.lock`` in the folder.
+    ``flock`` on ``.lock`` in the folder. ``clock`` stamps the files and the retries.
     """
 
     def __init__(
-        self, folder: Path, *, base_delay_seconds: float = 60.0, max_delay_seconds: float = 3600.0
+        self,
+        folder: Path,
+        *,
+        base_delay_seconds: float = 60.0,
+        max_delay_seconds: float = 3600.0,
+        clock: Clock = WALL,
     ) -> None:
         self.folder = folder
         self._base = base_delay_seconds
         self._max = max_delay_seconds
+        self._clock = clock
         self._lock = threading.Lock()
 
     def put(self, message: EmailMessage, *, now: datetime | None = None) -> Path:
         """Keep ``message`` for delivery; raises OSError if it cannot be written."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        at = now or datetime.now(UTC)
+        at = now or self._clock.now()
         path = self.folder / f"{at.astimezone(UTC):%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex}.eml"
         write_atomic(path, bytes(message))
         log.info("queued email %r to %s", message["Subject"], message["To"])
@@ -86,7 +94,7 @@ class Outbox:
         a temporary failure (server unreachable) the round stops, since the
         next messages would only wait for the same timeout.
         """
-        at = now or datetime.now(UTC)
+        at = now or self._clock.now()
         try:
             with self._lock, self._folder_lock() as locked:
                 return self._send_due(sender, at) if locked else 0

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 from apscheduler.triggers.cron import CronTrigger
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SecretStr, model_validator
 
-from spotd.core.spec import Email
+from spotd.core.spec_fields import Email
 
 log = logging.getLogger(__name__)
 

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from email.message import EmailMessage
 from typing import Protocol
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import ConfigError, MailAuthError, MailRefused, MailUnavailable
 from spotd.mail.message import build_message
 from spotd.mail.settings import EmailSettings
@@ -28,15 +30,23 @@ class SmtpNotifier:
     """Delivers email over SMTP (smtplib), one connection per message.
 
     Implements :class:`~spotd.core.contracts.Notifier` and :class:`MessageSender`.
-    Every failure is raised as a :class:`MailError` subclass.
+    Every failure is raised as a :class:`MailError` subclass. ``clock`` dates what
+    :meth:`send` builds.
     """
 
-    def __init__(self, settings: EmailSettings, *, ssl_context: ssl.SSLContext | None = None):
+    def __init__(
+        self,
+        settings: EmailSettings,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        clock: Clock = WALL,
+    ):
         if settings.host is None:
             raise ConfigError("email.host is not set: email is off")
         self._settings = settings
         self._host = settings.host
         self._ssl_context = ssl_context
+        self._clock = clock
 
     def __repr__(self) -> str:
         s = self._settings
@@ -55,7 +65,8 @@ class SmtpNotifier:
     ) -> None:
         """Build the message and deliver it now."""
         message = build_message(
-            subject, text, html, images or {}, sender=self._settings.sender, to=to
+            subject, text, html, images or {}, sender=self._settings.sender, to=to,
+            clock=self._clock,
         )
         self.send_message(message)
 

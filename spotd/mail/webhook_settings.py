@@ -20,7 +20,7 @@ PREEMPTED = "preempted"
 """A transition name that is no status: an attempt ended by a preemption (the job goes
 to ``recovering``, or ``failed`` over its budget)."""
 
-WAITING = WAITING_CAUSE
+WAITING: str = WAITING_CAUSE.value
 """A transition name that is no status: a pending or recovering job's new waiting reason
 (``spotd.engine.waiting``), an event that stays in its status. A status's own
 transitions leave these out: they say why a job waits, they do not move it."""

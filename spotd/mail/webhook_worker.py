@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from spotd.billing.ledger import spend_so_far
+from spotd.core.clock import WALL
 from spotd.core.contracts import Clock, TransitionSource
 from spotd.core.values import EventRecord
 from spotd.mail.webhooks import (
@@ -111,11 +111,16 @@ class _Hook:
     """Events above this id are read each round; None: not scanned yet (read them all)."""
     pending: dict[int, _Delivery] = field(default_factory=dict)
     due: float = 0.0
-    """When (``monotonic``) the webhook may be POSTed to again, after a failure."""
+    """When (the wall clock's ``monotonic``) the webhook may be POSTed to again, after a
+    failure."""
 
 
 class WebhookDispatcher:
-    """Sends the webhooks' job transitions (see the module doc)."""
+    """Sends the webhooks' job transitions (see the module doc).
+
+    ``clock`` is the engine's (costs, claims); ``wall`` the real one (the
+    signatures' timestamps, the retry backoff), which a simulated market's is not.
+    """
 
     def __init__(
         self,
@@ -126,8 +131,7 @@ class WebhookDispatcher:
         *,
         leading: Callable[[], bool] = lambda: True,
         sender: Sender = post,
-        monotonic: Callable[[], float] = time.monotonic,
-        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        wall: Clock = WALL,
     ) -> None:
         self._hooks = [_Hook(name, s) for name, s in sorted(webhooks.items())]
         self._store = store
@@ -135,8 +139,7 @@ class WebhookDispatcher:
         self._clock = clock
         self._leading = leading
         self._send = sender
-        self._monotonic = monotonic
-        self._wall = wall_clock
+        self.wall = wall
         self._stopping = threading.Event()
 
     @property
@@ -236,7 +239,7 @@ class WebhookDispatcher:
                 break
             d = hook.pending[event_id]
             if not d.done:
-                if hook.due > self._monotonic():
+                if hook.due > self.wall.monotonic():
                     break
                 try:
                     self._post(hook, d)
@@ -277,7 +280,7 @@ class WebhookDispatcher:
 
     def _post(self, hook: _Hook, d: _Delivery) -> None:
         headers = request_headers(
-            hook.settings, delivery_id(hook.name, d.event.id), d.content, now=self._wall()
+            hook.settings, delivery_id(hook.name, d.event.id), d.content, now=self.wall.now()
         )
         d.tries += 1
         self._send(hook.settings, d.content, headers)
@@ -307,7 +310,7 @@ class WebhookDispatcher:
             )
             return True
         wait = min(s.retry_base_seconds * 2 ** (d.tries - 1), s.retry_max_seconds)
-        hook.due = self._monotonic() + wait
+        hook.due = self.wall.monotonic() + wait
         log.warning(
             "webhook %s (%s): event %d of job %s not delivered (try %d of %d), again in %.0f s: %s",
             hook.name,
@@ -364,6 +367,6 @@ def schedule_webhooks(scheduler: Any, dispatcher: WebhookDispatcher, *, seconds:
         id="webhooks",
         max_instances=1,
         coalesce=True,
-        next_run_time=datetime.now(UTC),
+        next_run_time=dispatcher.wall.now(),
     )
     return "webhooks"

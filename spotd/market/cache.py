@@ -15,13 +15,13 @@ from __future__ import annotations
 import difflib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import overload
 
-from spotd.core.contracts import OfferingBoard, Provider
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock, OfferingBoard, Provider
 from spotd.core.errors import ProviderError
 from spotd.core.values import Market, Offering, Pool
 from spotd.market.signals import LaunchSignals
@@ -35,19 +35,20 @@ class Snapshot:
 
     offerings: tuple[Offering, ...]
     fetched_at: float
-    """Wall time (``time.time()``) of the last successful poll; 0 if never."""
+    """POSIX time of the last successful poll, by the cache's clock; 0 if never."""
     error: str | None = None
     """The last poll's error, when it failed."""
     failures: int = 0
     """Polls failed in a row."""
     retry_at: float = 0.0
-    """Wall time before which a failed provider is not polled again."""
+    """POSIX time before which a failed provider is not polled again."""
 
-    def age(self, now: float | None = None) -> float | None:
-        """Seconds since the last good poll; None if there never was one."""
+    def age(self, now: float) -> float | None:
+        """Seconds from the last good poll to ``now`` (POSIX time); None if there never
+        was one."""
         if not self.fetched_at:
             return None
-        return (now if now is not None else time.time()) - self.fetched_at
+        return now - self.fetched_at
 
     @property
     def stale(self) -> bool:
@@ -56,7 +57,8 @@ class Snapshot:
 
 
 class MarketCache:
-    """Thread-safe cache of every provider's offerings."""
+    """Thread-safe cache of every provider's offerings, stamped by ``clock`` (the wall's:
+    the snapshots' times are POSIX times of its ``now``)."""
 
     def __init__(
         self,
@@ -65,8 +67,10 @@ class MarketCache:
         base_backoff_seconds: float = 5.0,
         max_backoff_seconds: float = 600.0,
         on_fresh: Callable[[str, tuple[Offering, ...]], None] | None = None,
+        clock: Clock = WALL,
     ) -> None:
         self._providers = dict(providers)
+        self._clock = clock
         self._snapshots: dict[str, Snapshot] = {}
         self._lock = threading.Lock()
         self._base = base_backoff_seconds
@@ -74,7 +78,7 @@ class MarketCache:
         self._on_fresh = on_fresh
         self._index: OfferingIndex | None = None
         self._gpus: frozenset[str] | None = None
-        self.signals = LaunchSignals()
+        self.signals = LaunchSignals(clock=clock.monotonic)
         """spotd's own capacity signal per pool, laid over the offerings (see its module)."""
         self._board: OfferingBoard | None = None
         self._leading: Callable[[], bool] = lambda: True
@@ -102,7 +106,7 @@ class MarketCache:
             adopted = self._adopt(name, old)
             if adopted is not None:
                 return adopted
-        now = time.time()
+        now = self._clock.now().timestamp()
         if old.failures and now < old.retry_at:
             return old
         try:
@@ -151,7 +155,7 @@ class MarketCache:
         if self._adopted.get(name) == published.published_at and not old.error:
             return old  # the same publication: keep the index built on it
         self._adopted[name] = published.published_at
-        fetched_at = time.time() - published.age_seconds
+        fetched_at = self._clock.now().timestamp() - published.age_seconds
         return self._keep(name, old, Snapshot(published.offerings, fetched_at))
 
     def _failed(self, name: str, old: Snapshot, exc: Exception, now: float) -> Snapshot:

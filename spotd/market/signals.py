@@ -16,10 +16,10 @@ so a pool that refused a launch an hour ago gets a fair chance again.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from spotd.core.clock import WALL
 from spotd.core.values import Offering, Pool
 
 FAILURE_FACTOR = 0.3
@@ -41,13 +41,14 @@ class _Seen:
 
 
 class LaunchSignals:
-    """Thread-safe signals by pool; ``clock`` is monotonic seconds."""
+    """Thread-safe signals by pool; ``clock`` is monotonic seconds (a
+    :meth:`~spotd.core.contracts.Clock.monotonic`; the wall's by default)."""
 
     def __init__(
         self,
         *,
         half_life_seconds: float = HALF_LIFE_SECONDS,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = WALL.monotonic,
     ) -> None:
         self._half_life = half_life_seconds
         self._clock = clock

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
+
+from spotd.core.clock import WALL
 
 __all__ = ["TtlCache"]
 
@@ -15,7 +16,8 @@ V = TypeVar("V")
 
 
 class TtlCache(Generic[K, V]):
-    """Values kept for ``ttl_seconds`` of ``clock`` (monotonic seconds) after loading.
+    """Values kept for ``ttl_seconds`` of ``clock`` (monotonic seconds, a
+    :meth:`~spotd.core.contracts.Clock.monotonic`; the wall's by default) after loading.
 
     With ``max_items``, the least recently used keys are dropped beyond that
     many. A failed load stores nothing, so the next call loads again.
@@ -24,7 +26,7 @@ class TtlCache(Generic[K, V]):
     def __init__(
         self,
         ttl_seconds: float,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = WALL.monotonic,
         *,
         max_items: int | None = None,
     ) -> None:

@@ -184,7 +184,8 @@ def simulate(
             if not as_json:
                 err.print(f"wrote {len(written)} plots into {escape(str(plot))}")
     except SpotdError as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False)
+        # soft_wrap: a path in the message is never broken mid-word at the terminal's width.
+        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from exc
     if as_json:
         sys.stdout.write(json.dumps(report_json(report), indent=2) + "\n")

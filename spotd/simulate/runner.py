@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -10,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from spotd.core.contracts import Policy
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock, Policy
 from spotd.registry import load_policy
 from spotd.simulate.adapter import PolicyAdapter
 from spotd.simulate.baselines import baselines_for
@@ -60,11 +60,16 @@ def _simulate(policy: SimPolicy, prepared: Prepared) -> PolicyRun:
 
 
 def run_job(
-    prepared: Prepared, policies: Sequence[Policy] = (), *, hindsight: bool = False
+    prepared: Prepared,
+    policies: Sequence[Policy] = (),
+    *,
+    hindsight: bool = False,
+    clock: Clock = WALL,
 ) -> JobReport:
     """Replay one prepared job under the baselines, ``policies`` and the omniscient DP;
-    with ``hindsight``, ``policies`` again shown the whole trace's statistics."""
-    began = time.perf_counter()
+    with ``hindsight``, ``policies`` again shown the whole trace's statistics. ``clock``
+    times the replay."""
+    began = clock.monotonic()
     world, starts = prepared.world, prepared.starts
     sims: list[SimPolicy] = [*baselines_for(world)]
     sims += [PolicyAdapter(p, prepared) for p in policies]
@@ -78,7 +83,7 @@ def run_job(
     runs.append(PolicyRun(OMNISCIENT, opt, None))
     od = runs[0].costs  # on-demand only comes first: every cost is normalised by it
     metrics = tuple(summarize(r, od, opt) for r in runs)
-    return JobReport(prepared, tuple(runs), metrics, time.perf_counter() - began)
+    return JobReport(prepared, tuple(runs), metrics, clock.monotonic() - began)
 
 
 def run_scenario(
@@ -89,6 +94,7 @@ def run_scenario(
     starts: int | None = None,
     seed: int | None = None,
     hindsight: bool = False,
+    clock: Clock = WALL,
 ) -> ScenarioReport:
     """Run every job of a scenario file, or of a scenario made from trace files alone
     (:func:`~spotd.simulate.scenario.scenario_from_traces`).
@@ -96,9 +102,9 @@ def run_scenario(
     ``policies`` are product policies, by entry-point name or as objects;
     ``starts`` and ``seed`` override every job's own; ``hindsight`` replays the
     policies a second time on the whole trace's statistics (see
-    :class:`~spotd.simulate.adapter.PolicyAdapter`).
+    :class:`~spotd.simulate.adapter.PolicyAdapter`); ``clock`` times the runs.
     """
-    began = time.perf_counter()
+    began = clock.monotonic()
     path = scenario if isinstance(scenario, Path) else None
     if isinstance(scenario, Path):
         scenario = load_scenario(scenario)
@@ -111,10 +117,11 @@ def run_scenario(
             prepare(scenario, timeline, job, str(source), starts=starts, seed=seed),
             loaded,
             hindsight=hindsight,
+            clock=clock,
         )
         for job in scenario.jobs
     )
-    seconds = time.perf_counter() - began
+    seconds = clock.monotonic() - began
     return ScenarioReport(path, scenario, jobs, seconds, timeline.paths)
 
 

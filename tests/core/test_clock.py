@@ -63,8 +63,8 @@ def test_a_failed_read_keeps_the_last_offset() -> None:
 
 @pytest.mark.postgres
 def test_two_daemons_two_hours_apart_agree_on_the_servers_time(pg_url: str) -> None:
+    from spotd.store.base import make_engine
     from spotd.store.coordination import Coordinator
-    from spotd.store.sql import make_engine
 
     server = Coordinator(make_engine(pg_url)).database_time
     ahead = DatabaseClock(server, local=lambda: datetime.now(UTC) + timedelta(hours=2))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from spotd.cli.app import app
-from spotd.core.spec import load_job_file
+from spotd.core.spec_io import load_job_file
 from spotd.daemon.cloudcheck import CHECK_JOB_ID, check_clouds, launch_request_for
 from spotd.daemon.config import load_settings
 from spotd.daemon.wiring import build_providers

@@ -4,13 +4,15 @@ once old."""
 from __future__ import annotations
 
 import threading
-import time
+from datetime import UTC, datetime
 
 import pytest
 
+from spotd.core.clock import ManualClock
 from spotd.daemon.dashboard.kept import KeptBuilds
 
 FAILURE = "the dashboard could not redraw %s"
+EPOCH = datetime(2026, 3, 1, tzinfo=UTC)
 
 
 def test_a_fresh_drawing_is_answered_without_drawing_again() -> None:
@@ -27,9 +29,11 @@ def test_a_fresh_drawing_is_answered_without_drawing_again() -> None:
 
 
 def test_an_old_drawing_is_answered_and_redrawn_behind_the_answer() -> None:
-    kept: KeptBuilds[str, str] = KeptBuilds(0.0, max_items=4, name="t", failure=FAILURE)
+    clock = ManualClock(EPOCH)
+    kept: KeptBuilds[str, str] = KeptBuilds(60.0, max_items=4, name="t", failure=FAILURE,
+                                            clock=clock)  # fmt: skip
     assert kept.get("a", lambda: "old") == "old"
-    time.sleep(0.01)
+    clock.advance(61)
     started, release = threading.Event(), threading.Event()
 
     def slow() -> str:
@@ -47,9 +51,11 @@ def test_an_old_drawing_is_answered_and_redrawn_behind_the_answer() -> None:
 
 
 def test_a_failed_redrawing_keeps_the_old_drawing(caplog: pytest.LogCaptureFixture) -> None:
-    kept: KeptBuilds[str, str] = KeptBuilds(0.0, max_items=4, name="t", failure=FAILURE)
+    clock = ManualClock(EPOCH)
+    kept: KeptBuilds[str, str] = KeptBuilds(60.0, max_items=4, name="t", failure=FAILURE,
+                                            clock=clock)  # fmt: skip
     kept.get("a", lambda: "old")
-    time.sleep(0.01)
+    clock.advance(61)
 
     def broken() -> str:
         raise RuntimeError("matplotlib fell over")

@@ -20,6 +20,7 @@ from sqlalchemy import event
 
 from spotd.billing.ledger import ledger_so_far, totals
 from spotd.core.agent_wire import PreflightFigures
+from spotd.core.clock import ManualClock
 from spotd.core.network import Fabric, Interconnect
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
@@ -291,7 +292,7 @@ def scrape(
             engine,
             spend_fn,
             outbox=outbox,
-            wall_clock=lambda: WALL,  # type: ignore[arg-type]
+            wall=ManualClock(datetime.fromtimestamp(WALL, UTC)),
         )
     )
     return render(registry).decode()

@@ -13,7 +13,8 @@ from spotd.core.values import AttemptEnd
 from spotd.daemon.bootstrap import render_bootstrap
 from spotd.daemon.config import load_settings
 from spotd.daemon.wiring import build_engine
-from spotd.engine.reconcile import TAG_ATTEMPT, TAG_JOB, job_environment
+from spotd.engine.launching import job_environment
+from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB
 from spotd.store import open_store
 
 SECRET = "sk-test-9f1c2e7b44d0"  # made up; must show in the job's environment only
@@ -170,7 +171,8 @@ def test_a_job_without_workdir_runs_in_a_copy_of_its_job_files_folder(tmp_path: 
         submitted = setup.cli("submit", str(job_file))
         # train.py, data.txt and job.toml: not .spotd/ (the daemon's), not ckpt/ (the job's)
         assert "workdir: 3 files" in submitted.stderr, submitted.stderr
-        assert "the job file's folder, as the spec gives no workdir" in submitted.stderr
+        said = " ".join(submitted.stderr.split())  # the line wraps at the pipe's width
+        assert "the job file's folder, as the spec gives no workdir" in said, said
         job_id = submitted.stdout.split()[1]
         job = wait_for(store, job_id, lambda j, _: j.status.terminal, timeout=120)
         assert job.status is JobStatus.SUCCEEDED, [e.detail for e in store.events(job_id)]

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 from smtp_support import SmtpServer, make_cert, serving
 
+from spotd.core.clock import ManualClock
 from spotd.core.spec import JobSpec
 from spotd.core.states import FailureCause, JobStatus
 from spotd.core.values import (
@@ -729,7 +730,7 @@ def test_job_end_email_carries_the_stored_ledger_and_its_savings(tmp_path: Path)
 def test_scheduled_report_is_sent_once_per_firing(tmp_path: Path) -> None:
     store = FakeStore()
     mail = mailer(tmp_path, store)
-    mail._wall = lambda: NOW
+    mail.wall = ManualClock(NOW)
     mail.scheduled_report("weekly")
     mail.scheduled_report("weekly")  # another daemon on the same database, same minute
     (sent,) = mail.transport.sent  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from sqlalchemy import text
 from webhook_support import Receiver, api
 
+from spotd.core.clock import ManualClock
 from spotd.core.spec import JobSpec
 from spotd.core.states import FailureCause, JobStatus, Transition
 from spotd.core.values import EventRecord, JobRecord
@@ -76,16 +77,6 @@ class StepClock:
         return seconds
 
 
-@dataclass
-class Ticker:
-    """``time.monotonic`` for the dispatcher's backoff, moved by hand."""
-
-    t: float = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     r = Receiver().start()
@@ -101,14 +92,14 @@ def dispatcher(
     store: SqlStore,
     hooks: dict[str, WebhookSettings],
     clock: StepClock,
-    ticker: Ticker | None = None,
+    ticker: ManualClock | None = None,
     leading: list[bool] | None = None,
 ) -> WebhookDispatcher:
     queries = WebhookQueries.of(store)
     assert queries is not None
     lead = leading if leading is not None else [True]
     return WebhookDispatcher(
-        hooks, store, queries, clock, leading=lambda: lead[0], monotonic=ticker or Ticker()
+        hooks, store, queries, clock, leading=lambda: lead[0], wall=ticker or ManualClock(T0)
     )
 
 
@@ -359,7 +350,7 @@ def test_cost_so_far_is_the_jobs_ledger_spend(
 def test_a_failed_post_is_retried_with_backoff_then_delivered_once(
     store: SqlStore, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock, ticker = StepClock(), Ticker()
+    clock, ticker = StepClock(), ManualClock(T0)
     d = dispatcher(store, {"ops": hook(receiver.url, retry_base_seconds=10.0)}, clock, ticker)
     d.prepare()
     first, second = cancelled(store, clock, "a"), cancelled(store, clock, "b")
@@ -368,11 +359,11 @@ def test_a_failed_post_is_retried_with_backoff_then_delivered_once(
         assert d.run() == 0
         assert len(receiver.requests) == 1, "the endpoint fails: the second event waits untried"
         assert d.run() == 0 and len(receiver.requests) == 1, "backing off"
-        ticker.t += 10
+        ticker.advance(10)
         assert d.run() == 0 and len(receiver.requests) == 2
-        ticker.t += 19
+        ticker.advance(19)
         assert d.run() == 0, "the wait doubled: 20 s"
-        ticker.t += 1
+        ticker.advance(1)
         assert d.run() == 2
     assert "not delivered (try 1 of 8), again in 10 s: HTTP 503" in caplog.text
     assert "again in 20 s" in caplog.text
@@ -386,7 +377,7 @@ def test_a_failed_post_is_retried_with_backoff_then_delivered_once(
 def test_an_event_is_dropped_after_its_tries_and_never_sent_again(
     store: SqlStore, receiver: Receiver, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock, ticker = StepClock(), Ticker()
+    clock, ticker = StepClock(), ManualClock(T0)
     d = dispatcher(store, {"ops": hook(receiver.url, max_tries=3)}, clock, ticker)
     d.prepare()
     job = cancelled(store, clock)
@@ -394,7 +385,7 @@ def test_an_event_is_dropped_after_its_tries_and_never_sent_again(
     with caplog.at_level(logging.WARNING, logger="spotd.mail.webhook_worker"):
         for _ in range(3):
             d.run()
-            ticker.t += 1000
+            ticker.advance(1000)
     assert f"dropped event {store.events(job.id)[-1].id} of job {job.id}" in caplog.text
     assert "after 3 tries: ConnectError" in caplog.text
     assert d.pending() == {"ops": 0}
@@ -603,7 +594,7 @@ def test_a_daemon_posts_job_transitions_and_a_restart_repeats_none(
 def test_a_sender_that_raises_anything_is_backed_off_and_dropped(
     store: SqlStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    clock, ticker = StepClock(), Ticker()
+    clock, ticker = StepClock(), ManualClock(T0)
     calls: list[bytes] = []
 
     def broken(settings: WebhookSettings, content: bytes, headers: dict[str, str]) -> None:
@@ -613,13 +604,13 @@ def test_a_sender_that_raises_anything_is_backed_off_and_dropped(
     queries = WebhookQueries.of(store)
     assert queries is not None
     hooks = {"ops": hook("https://example.invalid/h", max_tries=2)}
-    d = WebhookDispatcher(hooks, store, queries, clock, sender=broken, monotonic=ticker)
+    d = WebhookDispatcher(hooks, store, queries, clock, sender=broken, wall=ticker)
     d.prepare()
     cancelled(store, clock)
     with caplog.at_level(logging.WARNING, logger="spotd.mail.webhook_worker"):
         assert d.run() == 0
         assert d.run() == 0 and len(calls) == 1, "backed off"
-        ticker.t += 100
+        ticker.advance(100)
         assert d.run() == 0 and len(calls) == 2
     assert "after 2 tries: UnicodeEncodeError" in caplog.text
     assert d.pending() == {"ops": 0}
@@ -629,8 +620,8 @@ def test_two_daemons_on_postgresql_send_each_event_once(pg_url: str, receiver: R
     """Two daemons' dispatchers on one database, led by the real leader lock: one sends;
     when it goes, the other takes over and sends only what is new."""
     from spotd.store import open_store
+    from spotd.store.base import make_engine
     from spotd.store.coordination import Coordinator
-    from spotd.store.sql import make_engine
 
     stores = [open_store(pg_url), open_store(pg_url)]
     coordinators = [Coordinator(make_engine(pg_url)) for _ in stores]

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from engine_support import FakeProvider
 
+from spotd.core.clock import ManualClock
 from spotd.core.contracts import Published
 from spotd.core.values import Offering
 from spotd.market.cache import MarketCache, unoffered_gpus
@@ -70,6 +71,10 @@ class _Counted(FakeProvider):
         return super().offerings()
 
 
+FOLLOWER_NOW = datetime(2026, 12, 2, 1, tzinfo=UTC)
+"""The follower's wall clock, which stands still: ages are read against it."""
+
+
 class _BoardClock:
     def __init__(self) -> None:
         self.at = datetime(2026, 12, 2, tzinfo=UTC)
@@ -84,7 +89,7 @@ def _pair(store: SqlStore) -> tuple[MarketCache, _Counted, MarketCache, _Counted
     board = SqlOfferingBoard(store.engine, clock)
     leads, follows = _Counted(name="fake"), _Counted(name="fake")
     leader = MarketCache({"fake": leads})
-    follower = MarketCache({"fake": follows})
+    follower = MarketCache({"fake": follows}, clock=ManualClock(FOLLOWER_NOW))
     leader.share(board, lambda: True, {"fake": 60.0})
     follower.share(board, lambda: False, {"fake": 60.0})
     return leader, leads, follower, follows, clock
@@ -96,7 +101,7 @@ def test_a_follower_takes_the_leaders_poll_and_never_asks_the_provider(store: Sq
     clock.at += timedelta(seconds=30)
     taken = follower.refresh("fake")
     assert taken.offerings == led.offerings and not taken.stale
-    assert abs((taken.age() or 0) - 30) < 1, "the age is the publication's, not the read's"
+    assert taken.age(FOLLOWER_NOW.timestamp()) == 30, "the age is the publication's, not the read's"
     index = follower.offerings()
     assert follower.refresh("fake") is taken, "the same publication again: the index is kept"
     assert follower.offerings() is index

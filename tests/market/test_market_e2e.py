@@ -21,7 +21,8 @@ from spotd.core.clock import WallClock
 from spotd.core.contracts import Provider
 from spotd.daemon.config import DaemonSettings, SchedulingSettings, Settings
 from spotd.daemon.process import Daemon
-from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import EngineSettings
 from spotd.market.cache import MarketCache
 from spotd.store import open_store
 from spotd_policies.balanced import BalancedPolicy

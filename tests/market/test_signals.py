@@ -13,7 +13,8 @@ from spotd.core.errors import CapacityError
 from spotd.core.network import Fabric, Interconnect
 from spotd.core.states import JobStatus
 from spotd.core.values import AttemptEnd, InstanceReport, Offering, Pool
-from spotd.engine.reconcile import Engine, EngineSettings
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import EngineSettings
 from spotd.market.signals import HALF_LIFE_SECONDS, LaunchSignals
 from spotd.store import open_store
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.daemon.dashboard.auth import create_auth_router
 from spotd.daemon.dashboard.pages import create_pages_routers
 from spotd.daemon.dashboard.session import COOKIE_PATH, Sessions
@@ -18,13 +20,13 @@ from spotd.engine.reconcile import Engine
 __all__ = ["install_dashboard"]
 
 
-def install_dashboard(app: FastAPI, engine: Engine, token: str) -> None:
+def install_dashboard(app: FastAPI, engine: Engine, token: str, wall: Clock = WALL) -> None:
     """Add the dashboard's routes to ``app``: its pages behind a session signed with
     ``token`` (logouts kept in the engine's store), and its own stylesheet and
-    script (no secret in them: served to all)."""
-    sessions = Sessions(token, engine.store)
+    script (no secret in them: served to all). ``wall`` is the real clock."""
+    sessions = Sessions(token, engine.store, wall)
     app.include_router(create_auth_router(sessions))
-    routes = create_pages_routers(engine, sessions)
+    routes = create_pages_routers(engine, sessions, wall)
     app.include_router(routes.pages)
     app.include_router(routes.parts)
     static = StaticFiles(packages=[("spotd.daemon.dashboard", "static")])

@@ -21,6 +21,8 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from spotd.billing import reports
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.daemon.dashboard.kept import KeptBuilds
 from spotd.engine.reconcile import Engine
 
@@ -105,14 +107,14 @@ class CostReports:
     """Reports and charts by window, each built behind the answer and refreshed once
     :data:`KEEP_SECONDS` old (:class:`~spotd.daemon.dashboard.kept.KeptBuilds`)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, wall: Clock = WALL) -> None:
         self._engine = engine
         self._kept: KeptBuilds[str, _Built] = KeptBuilds(
             KEEP_SECONDS, max_items=MAX_WINDOWS, name="spotd-cost", max_pending=MAX_PENDING,
             failure="the cost page's report of %s could not be built",
             # The figures are shown as soon as the report is kept; the charts are
             # drawn next, before the page's images ask for them.
-            then=lambda built: built.chart(reports.CHART_NAMES[0]),
+            then=lambda built: built.chart(reports.CHART_NAMES[0]), clock=wall,
         )  # fmt: skip
 
     def report(self, window: Window) -> reports.Report:

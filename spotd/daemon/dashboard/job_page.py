@@ -14,7 +14,8 @@ from spotd.core.values import AttemptRecord, EventRecord, JobRecord
 from spotd.daemon.dashboard.jobs import Money, money_of
 from spotd.daemon.joblogs import attempt_logs, tail
 from spotd.daemon.views import EventView, JobView, clock_label, event_view, job_view
-from spotd.engine.reconcile import Engine, checkpoint_uri
+from spotd.engine.reconcile import Engine
+from spotd.engine.settings import checkpoint_uri
 
 LOG_LINES = 40
 """Lines of each node's output the page shows (``spotd logs`` prints the rest)."""

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Generic, TypeVar
+
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +32,8 @@ class KeptBuilds(Generic[K, V]):
     most ``max_pending`` due at once (the one running included; None: no bound).
     ``failure`` is the log line of a build that failed, ``%s`` standing for the key.
     ``then``, given, is called with a value built behind the answer once it is kept,
-    in the same thread: work that can wait until the value is shown."""
+    in the same thread: work that can wait until the value is shown. Ages are
+    ``clock``'s monotonic seconds."""
 
     def __init__(
         self,
@@ -41,8 +44,10 @@ class KeptBuilds(Generic[K, V]):
         failure: str,
         max_pending: int | None = None,
         then: Callable[[V], object] | None = None,
+        clock: Clock = WALL,
     ) -> None:
         self._fresh = fresh_seconds
+        self._clock = clock
         self._then = then
         self._failure = failure
         self._max = max_items
@@ -72,7 +77,7 @@ class KeptBuilds(Generic[K, V]):
         with self._lock:
             kept = self._kept.get(key)
             if (kept is None and start) or (
-                kept is not None and time.monotonic() - kept[0] > self._fresh
+                kept is not None and self._clock.monotonic() - kept[0] > self._fresh
             ):
                 self._build_behind(key, build)
         return None if kept is None else kept[1]
@@ -103,7 +108,7 @@ class KeptBuilds(Generic[K, V]):
     def _keep(self, key: K, value: V) -> V:
         with self._lock:
             self._kept.pop(key, None)
-            self._kept[key] = (time.monotonic(), value)  # the newest last: dropped last
+            self._kept[key] = (self._clock.monotonic(), value)  # the newest last: dropped last
             while len(self._kept) > self._max:
                 self._kept.popitem(last=False)
         return value

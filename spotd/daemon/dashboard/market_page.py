@@ -4,7 +4,6 @@ signals, and each pool's price history as a chart (matplotlib SVG)."""
 from __future__ import annotations
 
 import io
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -15,6 +14,7 @@ from matplotlib.backends.backend_svg import FigureCanvasSVG
 from matplotlib.figure import Figure
 
 from spotd.billing.charts import ON_DEMAND, PALETTE, style_axes
+from spotd.core.contracts import Clock
 from spotd.core.values import Market, Pool, PricePoint
 from spotd.daemon.dashboard.timeline import date2num
 from spotd.daemon.views import MarketView, OfferingView, market_view
@@ -71,10 +71,10 @@ class MarketPage:
     """Every provider and GPU model offered, for the filter's choices."""
 
 
-def market_page(engine: Engine, wanted: MarketFilter) -> MarketPage:
-    """Every provider's freshness, and the offerings ``wanted`` keeps, by provider, zone
-    and type."""
-    view = market_view(engine.market.snapshots(), time.time())
+def market_page(engine: Engine, wanted: MarketFilter, wall: Clock) -> MarketPage:
+    """Every provider's freshness by the ``wall`` clock, and the offerings ``wanted``
+    keeps, by provider, zone and type."""
+    view = market_view(engine.market.snapshots(), wall.now().timestamp())
     ordered = sorted(view.offerings, key=lambda o: (o.provider, o.zone, o.instance_type))
     signals = engine.market.signals
     lines = [

@@ -7,13 +7,14 @@ swaps it in, so a page follows the daemon without a reload.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import RedirectResponse
 
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock
 from spotd.core.errors import JobNotFound
 from spotd.core.values import JobRecord, Pool
 from spotd.daemon.dashboard.auth import HOME_PATH, page_guard, part_guard
@@ -48,21 +49,28 @@ class DashboardRoutes:
     parts: APIRouter
 
 
-def create_pages_routers(engine: Engine, sessions: Sessions) -> DashboardRoutes:
-    """Every page, fragment and chart of the dashboard, each behind the session."""
+def create_pages_routers(
+    engine: Engine, sessions: Sessions, wall: Clock = WALL
+) -> DashboardRoutes:
+    """Every page, fragment and chart of the dashboard, each behind the session.
+
+    ``wall`` is the real clock (price poll ages, how long drawings are kept), which
+    the engine's, on a simulated market, is not.
+    """
     # Pages send a browser without a session to the login; the parts a page's script
     # or its images ask for answer 401.
     pages = APIRouter(include_in_schema=False, dependencies=[Depends(page_guard(sessions))])
     parts = APIRouter(include_in_schema=False, dependencies=[Depends(part_guard(sessions))])
-    costs = CostReports(engine)
+    costs = CostReports(engine, wall)
     # Charts drawn lately, by what they show: a job's timeline by its version (and while
     # it runs, the refresh period). Drawing one takes matplotlib a few hundred
     # milliseconds, and a page's script asks again every few seconds.
-    drawn: TtlCache[tuple[str, str, str], str] = TtlCache(60.0, max_items=64)
+    drawn: TtlCache[tuple[str, str, str], str] = TtlCache(60.0, wall.monotonic, max_items=64)
     # A pool's history: the chart kept is answered at once, and redrawn behind the
     # answer once 30 s old (a drawing takes about 0.4 s).
     histories: KeptBuilds[Pool, str] = KeptBuilds(
-        30.0, max_items=64, name="spotd-charts", failure="the dashboard could not redraw %s"
+        30.0, max_items=64, name="spotd-charts", failure="the dashboard could not redraw %s",
+        clock=wall,
     )
     clock = clock_label(engine.clock)
 
@@ -92,12 +100,12 @@ def create_pages_routers(engine: Engine, sessions: Sessions) -> DashboardRoutes:
     @pages.get(f"{COOKIE_PATH}/jobs/{{ref}}")
     def job(request: Request, ref: str) -> Response:
         detail = job_detail(engine, _job(engine, ref))
-        return shown("job.html.j2", request, nav="jobs", d=detail, stamp=_stamp(detail.job))
+        return shown("job.html.j2", request, nav="jobs", d=detail, stamp=_stamp(detail.job, wall))
 
     @parts.get(f"{COOKIE_PATH}/fragments/jobs/{{ref}}")
     def job_part(ref: str) -> Response:
         detail = job_detail(engine, _job(engine, ref))
-        return page("job_body.html.j2", d=detail, clock=clock, stamp=_stamp(detail.job))
+        return page("job_body.html.j2", d=detail, clock=clock, stamp=_stamp(detail.job, wall))
 
     @parts.get(f"{COOKIE_PATH}/jobs/{{ref}}/timeline.svg")
     def timeline(ref: str) -> Response:
@@ -110,7 +118,7 @@ def create_pages_routers(engine: Engine, sessions: Sessions) -> DashboardRoutes:
             views = [attempt_view(a, 0.0, reports) for a in attempts]
             return timeline_svg(views, notices, engine.clock.now(), clock)
 
-        svg = drawn.get_or_load(("timeline", found.id, _stamp(found)), draw)
+        svg = drawn.get_or_load(("timeline", found.id, _stamp(found, wall)), draw)
         return Response(svg, media_type=SVG, headers=SECURITY_HEADERS)
 
     def cost_context(since: str | None, until: str | None) -> dict[str, Any]:
@@ -142,12 +150,12 @@ def create_pages_routers(engine: Engine, sessions: Sessions) -> DashboardRoutes:
 
     @pages.get(f"{COOKIE_PATH}/market")
     def market(request: Request, provider: str = "", gpu: str = "") -> Response:
-        found = market_page(engine, MarketFilter(provider, gpu))
+        found = market_page(engine, MarketFilter(provider, gpu), wall)
         return shown("market.html.j2", request, nav="market", m=found)
 
     @parts.get(f"{COOKIE_PATH}/fragments/market")
     def market_part(provider: str = "", gpu: str = "") -> Response:
-        return page("market_body.html.j2", m=market_page(engine, MarketFilter(provider, gpu)))
+        return page("market_body.html.j2", m=market_page(engine, MarketFilter(provider, gpu), wall))
 
     @pages.get(f"{COOKIE_PATH}/market/pool")
     def pool(request: Request, provider: str, region: str, zone: str,
@@ -172,9 +180,9 @@ def _job(engine: Engine, ref: str) -> JobRecord:
         raise HTTPException(status_code=404, detail=str(exc)) from exc
 
 
-def _stamp(job: JobRecord) -> str:
+def _stamp(job: JobRecord, wall: Clock) -> str:
     """What the timeline image's address changes with: the job's version, and while the
-    job is active the time too (its open attempt's bar grows)."""
+    job is active the ``wall`` time too (its open attempt's bar grows)."""
     if job.status.terminal:
         return str(job.version)
-    return f"{job.version}-{int(time.time() // REFRESH_SECONDS)}"
+    return f"{job.version}-{int(wall.now().timestamp() // REFRESH_SECONDS)}"

@@ -22,13 +22,13 @@ import hashlib
 import hmac
 import logging
 import secrets
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from spotd.core.contracts import SessionStore
+from spotd.core.clock import WALL
+from spotd.core.contracts import Clock, SessionStore
 from spotd.core.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -48,14 +48,15 @@ _LOGOUT_PURPOSE = b"spotd-dashboard-logout:"
 @dataclass(frozen=True)
 class Sessions:
     """Signs and checks session cookies with the API token as the key; ``ended``
-    holds the sessions logged out of."""
+    holds the sessions logged out of; ``clock`` (the wall's) dates their expiry."""
 
     token: str
     ended: SessionStore
+    clock: Clock = WALL
 
     def issue(self, now: float | None = None) -> str:
         """A new session's cookie value: ``<expiry>.<session id>.<hmac>``."""
-        expiry = int((time.time() if now is None else now) + SESSION_SECONDS)
+        expiry = int((self._now() if now is None else now) + SESSION_SECONDS)
         signed = f"{expiry}.{secrets.token_hex(16)}"
         return f"{signed}.{self._sign(_SESSION_PURPOSE, signed)}"
 
@@ -67,7 +68,7 @@ class Sessions:
             return False
         expiry, session_id, signature = parts
         expected = self._sign(_SESSION_PURPOSE, f"{expiry}.{session_id}")
-        fresh = expiry > (time.time() if now is None else now)
+        fresh = expiry > (self._now() if now is None else now)
         if not (hmac.compare_digest(signature, expected) and fresh):
             return False
         try:
@@ -93,6 +94,10 @@ class Sessions:
         if session is None or not self.valid(session):
             return False
         return hmac.compare_digest(form_token, self.logout_form_token(session))
+
+    def _now(self) -> float:
+        """POSIX seconds now, as the cookie's expiry is written."""
+        return self.clock.now().timestamp()
 
     def token_matches(self, given: str) -> bool:
         """Whether ``given`` is the API token, in constant time."""
