@@ -56,8 +56,11 @@ $(VENV)/.engine: | $(BIN)/python
 	fi
 	touch $@
 
+# Workers: most tests wait on processes and sockets, so more workers than cores pay.
+WORKERS ?= 3
+
 test: $(VENV)/.test $(VENV)/.engine
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist worksteal
 
 lint: $(VENV)/.test
 	$(BIN)/python -m pytest -q tests/test_quality.py
