@@ -40,6 +40,7 @@ from spotd.agent.preflight import PreflightPlan, run_preflight
 from spotd.agent.preflight_worker import Backend
 from spotd.agent.reporter import ReportFailed, ReportRejected
 from spotd.core.agent_wire import (
+    JOB_TMPDIR,
     AgentReport,
     ExitPhase,
     JoinReport,
@@ -88,6 +89,18 @@ def run_dir_of(config: AgentConfig) -> Path:
     return path
 
 
+def job_tmpdir(env: Mapping[str, str], run_dir: Path) -> dict[str, str]:
+    """``TMPDIR`` in the run folder, so the job's temporary files (torchrun's logs, say)
+    go when the agent removes the folder at its end and nothing of the job stays in the
+    node's temporary directory. A job whose ``[env]`` names its own ``TMPDIR`` (the
+    daemon marks it) keeps that one."""
+    if env.get(JOB_TMPDIR):
+        return {}
+    own = run_dir / "tmp"
+    own.mkdir(exist_ok=True)
+    return {"TMPDIR": str(own)}
+
+
 def prepare(
     config: AgentConfig,
     *,
@@ -129,6 +142,7 @@ def _gang_and_preflight(
     env = dict(job_env)
     env["SPOTD_NOTICE_FILE"] = str(run_dir / NOTICE_FILE)
     env["SPOTD_PROGRESS_FILE"] = str(run_dir / PROGRESS_FILE)
+    env.update(job_tmpdir(env, run_dir))
     if join is None or not config.daemon_url or not env.get("SPOTD_RDZV_ID"):
         # No daemon to join, or one that did not ask for a gang (an older one).
         return Startup(env)

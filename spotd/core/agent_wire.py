@@ -51,6 +51,9 @@ SECRETS = "SPOTD_SECRETS"
 IMAGE = "SPOTD_IMAGE"
 CONTAINER_DEVICES = "SPOTD_CONTAINER_DEVICES"
 CONTAINER_MOUNTS = "SPOTD_CONTAINER_MOUNTS"
+JOB_TMPDIR = "SPOTD_JOB_TMPDIR"
+"""Set when the job's ``[env]`` names its own ``TMPDIR``: the agent keeps it, where it
+otherwise points ``TMPDIR`` into its run folder (removed when the agent ends)."""
 
 MAX_EXIT_DETAIL = 4000
 """Characters of an exit's detail the daemon keeps (a setup's output tail fits)."""

@@ -3,6 +3,7 @@ environment. Pure functions of the job, its attempt and the offering."""
 
 from __future__ import annotations
 
+from spotd.core.agent_wire import JOB_TMPDIR
 from spotd.core.fabric_env import fabric_environment
 from spotd.core.spec import JobSpec
 from spotd.core.values import AttemptRecord, JobRecord, LaunchRequest, Offering
@@ -41,6 +42,8 @@ def job_environment(
         SPOTD_RESUME_FROM=attempt.resume_from or "",
         SPOTD_CHECKPOINT_INTERVAL_SECONDS=str(round(interval_hours * 3600)),
     )
+    if "TMPDIR" in job.spec.env:
+        env[JOB_TMPDIR] = "1"  # the job's own: the agent leaves it as it is
     return env
 
 

@@ -23,11 +23,14 @@ import pytest
 from spotd.core.values import InstanceState
 from spotd_sim.records import VmStatus
 
-# The job says where its run folder is (the parent of its progress file), then exits
+# The job makes a temporary folder of its own (in the TMPDIR it was given, which the
+# node's temporary directory was not), says where its run folder is (the parent of its
+# progress file), then exits
 # with its first argument, or waits for a signal when that is "wait" (143 on SIGTERM,
 # after noting whether the agent had written the notice file by then).
 JOB = """
-import os, pathlib, signal, sys, time
+import os, pathlib, signal, sys, tempfile, time
+tempfile.mkdtemp(prefix="torchelastic_")  # what a launcher such as torchrun leaves
 seen = pathlib.Path(sys.argv[1])
 progress = pathlib.Path(os.environ["SPOTD_PROGRESS_FILE"])
 progress.write_text('{"step": 1, "total_steps": 2}')
@@ -106,6 +109,14 @@ def test_a_preemption_notice(tmp_path: Path) -> None:
     assert agent.wait(timeout=30) == 143
     assert (tmp_path / "stopped").read_text() == f"{int(signal.SIGTERM)} notice=True"
     assert_nothing_left(tmp_path, folder)
+
+
+def test_a_temporary_folder_the_job_was_given_is_its_own(tmp_path: Path) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    agent = start_agent(tmp_path, "0", TMPDIR=str(scratch), SPOTD_JOB_TMPDIR="1")
+    assert agent.wait(timeout=30) == 0
+    assert [p.name.split("_")[0] for p in scratch.iterdir()] == ["torchelastic"]
 
 
 def test_a_configured_run_folder_is_left_to_whoever_configured_it(tmp_path: Path) -> None:

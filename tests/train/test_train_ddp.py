@@ -113,6 +113,15 @@ def test_single_process_notice_then_resume(
 # ----------------------------------------------------------------- slow, torchrun x 2
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _own_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """torchrun leaves its torchelastic_* folders in TMPDIR: the tests' own, here (before
+    the module's fixtures start any torchrun)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(tmp_path_factory.mktemp("torchrun-tmp")))
+        yield
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
