@@ -166,7 +166,8 @@ class Engine:
             self.memory.end(jobs)
 
     def step(self, job: JobRecord) -> None:
-        """Move one job one step; errors are logged, never raised to the loop."""
+        """Move one job one step. Its errors are logged and it is tried again next pass;
+        only StoreUnavailable (the database's fault, not the job's) ends the pass."""
         try:
             self._apply(job, self._judge(job))
         except LostTransition as exc:
