@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,9 +27,6 @@ from spotd.core.agent_wire import ProviderNotice
 from spotd.core.contracts import NoticeWatcher
 
 log = logging.getLogger(__name__)
-
-Clock = Callable[[], float]
-"""A monotonic clock in seconds, for the watchers' token and fallback timers."""
 
 class NullWatcher:
     """Provider ``none``: no metadata service, never a notice."""
