@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,6 +12,15 @@ from pathlib import Path
 from harnesses import ErrorKind
 from spotd.core.values import Market, Offering
 from spotd_sim import SimProvider, build_sim_providers
+
+
+def spot_offering(offerings: Iterable[Offering], *, gpus_per_node: int) -> Offering:
+    """The first offering of a simulated market with capacity and a spot price, of
+    ``gpus_per_node`` GPUs: both simulated harnesses launch from it."""
+    return next(
+        o for o in offerings
+        if o.capacity and o.gpus_per_node == gpus_per_node and o.price(Market.SPOT)
+    )  # fmt: skip
 
 
 class SimHarness:
@@ -23,16 +32,10 @@ class SimHarness:
         self._sim = provider
 
     def gang_offering(self) -> Offering:
-        return next(
-            o for o in self._sim.offerings()
-            if o.capacity and o.gpus_per_node == 8 and o.price(Market.SPOT)
-        )
+        return spot_offering(self._sim.offerings(), gpus_per_node=8)
 
     def launchable(self) -> Offering:
-        return next(
-            o for o in self._sim.offerings()
-            if o.capacity and o.gpus_per_node == 1 and o.price(Market.SPOT)
-        )
+        return spot_offering(self._sim.offerings(), gpus_per_node=1)
 
     def command(self) -> tuple[str, ...]:
         return (sys.executable, "-c", "import time; time.sleep(60)")

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from harnesses import ErrorKind
+from harnesses.sim import spot_offering
 from spotd.core.clock import ManualClock
-from spotd.core.values import Market, Offering
+from spotd.core.values import Offering
 from spotd_sim import InProcessSimProvider, build_inprocess_providers
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
@@ -27,16 +28,10 @@ class InProcessHarness:
         self._clock = clock
 
     def gang_offering(self) -> Offering:
-        return next(
-            o for o in self._sim.offerings()
-            if o.capacity and o.gpus_per_node == 8 and o.price(Market.SPOT)
-        )
+        return spot_offering(self._sim.offerings(), gpus_per_node=8)
 
     def launchable(self) -> Offering:
-        return next(
-            o for o in self._sim.offerings()
-            if o.capacity and o.gpus_per_node == 1 and o.price(Market.SPOT)
-        )
+        return spot_offering(self._sim.offerings(), gpus_per_node=1)
 
     def command(self) -> tuple[str, ...]:
         return ("python", "train.py")  # never run: the node's workload stands for it
