@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -185,3 +186,17 @@ def module_store(
         opened = open_store(url)
         yield opened
         opened.close()
+
+
+@pytest.fixture(autouse=True)
+def _signals_left_as_found() -> Iterator[None]:
+    """A test leaves the worker's SIGINT and SIGTERM handlers as it found them: an
+    ignored signal is inherited by every process the worker starts afterwards (a
+    ``spotd demo`` that Ctrl-C could not stop)."""
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    after = {s: signal.getsignal(s) for s in before}
+    changed = {s.name: (before[s], after[s]) for s in before if after[s] != before[s]}
+    for sig, handler in before.items():
+        signal.signal(sig, handler)
+    assert not changed, f"the test left signal handlers changed: {changed}"

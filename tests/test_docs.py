@@ -88,7 +88,7 @@ def test_statuses_and_causes_are_documented(value: JobStatus | FailureCause) -> 
 
 def test_state_diagram_matches_transitions() -> None:
     text = ARCHITECTURE_DOC.read_text(encoding="utf-8")
-    block = re.search(r"```mermaid\n(.*?)```", text, re.DOTALL)
+    block = re.search(r"```mermaid\n(stateDiagram.*?)```", text, re.DOTALL)
     assert block is not None, "docs/architecture.md has no mermaid diagram"
     edges = set(re.findall(r"^\s*(\w+) --> (\w+)\s*$", block.group(1), re.MULTILINE))
     expected = {(str(a), str(b)) for a, targets in TRANSITIONS.items() for b in targets}

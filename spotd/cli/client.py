@@ -384,8 +384,13 @@ class Client:
         return self._typed(TypeAdapter(PlanView), "GET", f"/v1/jobs/{ref}/plan", params=params)
 
     def cancel(self, ref: str) -> JobView:
-        """Cancel a job and stop its instances."""
+        """Ask for a job to be cancelled: the job as it stands, the cancel in its ``asked``
+        until the daemon that holds it has stopped it (:func:`wait_ended`)."""
         return self._typed(_JOB, "POST", f"/v1/jobs/{ref}/cancel")
+
+    def set_priority(self, ref: str, priority: int) -> JobView:
+        """Ask for the job to have another priority (applied by its daemon's next pass)."""
+        return self._typed(_JOB, "POST", f"/v1/jobs/{ref}/priority", json={"priority": priority})
 
     def prices(self) -> MarketView:
         """The daemon's view of the market: offerings and each provider's poll."""
@@ -394,3 +399,22 @@ class Client:
     def logs(self, ref: str) -> dict[str, str]:
         """The job's output per attempt and node, by heading."""
         return self._typed(_LOGS, "GET", f"/v1/jobs/{ref}/logs")["logs"]
+
+
+def wait_ended(
+    client: Client,
+    ref: str,
+    *,
+    timeout_seconds: float,
+    poll_seconds: float = 0.2,
+    clock: Clock = WALL,
+) -> JobView:
+    """The job once it has ended, or as it stands when ``timeout_seconds`` (real
+    seconds, by ``clock``) have passed first: a cancel is asked, and done by the
+    daemon that holds the job in its next pass."""
+    deadline = clock.monotonic() + timeout_seconds
+    job = client.job(ref)
+    while not job.status_ended and clock.monotonic() < deadline:
+        time.sleep(poll_seconds)
+        job = client.job(ref)
+    return job

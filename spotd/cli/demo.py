@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from spotd.cli.client import Client
+from spotd.cli.client import Client, wait_ended
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
 from spotd.core.errors import SpotdError
@@ -250,6 +250,7 @@ def _follow(
             return job
         if clock.monotonic() > deadline:
             client.cancel(job_id)
+            wait_ended(client, job_id, timeout_seconds=30.0)  # its daemon stops the nodes
             raise SpotdError(f"demo job {job_id} did not finish in {options.timeout_seconds:g} s")
         time.sleep(0.25)
 

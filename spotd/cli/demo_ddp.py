@@ -33,7 +33,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from spotd.agent.gang import free_port
-from spotd.cli.client import Client
+from spotd.cli.client import Client, wait_ended
 from spotd.cli.demo import DIGEST, EPOCH, clock_note, event_line
 from spotd.core.agent_wire import PreflightFigures
 from spotd.core.clock import WALL
@@ -51,6 +51,8 @@ from spotd.daemon.process import Daemon, quiet_scheduler_log
 from spotd.daemon.views import AttemptView, JobView
 from spotd_sim import SimProvider, SimSettings
 
+CANCEL_WAIT_SECONDS = 30.0
+"""How long a demo stopped early waits for its daemon to stop the job's nodes."""
 TRAINER = Path(str(resources.files("spotd.examples") / "train_ddp.py"))
 NODES, PROCS = 2, 2
 
@@ -180,8 +182,8 @@ def run_ddp_demo(options: DdpDemoOptions, console: Console, clock: Clock = WALL)
     daemon = Daemon(settings)
     daemon.start()
     job_id: str | None = None
+    client = Client(f"http://127.0.0.1:{daemon.port}", settings.token_file.read_text())
     try:
-        client = Client(f"http://127.0.0.1:{daemon.port}", settings.token_file.read_text())
         job_id = client.submit(ddp_spec(root, options)).id
         _say(options, console, f"[bold]demo ddp[/bold]: submitted {job_id}; files in "
              f"{escape(str(root))}")  # fmt: skip
@@ -191,7 +193,7 @@ def run_ddp_demo(options: DdpDemoOptions, console: Console, clock: Clock = WALL)
     except BaseException:
         # Ctrl-C or a failure: stop the job's nodes (their own processes) with it.
         if job_id is not None:
-            _cancel_quietly(daemon, job_id)
+            _cancel_quietly(client, job_id)
         raise
     finally:
         daemon.stop()
@@ -241,12 +243,12 @@ def _follow(
         time.sleep(0.25)
 
 
-def _cancel_quietly(daemon: Daemon, job_id: str) -> None:
-    engine = daemon.engine
+def _cancel_quietly(client: Client, job_id: str) -> None:
+    """Ask for the job to be cancelled and wait (briefly) while the daemon, still running,
+    stops its nodes."""
     try:
-        job = engine.store.get_job(job_id)
-        if not job.status.terminal:
-            engine.cancel(job)
+        client.cancel(job_id)
+        wait_ended(client, job_id, timeout_seconds=CANCEL_WAIT_SECONDS)
     except SpotdError as exc:
         logging.getLogger(__name__).warning("could not cancel %s: %s", job_id, exc)
 

@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
 
 from spotd.core.errors import ConfigError
+from spotd.core.intents import IntentKind, IntentRecord
 from spotd.core.spec import JobSpec
 from spotd.core.values import (
     AttemptRecord,
     CloudCheck,
     Decision,
+    EventCause,
     EventRecord,
     Instance,
     InstanceReport,
@@ -237,7 +239,7 @@ class JobStore(Protocol):
         ...
 
     def set_waiting(
-        self, job_id: str, status: JobStatus, reason: str, *, now: datetime, cause: str = ...
+        self, job_id: str, status: JobStatus, reason: str, *, now: datetime, cause: EventCause = ...
     ) -> bool:
         """Record why the job, still in ``status``, waits, with an event (``status`` to
         ``status``, ``cause``: ``WAITING_CAUSE`` by default), only if the job is in
@@ -356,7 +358,30 @@ class OfferingBoard(Protocol):
         ...
 
 
-class Store(JobStore, HistoryStore, LedgerStore, Protocol):
+class IntentStore(Protocol):
+    """What users asked of jobs, kept for the reconcile loop (:mod:`spotd.core.intents`)."""
+
+    def request_intent(
+        self, job_id: str, kind: IntentKind, *, at: datetime, priority: int | None = None
+    ) -> IntentRecord:
+        """Store what a user asks of an active job (the open one, if it is asked
+        already) and bump the job's version so that its daemon steps it."""
+        ...
+
+    def open_intents(self, job_ids: Collection[str] | None = None) -> dict[str, list[IntentRecord]]:
+        """The intents not settled yet, by job, oldest first; of ``job_ids`` only, if given."""
+        ...
+
+    def intents(self, job_id: str) -> list[IntentRecord]:
+        """Every intent of the job, settled or not, oldest first."""
+        ...
+
+    def apply_priority(self, intent: IntentRecord, *, at: datetime) -> JobRecord:
+        """Give the job the priority the intent asks and settle it, in one transaction."""
+        ...
+
+
+class Store(JobStore, HistoryStore, LedgerStore, IntentStore, Protocol):
     """The whole durable state (SQLite or PostgreSQL: :class:`spotd.store.SqlStore`)."""
 
     def close(self) -> None:

@@ -6,11 +6,12 @@ typed values, never as loose dicts.
 
 from __future__ import annotations
 
+import signal as _signal
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from spotd.core.network import Interconnect
 
@@ -231,6 +232,8 @@ class EventCause(StrEnum):
     HELD = "held"
     """A team limit holds the pending job back (pending to pending)."""
     CANCELLED = "cancelled by user"
+    PRIORITY = "priority changed"
+    """A user gave the job another priority (from and to its own status)."""
     OVER_BUDGET = "over budget"
     DEADLINE_IMPOSSIBLE = "deadline impossible"
     NO_CAPACITY = "no capacity"
@@ -256,6 +259,118 @@ class AttemptEnd(StrEnum):
     """The gang's preflight (all-reduce bandwidth, node checks) fell short."""
     SETUP_FAILED = "setup-failed"
     """A node could not be prepared for the job: its code, its secrets or a setup command."""
+
+
+def event_cause(value: str) -> EventCause | AttemptEnd:
+    """The cause an event's stored ``value`` names: an :class:`EventCause`, else an
+    :class:`AttemptEnd` (their values never overlap). Raises ValueError for any other."""
+    try:
+        return EventCause(value)
+    except ValueError:
+        pass
+    try:
+        return AttemptEnd(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is no event cause nor attempt end") from None
+
+
+_SHELL_SIGNAL_BASE = 128
+"""A command killed by signal N exits with 128 + N (the agent's
+:func:`spotd.agent.runner.exit_code_of`, as a shell reports it)."""
+_MAX_SIGNAL = 64
+"""The highest signal number Linux has (SIGRTMAX)."""
+
+
+def signal_of_exit(exit_code: int | None) -> int | None:
+    """The signal that killed a command exiting with ``exit_code``: N for 128 + N (the
+    shell's and the agent's convention) or for a raw ``-N``; None for any other code."""
+    if exit_code is None:
+        return None
+    if exit_code < 0 and -exit_code <= _MAX_SIGNAL:
+        return -exit_code
+    if _SHELL_SIGNAL_BASE < exit_code <= _SHELL_SIGNAL_BASE + _MAX_SIGNAL:
+        return exit_code - _SHELL_SIGNAL_BASE
+    return None
+
+
+_FACT_TYPES: dict[str, type] = {
+    "exit_code": int,
+    "signal": int,
+    "node": str,
+    "rank": int,
+    "error_class": str,
+    "error_code": str,
+    "provider": str,
+    "provider_code": str,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EventFacts:
+    """What an event says beside its cause, as typed fields kept in the store, so no
+    reader parses them out of the event's ``detail``. Every field is None when the
+    event has nothing to say of it; most events carry a few or none.
+    """
+
+    exit_code: int | None = None
+    """The exit code of the command (or setup) whose end the event records, in shell
+    terms (a signal N gives 128 + N)."""
+    signal: int | None = None
+    """The number of the signal that killed it (9 for SIGKILL), derived from
+    ``exit_code`` (:func:`signal_of_exit`). A number, not a name: it is what the exit
+    code carries, and :attr:`signal_name` names it."""
+    node: str | None = None
+    """The instance id of the node the event is about (the one that failed, was noticed
+    or was lost)."""
+    rank: int | None = None
+    """That node's rank in its gang: its place in the attempt's instance ids."""
+    error_class: str | None = None
+    """spotd's exception class that caused the event (``CapacityError``)."""
+    error_code: str | None = None
+    """That class's stable machine code (``provider-capacity``,
+    :attr:`spotd.core.errors.SpotdError.error_code`)."""
+    provider: str | None = None
+    """The provider the event happened on."""
+    provider_code: str | None = None
+    """The provider's own error code (``InsufficientInstanceCapacity``)."""
+
+    @property
+    def signal_name(self) -> str | None:
+        """The signal's name (``SIGKILL``), None without a signal or for one Python
+        does not name (a real-time signal)."""
+        if self.signal is None:
+            return None
+        try:
+            return _signal.Signals(self.signal).name
+        except ValueError:
+            return None
+
+    def to_json(self) -> dict[str, int | str]:
+        """The fields that are set, as a JSON object (empty when none is)."""
+        pairs = ((name, getattr(self, name)) for name in _FACT_TYPES)
+        return {name: value for name, value in pairs if value is not None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object] | None) -> EventFacts:
+        """The facts :meth:`to_json` wrote (None: an event stored without any). Keys it
+        does not know are skipped: a newer spotd may have added them. Raises
+        ValueError for a value of the wrong type."""
+        if not data:
+            return EMPTY_FACTS
+        known: dict[str, Any] = {}
+        for name, value in data.items():
+            kind = _FACT_TYPES.get(name)
+            if kind is None or value is None:
+                continue
+            # bool is an int to isinstance, never a fact's value.
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise ValueError(f"event fact {name} is {value!r}, expected {kind.__name__}")
+            known[name] = value
+        return cls(**known)
+
+
+EMPTY_FACTS = EventFacts()
+"""An event that says nothing beside its cause."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,8 +443,10 @@ class EventRecord:
     at: datetime
     from_status: JobStatus | None
     to_status: JobStatus
-    cause: str
+    cause: EventCause | AttemptEnd
     detail: str
+    facts: EventFacts = EMPTY_FACTS
+    """What the event says beside its cause (exit code, node, error class...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -671,8 +788,10 @@ class Transition:
     job_id: str
     expected: JobStatus
     new: JobStatus
-    cause: str
+    cause: EventCause | AttemptEnd
     detail: str = ""
     failure: FailureCause | None = None
     open_attempt: NewAttempt | None = None
     close_attempt: AttemptClose | None = None
+    facts: EventFacts = EMPTY_FACTS
+    """What the event says beside its cause, kept with it."""

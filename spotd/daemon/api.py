@@ -29,22 +29,16 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Header, Query, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, Strict, ValidationError
 
 from spotd import __version__
 from spotd.core.agent_wire import Secrets, SecretsAsk
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock, Store
-from spotd.core.errors import (
-    BadCursor,
-    IdempotencyKeyReused,
-    IllegalTransition,
-    LostTransition,
-    StoreError,
-    SubmitRefused,
-)
+from spotd.core.errors import BadCursor, IdempotencyKeyReused, StoreError, SubmitRefused
+from spotd.core.intents import IntentKind
 from spotd.core.spec import JobSpec
-from spotd.core.states import TERMINAL, JobStatus
+from spotd.core.states import JobStatus
 from spotd.core.values import JobRecord
 from spotd.daemon.agent_routes import create_agent_router
 from spotd.daemon.dashboard import install_dashboard
@@ -62,6 +56,7 @@ from spotd.daemon.metrics import Outboxlike, create_metrics_router
 from spotd.daemon.planning import PlanView, plan_submitted
 from spotd.daemon.problem_handlers import install_problem_handlers
 from spotd.daemon.problems import field_problems, invalid, invalid_field
+from spotd.daemon.reader import Reader
 from spotd.daemon.secrets import missing_secrets
 from spotd.daemon.views import (
     STATUS_WORDS,
@@ -74,7 +69,6 @@ from spotd.daemon.views import (
     job_view,
     market_view,
 )
-from spotd.engine.reconcile import Engine
 from spotd.engine.reports import StoreReports
 
 DEFAULT_PAGE = 100
@@ -90,6 +84,14 @@ class SubmitBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     spec: dict[str, Any]
+
+
+class PriorityBody(BaseModel):
+    """The priority a job should have (the bounds of the spec's ``priority``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    priority: Annotated[int, Strict(), Field(ge=-1_000_000, le=1_000_000)]
 
 
 class LogsView(BaseModel):
@@ -114,7 +116,7 @@ class DaemonReports(StoreReports):
 
 
 def create_app(
-    engine: Engine,
+    reader: Reader,
     token: str,
     *,
     outbox: Outboxlike | None = None,
@@ -123,14 +125,14 @@ def create_app(
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
     wall: Clock = WALL,
 ) -> FastAPI:
-    """The API over ``engine``, guarded by ``token``; agents use their own tokens.
+    """The API over what ``reader`` reads, guarded by ``token``; agents use their own tokens.
 
     ``secrets`` are the values the daemon holds for jobs (``[secrets]``): a job
     naming one it lacks is refused at submit, and agents get their job's own.
     A request body over ``max_body_bytes`` (``[daemon] max_body_bytes``) gets 413,
     one not all there within ``body_timeout_seconds`` (``[daemon]
     body_timeout_seconds``) 408. ``wall`` is the real clock (how old the prices are,
-    the dashboard's sessions), which the engine's, on a simulated market, is not.
+    the dashboard's sessions), which the daemon's, on a simulated market, is not.
     """
     app = FastAPI(title="spotd", version=__version__)
     install_problem_handlers(app)
@@ -138,50 +140,48 @@ def create_app(
 
     def attempt_token_of(job_id: str, seq: int) -> str | None:
         try:
-            attempts = engine.store.attempts(job_id)
+            attempts = reader.store.attempts(job_id)
         except StoreError:
             return None
         return next((a.client_token for a in attempts if a.seq == seq), None)
 
     held = dict(secrets or {})
-    reports = DaemonReports(engine.store, held)
+    reports = DaemonReports(reader.store, held)
     app.include_router(create_agent_router(token, reports, attempt_token_of))
 
     guarded = checked_first(token_check(token))
     # Spend figures are not for anyone on the host: Prometheus sends the
     # token too (``authorization: credentials_file`` in its scrape config).
-    app.include_router(create_metrics_router(engine, outbox=outbox, route_class=guarded))
+    app.include_router(create_metrics_router(reader, outbox=outbox, route_class=guarded))
 
     @app.get("/v1/health")
     def health() -> dict[str, str]:
         return {"status": "ok", "version": __version__}
 
-    app.include_router(create_jobs_router(engine, route_class=guarded, secrets=held, wall=wall))
-    install_dashboard(app, engine, token, wall)
+    app.include_router(create_jobs_router(reader, route_class=guarded, secrets=held, wall=wall))
+    install_dashboard(app, reader, token, wall)
     return app
 
 
 def create_jobs_router(
-    engine: Engine,
+    reader: Reader,
     *,
     dependencies: Sequence[Any] = (),
     route_class: type[APIRoute] = APIRoute,
     secrets: Mapping[str, SecretStr] | None = None,
     wall: Clock = WALL,
 ) -> APIRouter:
-    """The job routes (submit, list, show, events, plan, cancel, logs) and the prices
-    (their ages by ``wall``), each guarded by ``route_class``
-    (:func:`~spotd.daemon.guard.checked_first`) and ``dependencies``."""
+    """The job routes (submit, list, show, events, plan, cancel, priority, logs) and the
+    prices (their ages by ``wall``), each guarded by ``route_class``
+    (:func:`~spotd.daemon.guard.checked_first`) and ``dependencies``.
+
+    Every answer is read from the store; a cancel or a priority is an intent stored
+    for the loop of the daemon that holds the job (202: asked, not done yet)."""
     router = APIRouter(dependencies=list(dependencies), route_class=route_class)
-    clock = clock_label(engine.clock)
+    clock = clock_label(reader.clock)
 
     def view(ref: str) -> JobView:
-        job = engine.store.find_job(ref)
-        shown = job_view(
-            job, engine.store.attempts(job.id), engine.clock.now(), engine.store.reports(job.id),
-            engine.store.ledger(job_id=job.id),
-        )  # fmt: skip
-        return shown.model_copy(update={"clock": clock})
+        return reader.view(reader.store.find_job(ref)).model_copy(update={"clock": clock})
 
     @router.post("/v1/jobs", status_code=201)
     def submit(
@@ -198,10 +198,10 @@ def create_jobs_router(
             problems = field_problems(exc.errors(include_url=False), within=("spec",))
             raise invalid(problems) from exc
         if idempotency_key is not None:
-            earlier = engine.store.job_by_idempotency_key(idempotency_key)
+            earlier = reader.store.job_by_idempotency_key(idempotency_key)
             if earlier is not None:
                 response.status_code = 200
-                return _repeated(engine, earlier, spec, idempotency_key)
+                return _repeated(reader, earlier, spec, idempotency_key)
         missing = missing_secrets(spec.secrets, secrets or {})
         if missing:
             raise SubmitRefused(
@@ -209,16 +209,16 @@ def create_jobs_router(
                 "the daemon's [secrets] file or a SPOTD_SECRET_<NAME> variable (docs/config.md)",
                 field="secrets",
             )
-        job = _submit(engine, spec, idempotency_key)
+        job = reader.submit(spec, idempotency_key=idempotency_key)
         if job.spec != spec:  # a racing submit of the same key stored another spec first
-            return _repeated(engine, job, spec, idempotency_key)
-        view = job_view(job, engine.store.attempts(job.id), engine.clock.now())
-        warning = engine.submit_warning(spec)
+            return _repeated(reader, job, spec, idempotency_key)
+        view = job_view(job, reader.store.attempts(job.id), reader.clock.now())
+        warning = reader.planner.submit_warning(spec)
         return view if warning is None else view.model_copy(update={"warnings": [warning]})
 
     @router.get("/v1/prices")
     def prices() -> MarketView:
-        return market_view(engine.market.snapshots(), wall.now().timestamp())
+        return market_view(reader.market.snapshots(), wall.now().timestamp())
 
     @router.get("/v1/jobs")
     def jobs(
@@ -231,7 +231,7 @@ def create_jobs_router(
         or ``ended``; ``team``: the spec's; ``cursor``: the ``next`` of the page before."""
         if cursor is not None:
             _check_cursor(cursor)
-        return _job_page(engine, _statuses(status), team, limit, cursor)
+        return _job_page(reader, _statuses(status), team, limit, cursor)
 
     @router.get("/v1/jobs/{ref}")
     def job(ref: str) -> JobView:
@@ -239,51 +239,52 @@ def create_jobs_router(
 
     @router.get("/v1/jobs/{ref}/events")
     def events(ref: str) -> list[EventView]:
-        job = engine.store.find_job(ref)
-        return [event_view(e, clock) for e in engine.store.events(job.id)]
+        job = reader.store.find_job(ref)
+        return [event_view(e, clock) for e in reader.store.events(job.id)]
 
     @router.get("/v1/jobs/{ref}/plan")
     def plan(ref: str, policy: str | None = None) -> PlanView:
-        # The engine's context: the job's cooldowns, current placement and progress.
-        return plan_submitted(engine, engine.store.find_job(ref), policy)
+        # The loop's context: the job's cooldowns, current placement and progress.
+        return plan_submitted(reader.planner, reader.store.find_job(ref), policy)
 
-    @router.post("/v1/jobs/{ref}/cancel")
+    @router.post("/v1/jobs/{ref}/cancel", status_code=202)
     def cancel(ref: str) -> JobView:
-        for _ in range(5):
-            job = engine.store.find_job(ref)
-            if job.status in TERMINAL:
-                raise IllegalTransition(f"job {job.id} already {job.status}", job_id=job.id)
-            try:
-                engine.cancel(job)
-                return view(job.id)
-            except LostTransition:
-                continue  # the loop moved it meanwhile: read again and retry
-        raise StoreError(f"job {ref} kept changing; try again", job_id=job.id)
+        """Ask for the job to be cancelled; its daemon's next pass stops it."""
+        job = reader.store.find_job(ref)
+        reader.ask(job, IntentKind.CANCEL)
+        return view(job.id)
+
+    @router.post("/v1/jobs/{ref}/priority", status_code=202)
+    def priority(ref: str, body: PriorityBody) -> JobView:
+        """Ask for another priority; its daemon's next pass gives it."""
+        job = reader.store.find_job(ref)
+        reader.ask(job, IntentKind.PRIORITY, priority=body.priority)
+        return view(job.id)
 
     @router.get("/v1/jobs/{ref}/logs")
     def logs(ref: str) -> LogsView:
-        return LogsView(logs=node_logs(engine, engine.store.find_job(ref)))
+        return LogsView(logs=node_logs(reader, reader.store.find_job(ref)))
 
     return router
 
 
 def _job_page(
-    engine: Engine,
+    reader: Reader,
     statuses: frozenset[JobStatus] | None,
     team: str | None,
     limit: int,
     cursor: str | None,
 ) -> JobPageView:
     try:
-        page = engine.store.jobs_page(statuses=statuses, team=team, limit=limit, cursor=cursor)
+        page = reader.store.jobs_page(statuses=statuses, team=team, limit=limit, cursor=cursor)
     except BadCursor as exc:
         raise BadCursor(_cursor_detail(cursor or "", "not one this daemon made")) from exc
     # One read of the page's attempts and one of its ledger lines, not two per job:
     # per-job reads were most of the 16 s `spotd status` took with 320 active jobs.
     ids = [j.id for j in page.jobs]
-    attempts = engine.store.attempts_for(ids)
-    ledger = engine.store.ledger_for(ids)
-    now = engine.clock.now()
+    attempts = reader.store.attempts_for(ids)
+    ledger = reader.store.ledger_for(ids)
+    now = reader.clock.now()
     views = [job_view(j, attempts[j.id], now, ledger=ledger[j.id]) for j in page.jobs]
     return JobPageView(jobs=views, next=page.next)
 
@@ -308,7 +309,7 @@ def _cursor_detail(cursor: str, problem: str) -> str:
     )
 
 
-def _repeated(engine: Engine, job: JobRecord, spec: JobSpec, key: str | None) -> JobView:
+def _repeated(reader: Reader, job: JobRecord, spec: JobSpec, key: str | None) -> JobView:
     """The job an earlier submit of ``key`` stored; 409 when it was another spec."""
     if job.spec != spec:
         raise IdempotencyKeyReused(
@@ -316,10 +317,7 @@ def _repeated(engine: Engine, job: JobRecord, spec: JobSpec, key: str | None) ->
             "another spec; a new submit needs a new key",
             job_id=job.id,
         )
-    return job_view(
-        job, engine.store.attempts(job.id), engine.clock.now(), engine.store.reports(job.id),
-        engine.store.ledger(job_id=job.id),
-    )  # fmt: skip
+    return reader.view(job)
 
 
 def _statuses(words: Sequence[str] | None) -> frozenset[JobStatus] | None:
@@ -332,8 +330,3 @@ def _statuses(words: Sequence[str] | None) -> frozenset[JobStatus] | None:
             f"status: {', '.join(map(repr, unknown))} is not one of {', '.join(STATUS_WORDS)}"
         ))  # fmt: skip
     return frozenset().union(*(STATUS_WORDS[w] for w in words))
-
-
-def _submit(engine: Engine, spec: JobSpec, key: str | None) -> JobRecord:
-    """:meth:`Engine.submit`, storing ``key`` with the job in the job's own insert."""
-    return engine.submit(spec, idempotency_key=key)

@@ -9,19 +9,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spotd.core.values import AttemptRecord, JobRecord
-from spotd.engine.reconcile import Engine
+from spotd.daemon.reader import Reader
 
 
-def node_logs(engine: Engine, job: JobRecord) -> dict[str, str]:
+def node_logs(reader: Reader, job: JobRecord) -> dict[str, str]:
     """Each node's output, under ``attempt <seq> <pool> <instance id>``, oldest first."""
-    return dict(attempt_logs(engine, engine.store.attempts(job.id)))
+    return dict(attempt_logs(reader, reader.store.attempts(job.id)))
 
 
-def attempt_logs(engine: Engine, attempts: Sequence[AttemptRecord]) -> list[tuple[str, str]]:
+def attempt_logs(reader: Reader, attempts: Sequence[AttemptRecord]) -> list[tuple[str, str]]:
     """The output of each node of ``attempts``, under the header :func:`node_logs` gives."""
     out: list[tuple[str, str]] = []
     for attempt in attempts:
-        provider = engine.providers.get(attempt.pool.provider)
+        provider = reader.providers.get(attempt.pool.provider)
         for iid in attempt.instance_ids:
             key = f"attempt {attempt.seq} {attempt.pool} {iid}"
             out.append((key, provider.logs(iid) if provider else "(provider not enabled)"))

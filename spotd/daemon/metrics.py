@@ -146,8 +146,8 @@ class JobsView(Protocol):
         ...
 
 
-class EngineView(Protocol):
-    """The part of :class:`~spotd.engine.reconcile.Engine` the metrics read."""
+class ReadView(Protocol):
+    """The part of the read model (:class:`~spotd.daemon.reader.Reader`) the metrics read."""
 
     @property
     def store(self) -> JobsView: ...
@@ -211,23 +211,23 @@ class StoreReading:
         return spend
 
 
-def read_store(engine: EngineView, queries: MetricQueries) -> StoreReading:
+def read_store(reader: ReadView, queries: MetricQueries) -> StoreReading:
     """Read what the store-backed sections need, in a fixed number of queries.
 
     The active jobs and their attempts are read whole (a reconcile pass reads
     the same); ended jobs only in aggregate, except the few recently ended
     ones shown per job and any whose last bill is not written yet.
     """
-    now = engine.clock.now()
-    active = engine.store.list_jobs(ACTIVE)
+    now = reader.clock.now()
+    active = reader.store.list_jobs(ACTIVE)
     # Real time, whatever the engine's clock runs at (the simulated market's runs faster).
-    real_per_engine_second = engine.clock.seconds_to_real(1.0)
+    real_per_engine_second = reader.clock.seconds_to_real(1.0)
     since = now - timedelta(seconds=RECENT_ENDED_SECONDS / max(real_per_engine_second, 1e-9))
     shown = [*active, *queries.recently_ended(since=since, limit=RECENT_ENDED_MAX)]
     known = {j.id for j in shown}
     priced = [*shown, *queries.jobs(queries.jobs_with_unbilled_attempts() - known)]
     ids = [j.id for j in priced]
-    attempts = engine.store.attempts_for(ids)
+    attempts = reader.store.attempts_for(ids)
     lines = queries.billed(ids)
     billed = lines.by_attempt
     ledgers: dict[str, list[LedgerEntry]] = {}
@@ -237,7 +237,7 @@ def read_store(engine: EngineView, queries: MetricQueries) -> StoreReading:
         by_seq = billed.get(job.id, {})
         stored = [_summed_line(a, by_seq[a.seq]) for a in rows if a.seq in by_seq]
         entries = ledger_so_far(
-            job, rows, stored, now, on_demand_prices=on_demand_prices(engine.market, rows)
+            job, rows, stored, now, on_demand_prices=on_demand_prices(reader.market, rows)
         )
         ledgers[job.id] = entries
         fresh.extend(e for e in entries if e.attempt not in by_seq)
@@ -278,7 +278,7 @@ def _summed_line(attempt: AttemptRecord, billed: Billed) -> LedgerEntry:
     )
 
 
-def store_totals(engine: EngineView) -> Callable[[], FleetTotals]:
+def store_totals(reader: ReadView) -> Callable[[], FleetTotals]:
     """FleetTotals over every job's ledger (:func:`spotd.billing.ledger.ledger_so_far`).
 
     The same figures as ``spotd status`` and ``spotd report``: the stored
@@ -290,7 +290,7 @@ def store_totals(engine: EngineView) -> Callable[[], FleetTotals]:
     """
 
     def totals() -> FleetTotals:
-        return read_store(engine, _queries_of(engine)).totals()
+        return read_store(reader, _queries_of(reader)).totals()
 
     return totals
 
@@ -323,10 +323,10 @@ def on_demand_prices(market: MarketSource, attempts: Sequence[AttemptRecord]) ->
     return prices
 
 
-def _queries_of(engine: EngineView) -> MetricQueries:
-    queries = MetricQueries.of(engine.store)
+def _queries_of(reader: ReadView) -> MetricQueries:
+    queries = MetricQueries.of(reader.store)
     if queries is None:
-        raise TypeError(f"the metrics need the SQL store, not {type(engine.store).__name__}")
+        raise TypeError(f"the metrics need the SQL store, not {type(reader.store).__name__}")
     return queries
 
 
@@ -349,7 +349,7 @@ class SpotdCollector(Collector):
 
     def __init__(
         self,
-        engine: EngineView,
+        reader: ReadView,
         spend_fn: Callable[[], FleetTotals] | None = None,
         *,
         outbox: Outboxlike | None = None,
@@ -357,7 +357,7 @@ class SpotdCollector(Collector):
         queries: MetricQueries | None = None,
         history_seconds: float = HISTORY_SECONDS,
     ) -> None:
-        self._engine = engine
+        self._reader = reader
         self._spend_fn = spend_fn
         self._outbox = outbox
         self._wall = wall
@@ -371,7 +371,7 @@ class SpotdCollector(Collector):
         """Every metric family, read now."""
         try:
             reading: StoreReading | None = read_store(
-                self._engine, self._queries or _queries_of(self._engine)
+                self._reader, self._queries or _queries_of(self._reader)
             )
         except Exception:
             log.exception("metrics: reading the store failed; its series are left out")
@@ -399,7 +399,7 @@ class SpotdCollector(Collector):
                 log.exception("metrics: reading %s failed; left out of this scrape", name)
 
     def _queries_now(self) -> MetricQueries:
-        return self._queries or _queries_of(self._engine)
+        return self._queries or _queries_of(self._reader)
 
     def _recent(self, name: str, read: Callable[[], list[Metric]]) -> list[Metric]:
         """``read()``, or what it returned less than ``history_seconds`` ago."""
@@ -584,7 +584,7 @@ class SpotdCollector(Collector):
             "Price polls of the provider failed in a row.",
             labels=["provider"],
         )
-        for provider, snapshot in sorted(self._engine.market.snapshots().items()):
+        for provider, snapshot in sorted(self._reader.market.snapshots().items()):
             seconds = snapshot.age(now)
             age.add_metric([provider], math.inf if seconds is None else max(0.0, seconds))
             failures.add_metric([provider], snapshot.failures)
@@ -622,14 +622,14 @@ def _bound(value: float) -> str:
 
 
 def build_registry(
-    engine: EngineView,
+    reader: ReadView,
     spend_fn: Callable[[], FleetTotals] | None = None,
     *,
     outbox: Outboxlike | None = None,
 ) -> CollectorRegistry:
     """A fresh registry holding the daemon's collector."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SpotdCollector(engine, spend_fn, outbox=outbox))
+    registry.register(SpotdCollector(reader, spend_fn, outbox=outbox))
     return registry
 
 
@@ -639,17 +639,17 @@ def render(registry: CollectorRegistry) -> bytes:
 
 
 def create_metrics_router(
-    engine: EngineView,
+    reader: ReadView,
     spend_fn: Callable[[], FleetTotals] | None = None,
     *,
     outbox: Outboxlike | None = None,
     dependencies: Sequence[params.Depends] = (),
     route_class: type[APIRoute] = APIRoute,
 ) -> APIRouter:
-    """``GET /metrics`` over ``engine``; ``route_class`` (a
+    """``GET /metrics`` over what ``reader`` reads; ``route_class`` (a
     :func:`~spotd.daemon.guard.checked_first` one) or ``dependencies`` can require
     the bearer token."""
-    registry = build_registry(engine, spend_fn, outbox=outbox)
+    registry = build_registry(reader, spend_fn, outbox=outbox)
     router = APIRouter(route_class=route_class)
 
     # A plain def: FastAPI runs it in its thread pool, off the event loop,

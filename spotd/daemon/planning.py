@@ -1,8 +1,9 @@
 """``spotd plan``: what a policy would choose for a job, and why, without launching.
 
 A job file is planned here, as a new job (:func:`plan_job`); a submitted job
-by the daemon's engine, with its cooldowns, placement and progress
-(:func:`plan_submitted`, behind ``GET /v1/jobs/{ref}/plan``). Both build the
+from what the store holds of it, with its cooldowns, placement and progress
+(:func:`plan_submitted`, behind ``GET /v1/jobs/{ref}/plan``, asking the
+daemon's :class:`~spotd.daemon.reader.Planner`). Both build the
 policy's context with :func:`spotd.engine.context.placement_context`.
 """
 
@@ -35,7 +36,7 @@ from spotd.registry import load_policy
 from spotd.store import open_store
 
 if TYPE_CHECKING:
-    from spotd.engine.reconcile import Engine
+    from spotd.daemon.reader import Planner
 
 
 class InterconnectView(BaseModel):
@@ -197,20 +198,17 @@ def plan_job(spec: JobSpec, settings: Settings, policy_name: str | None = None) 
     return plan_view(name, ctx, decision)
 
 
-def plan_submitted(engine: Engine, job: JobRecord, policy_name: str | None = None) -> PlanView:
-    """What the engine would choose for a submitted job now, and why.
+def plan_submitted(planner: Planner, job: JobRecord, policy_name: str | None = None) -> PlanView:
+    """What the daemon would choose for a submitted job now, and why.
 
-    The engine's own context (the job's cooldowns, where it runs, its progress
-    and spend), market and policy; ``policy_name`` asks another installed one
-    the same question. A job that has ended is placed no more: refused.
+    The loop's context (the job's cooldowns, where it runs, its progress and
+    spend, as stored), market and policy; ``policy_name`` asks another installed
+    one the same question. A job that has ended is placed no more: refused.
     """
     if job.status.terminal:
         raise SpotdError(
             f"job {job.id} has ended ({job.status}): the daemon places it no more; "
             "`spotd plan` of its job file asks as for a new job"
         )
-    policy = None
-    if policy_name is not None and policy_name != engine.policy.name:
-        policy = load_policy(policy_name)
-    ctx, _, decision = engine.placer.decide(job, policy)
-    return plan_view(policy_name or engine.policy.name, ctx, decision, engine.placer.cooling(job))
+    answer = planner.ask(job, policy_name)
+    return plan_view(answer.policy, answer.ctx, answer.decision, answer.cooling)

@@ -32,7 +32,7 @@ from spotd.daemon.config import Settings
 from spotd.daemon.http11 import MAX_HEAD_BYTES, DaemonHttp
 from spotd.daemon.secrets import load_secrets, secret_variables
 from spotd.daemon.tokens import ensure_token
-from spotd.daemon.wiring import build_engine, build_mailer_for
+from spotd.daemon.wiring import build_engine, build_mailer_for, build_reader
 from spotd.engine.reconcile import Engine
 from spotd.environ import forget, hide
 from spotd.mail import schedule_mail
@@ -137,6 +137,8 @@ class Daemon:
         self._wall = wall
         self.config_file = config_file
         self.engine = engine or build_engine(settings)
+        self.reader = build_reader(self.engine)
+        """What the API and the dashboard read and ask through: never the engine."""
         self.mailer = build_mailer_for(settings, self.engine)
         if self.mailer is not None:
             self.engine.on_end = self.mailer.job_ended
@@ -179,7 +181,7 @@ class Daemon:
         sock = self._bind()
         outbox = self.mailer.outbox if self.mailer is not None else None
         app = create_app(
-            self.engine, token, outbox=outbox, secrets=load_secrets(self.settings.secrets),
+            self.reader, token, outbox=outbox, secrets=load_secrets(self.settings.secrets),
             max_body_bytes=self.settings.daemon.max_body_bytes,
             body_timeout_seconds=self.settings.daemon.body_timeout_seconds, wall=self._wall,
         )  # fmt: skip

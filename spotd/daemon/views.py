@@ -13,11 +13,13 @@ from spotd.billing.ledger import ledger_so_far, spend_by_attempt
 from spotd.core.agent_wire import GpuReading, PreflightFigures
 from spotd.core.clock import DatabaseClock, WallClock
 from spotd.core.contracts import Clock
+from spotd.core.intents import IntentRecord
 from spotd.core.progress import job_done_hours, reported_steps, running_rate
 from spotd.core.states import ACTIVE, TERMINAL, FailureCause, JobStatus
 from spotd.core.values import (
     AttemptEnd,
     AttemptRecord,
+    EventFacts,
     EventRecord,
     InstanceReport,
     JobRecord,
@@ -96,6 +98,29 @@ class AttemptView(BaseModel):
     """What the attempt's agents reported; None where none did (or an older daemon)."""
 
 
+class EventFactsView(BaseModel):
+    """What an event says beside its cause (:class:`~spotd.core.values.EventFacts`); a
+    field is None where the event says nothing of it."""
+
+    exit_code: int | None = None
+    """The exit code of the command (or setup) the event is about, in shell terms."""
+    signal: int | None = None
+    """The number of the signal that killed it (the exit code was 128 + it)."""
+    signal_name: str | None = None
+    """That signal's name (``SIGKILL``)."""
+    node: str | None = None
+    """The instance id of the node the event is about."""
+    rank: int | None = None
+    """That node's rank in its gang."""
+    error_class: str | None = None
+    """spotd's error class that caused the event (``CapacityError``)."""
+    error_code: str | None = None
+    """That error's stable code (``provider-capacity``)."""
+    provider: str | None = None
+    provider_code: str | None = None
+    """The provider's own error code (``InsufficientInstanceCapacity``)."""
+
+
 class EventView(BaseModel):
     """One applied transition."""
 
@@ -106,6 +131,8 @@ class EventView(BaseModel):
     detail: str
     clock: str | None = None
     """What clock ``at`` is on when it is not the wall's: ``simulated, 600x real time``."""
+    facts: EventFactsView = Field(default_factory=EventFactsView)
+    """What the event says beside its cause; all None from an older daemon."""
 
 
 class ProgressView(BaseModel):
@@ -132,6 +159,17 @@ class ProgressView(BaseModel):
     total_steps: int | None = None
     from_job: bool = False
     """``done_hours`` is the job's own count (steps done of its total), not an estimate."""
+
+
+class IntentView(BaseModel):
+    """What a user asked of the job that its daemon has yet to do
+    (:mod:`spotd.core.intents`)."""
+
+    kind: str
+    """``cancel`` or ``priority``."""
+    requested_at: datetime
+    priority: int | None = None
+    """The priority asked for (``priority`` only)."""
 
 
 class JobView(BaseModel):
@@ -166,7 +204,14 @@ class JobView(BaseModel):
     None once placed, before the engine's first pass over it, or from an older daemon."""
     warnings: list[str] = Field(default_factory=list)
     """At submit only: why no offering of the market as it stands can ever run the job
-    (``Engine.submit_warning``). The job is stored all the same."""
+    (:meth:`spotd.daemon.reader.Planner.submit_warning`). The job is stored all the same."""
+    asked: list[IntentView] = Field(default_factory=list)
+    """What users asked of the job (a cancel, a priority) that its daemon has yet to do."""
+
+    @property
+    def status_ended(self) -> bool:
+        """Whether the job has ended (a terminal status)."""
+        return JobStatus(self.status).terminal
 
 
 class JobPageView(BaseModel):
@@ -243,9 +288,12 @@ def job_view(
     attempts: Sequence[AttemptRecord],
     now: datetime,
     reports: Sequence[InstanceReport] = (),
+    *,
     ledger: Sequence[LedgerEntry] = (),
+    asked: Sequence[IntentRecord] = (),
 ) -> JobView:
-    """The view of a job and its attempts (with what their agents reported).
+    """The view of a job and its attempts (with what their agents reported), and its
+    open intents (``asked``).
 
     Costs are the job's ledger: ``ledger`` holds its stored lines
     (``store.ledger(job_id=...)``), the attempts they do not cover are billed
@@ -270,7 +318,14 @@ def job_view(
         max_restarts=job.spec.retry.max_restarts_on_errors,
         last_exit_code=last_error_exit(attempts, reports),
         waiting=job.waiting,
+        asked=[intent_view(i) for i in asked],
     )
+
+
+def intent_view(intent: IntentRecord) -> IntentView:
+    """The view of an open intent."""
+    return IntentView(kind=str(intent.kind), requested_at=intent.requested_at,
+                      priority=intent.priority)  # fmt: skip
 
 
 def restarts_of(job: JobRecord, attempts: Sequence[AttemptRecord]) -> int:
@@ -337,10 +392,20 @@ def event_view(e: EventRecord, clock: str | None = None) -> EventView:
         at=e.at,
         from_status=str(e.from_status) if e.from_status else None,
         to_status=str(e.to_status),
-        cause=e.cause,
+        cause=str(e.cause),
         detail=e.detail,
         clock=clock,
+        facts=event_facts_view(e.facts),
     )
+
+
+def event_facts_view(facts: EventFacts) -> EventFactsView:
+    """The view of an event's facts."""
+    return EventFactsView(
+        exit_code=facts.exit_code, signal=facts.signal, signal_name=facts.signal_name,
+        node=facts.node, rank=facts.rank, error_class=facts.error_class,
+        error_code=facts.error_code, provider=facts.provider, provider_code=facts.provider_code,
+    )  # fmt: skip
 
 
 def clock_label(clock: Clock) -> str | None:

@@ -10,6 +10,7 @@ from spotd.core.contracts import Clock, Provider, ProviderContext
 from spotd.core.errors import ConfigError
 from spotd.core.kinds import AnyKind
 from spotd.daemon.config import Settings
+from spotd.daemon.reader import Planner, Reader
 from spotd.daemon.tokens import ensure_token
 from spotd.engine.reconcile import Engine
 from spotd.engine.settings import EngineSettings
@@ -165,6 +166,17 @@ def build_engine(settings: Settings) -> Engine:
         },
     )
     return Engine(store, providers, load_policy(settings.scheduling.policy), clock, engine_settings)
+
+
+def build_reader(engine: Engine, policy_name: str | None = None) -> Reader:
+    """The read model beside ``engine``: the parts it shares with the loop (store, polled
+    market, clock, settings, providers; each safe to read from another thread) and a
+    :class:`~spotd.daemon.reader.Planner` with a policy instance of its own
+    (``policy_name``, the engine's by default)."""
+    policy = load_policy(policy_name or engine.policy.name)
+    planner = Planner(policy, engine.store, engine.market, engine.clock, engine.settings)
+    return Reader(engine.store, engine.market, engine.clock, engine.settings,
+                  engine.providers, planner)  # fmt: skip
 
 
 def build_mailer_for(settings: Settings, engine: Engine) -> Mailer | None:

@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from spotd.core.contracts import Clock, EngineStore, Provider
 from spotd.core.errors import CapacityError, ProviderError
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus, Transition, transition
 from spotd.core.values import (
+    EMPTY_FACTS,
     AttemptClose,
     AttemptEnd,
     AttemptRecord,
     EventCause,
+    EventFacts,
     FailureCause,
     JobRecord,
     Market,
     NewAttempt,
     Offering,
+    Pool,
 )
 from spotd.engine import judge
 from spotd.engine.attempts import open_attempt
@@ -33,7 +37,17 @@ from spotd.engine.bills import Bills
 from spotd.engine.launching import launch_request
 from spotd.engine.placements import attempt_tags, release
 from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, EngineSettings, checkpoint_uri
-from spotd.engine.verdicts import Checkpoint, Defer, End, Launch, Place, Running, Verdict, Wait
+from spotd.engine.verdicts import (
+    Checkpoint,
+    Defer,
+    End,
+    Launch,
+    Place,
+    Reprioritise,
+    Running,
+    Verdict,
+    Wait,
+)
 from spotd.market.cache import MarketCache
 
 log = logging.getLogger(__name__)
@@ -83,10 +97,14 @@ class Executor:
                 self._store.mark_attempt_running(verdict.attempt.id, at=self._clock.now())
                 self._changed(job.id)
                 return self.move(job, JobStatus.RUNNING, EventCause.RUNNING,
-                                 detail=verdict.detail)  # fmt: skip
+                                 detail=verdict.detail,
+                                 facts=on_pool(EMPTY_FACTS, verdict.attempt.pool))  # fmt: skip
             case Checkpoint():
                 return self.move(job, JobStatus.CHECKPOINTING, EventCause.NOTICE,
-                                 detail=str(verdict.attempt.pool))  # fmt: skip
+                                 detail=str(verdict.attempt.pool),
+                                 facts=on_pool(verdict.facts, verdict.attempt.pool))  # fmt: skip
+            case Reprioritise():
+                return self.reprioritise(job, verdict)
             case Defer():
                 log.warning("job %s: %s", job.id, verdict.why)
             case _:
@@ -103,11 +121,12 @@ class Executor:
         failure: FailureCause | None = None,
         open_: NewAttempt | None = None,
         close: AttemptClose | None = None,
+        facts: EventFacts = EMPTY_FACTS,
     ) -> JobRecord:
-        """Apply one transition (compare-and-set, with its event)."""
+        """Apply one transition (compare-and-set, with its event and the event's facts)."""
         change = Transition(job_id=job.id, expected=job.status, new=new, cause=cause,
                             detail=detail, failure=failure, open_attempt=open_,
-                            close_attempt=close)  # fmt: skip
+                            close_attempt=close, facts=facts)  # fmt: skip
         moved = transition(self._store, change, now=self._clock.now())
         self._changed(job.id)
         # A job that ended is announced by settle, once its ledger is final.
@@ -118,11 +137,13 @@ class Executor:
         """Close the verdict's attempt, move the job, then stop the attempt's nodes and bill."""
         attempt = verdict.attempt
         close = None
+        facts = verdict.facts
         if attempt is not None:
             close = AttemptClose(attempt.id, verdict.end or AttemptEnd.CANCELLED,
                                  exit_code=verdict.exit_code)  # fmt: skip
+            facts = on_pool(facts, attempt.pool)
         moved = self.move(job, verdict.status, verdict.cause, detail=verdict.detail,
-                          failure=verdict.failure, close=close)  # fmt: skip
+                          failure=verdict.failure, close=close, facts=facts)  # fmt: skip
         # Gang: one lost node ends the attempt; stop the rest. The reaper covers a
         # crash between the transition and this call.
         self.settle(moved, attempt)
@@ -131,7 +152,8 @@ class Executor:
     def place(self, job: JobRecord, verdict: Place) -> JobRecord:
         """Open the attempt (the job moves to provisioning), then launch it."""
         moved = self.move(job, JobStatus.PROVISIONING, EventCause.PLACED, detail=verdict.detail,
-                          open_=verdict.attempt)  # fmt: skip
+                          open_=verdict.attempt,
+                          facts=on_pool(EMPTY_FACTS, verdict.attempt.pool))  # fmt: skip
         opened = open_attempt(self._store.attempts(job.id))
         if opened is not None:
             self.launch(moved, opened)
@@ -183,6 +205,14 @@ class Executor:
         log.info("job %s waits: %s", job.id, verdict.reason.text)
         return True
 
+    def reprioritise(self, job: JobRecord, verdict: Reprioritise) -> JobRecord:
+        """Give the job the priority a user asked for (with an event, the intent settled);
+        the next pass orders it by the new one."""
+        moved = self._store.apply_priority(verdict.intent, at=self._clock.now())
+        self._changed(job.id)
+        log.info("job %s: priority %s -> %s", job.id, job.spec.priority, moved.spec.priority)
+        return moved
+
     def settle(self, job: JobRecord, closed: AttemptRecord | None) -> None:
         """After a transition that closed ``closed`` or ended the job: stop the closed
         attempt's nodes, bill the job, and then, for a job that ended, call ``on_end``:
@@ -217,3 +247,9 @@ class Executor:
         """Delete the attempt's placement objects (a gang's placement group, say)."""
         tags = attempt_tags(attempt.job_id, attempt.seq, job_tag=TAG_JOB, attempt_tag=TAG_ATTEMPT)
         release(self._providers[attempt.pool.provider], attempt, tags)
+
+
+def on_pool(facts: EventFacts, pool: Pool) -> EventFacts:
+    """``facts`` of an event about an attempt in ``pool``: its provider named, unless the
+    facts name one already (the provider that raised an error)."""
+    return facts if facts.provider is not None else replace(facts, provider=pool.provider)

@@ -19,9 +19,11 @@ from spotd.core.errors import (
     QuotaError,
 )
 from spotd.core.values import (
+    EMPTY_FACTS,
     AttemptEnd,
     AttemptRecord,
     EventCause,
+    EventFacts,
     FailureCause,
     Instance,
     InstanceState,
@@ -29,6 +31,7 @@ from spotd.core.values import (
     JobStatus,
     Market,
     Pool,
+    signal_of_exit,
 )
 from spotd.engine.attempts import error_exits, failed_launches, restartable
 from spotd.engine.gang import GangState, assembly_seconds, preflight_summary
@@ -106,22 +109,43 @@ def launch_failure(
     no_capacity = isinstance(exc, CapacityError | QuotaError | PriceTooLowError)
     end = AttemptEnd.NO_CAPACITY if no_capacity else AttemptEnd.LAUNCH_FAILED
     detail = f"{attempt.pool}: {type(exc).__name__}: {exc}"
+    facts = error_facts(attempt, exc)
     if isinstance(exc, InvalidRequestError):
         # The request the job makes cannot be carried (its env would carry the
         # daemon's token, say): every pool would refuse it alike.
         return End.failed(EventCause.LAUNCH_REFUSED, FailureCause.INVALID_SPEC, detail,
-                          attempt=attempt, end=end)  # fmt: skip
+                          attempt=attempt, end=end, facts=facts)  # fmt: skip
     retry = job.spec.retry
     failed_before = failed_launches(attempts)
     if failed_before >= retry.launch_failures:
         detail += (f" ({failed_before + 1} failed launches, "
                    f"retry.launch_failures is {retry.launch_failures})")  # fmt: skip
         return End.attempt_ended(attempt, JobStatus.FAILED, end, detail,
-                                 failure=FailureCause.LAUNCH_FAILED)  # fmt: skip
+                                 failure=FailureCause.LAUNCH_FAILED, facts=facts)  # fmt: skip
     detail += f" ({retry.launch_failures - failed_before - 1} more failed launch(es) allowed"
     if failed_launches(attempts, attempt.pool) + 1 >= retry.launch_failures_per_pool:
         detail += f"; {attempt.pool} is not used for this job again"
-    return End.attempt_ended(attempt, JobStatus.RECOVERING, end, detail + ")")
+    return End.attempt_ended(attempt, JobStatus.RECOVERING, end, detail + ")", facts=facts)
+
+
+def error_facts(attempt: AttemptRecord, exc: ProviderError) -> EventFacts:
+    """The facts of a failed launch: spotd's error class and code, the provider's code."""
+    return EventFacts(
+        error_class=type(exc).__name__, error_code=exc.error_code,
+        provider=exc.provider or attempt.pool.provider, provider_code=exc.code or None,
+    )  # fmt: skip
+
+
+def node_facts(
+    attempt: AttemptRecord, instance_id: str, exit_code: int | None = None
+) -> EventFacts:
+    """The facts of an event about one node of ``attempt``: its id, its rank in a gang
+    (its place in the attempt's instance ids), and the exit code it ended with."""
+    rank = None
+    if attempt.nodes > 1 and instance_id in attempt.instance_ids:
+        rank = attempt.instance_ids.index(instance_id)
+    return EventFacts(exit_code=exit_code, signal=signal_of_exit(exit_code), node=instance_id,
+                      rank=rank)  # fmt: skip
 
 
 # -- a watched attempt ------------------------------------------------------------
@@ -166,7 +190,10 @@ def watch(facts: WatchFacts) -> Verdict:
             return Running(attempt, detail, calm=calm)
         return Stay()
     if job.status is JobStatus.RUNNING:
-        return Checkpoint(attempt) if _noticed(instances) else Replan(attempt)
+        noticed = _first(instances, InstanceState.NOTICE)
+        if noticed is None:
+            return Replan(attempt)
+        return Checkpoint(attempt, facts=node_facts(attempt, noticed.id))
     return Stay()
 
 
@@ -174,7 +201,12 @@ _UP = (InstanceState.RUNNING, InstanceState.NOTICE)
 
 
 def _noticed(instances: Sequence[Instance | None]) -> bool:
-    return any(i is not None and i.state is InstanceState.NOTICE for i in instances)
+    return _first(instances, InstanceState.NOTICE) is not None
+
+
+def _first(instances: Sequence[Instance | None], state: InstanceState) -> Instance | None:
+    """The first of ``instances`` (in rank order) in ``state``."""
+    return next((i for i in instances if i is not None and i.state is state), None)
 
 
 def gang_failure(facts: WatchFacts) -> End | None:
@@ -219,17 +251,20 @@ def setup_failed(
     again, within ``retry.setup_failures``; past it, the job fails."""
     report = gang.setup_failure
     detail = f"setup failed on {attempt.pool}"
+    facts = EMPTY_FACTS
     if report is not None:
         detail = f"setup on {report.instance_id} exited with {report.exit_code}"
         if report.exit_detail:
             detail += f": {report.exit_detail}"
+        facts = node_facts(attempt, report.instance_id, report.exit_code)
     failed_before = sum(1 for a in attempts if a.end_reason is AttemptEnd.SETUP_FAILED)
     if failed_before >= job.spec.retry.setup_failures:
         return End.attempt_ended(attempt, JobStatus.FAILED, AttemptEnd.SETUP_FAILED, detail,
-                                 failure=FailureCause.SETUP_FAILED)  # fmt: skip
+                                 failure=FailureCause.SETUP_FAILED, facts=facts)  # fmt: skip
     left = job.spec.retry.setup_failures - failed_before - 1
     detail += f" (placed again: {left} more setup failure(s) allowed)"
-    return End.attempt_ended(attempt, JobStatus.RECOVERING, AttemptEnd.SETUP_FAILED, detail)
+    return End.attempt_ended(attempt, JobStatus.RECOVERING, AttemptEnd.SETUP_FAILED, detail,
+                             facts=facts)  # fmt: skip
 
 
 def preflight_failed(attempt: AttemptRecord, gang: GangState) -> End:
@@ -270,13 +305,25 @@ def attempt_ended(
         return End.attempt_ended(
             attempt, JobStatus.RECOVERING, AttemptEnd.PREEMPTED,
             f"{attempt.pool} preempted {count} of {len(instances)} node(s)",
+            facts=node_facts(attempt, (preempted or noticed)[0].id),
         )  # fmt: skip
     if len(done) == len(instances):
-        return End.attempt_ended(attempt, JobStatus.SUCCEEDED, AttemptEnd.SUCCEEDED, "exit 0")
+        return End.attempt_ended(attempt, JobStatus.SUCCEEDED, AttemptEnd.SUCCEEDED, "exit 0",
+                                 facts=EventFacts(exit_code=0))  # fmt: skip
     if len(done) == len(ended) and not any(i is None for i in instances):
         return Stay()  # some nodes finished first; wait for the rest
     return End.attempt_ended(attempt, JobStatus.RECOVERING, AttemptEnd.LOST,
-                             f"{attempt.pool}: node(s) gone without notice")  # fmt: skip
+                             f"{attempt.pool}: node(s) gone without notice",
+                             facts=_lost_facts(attempt, instances))  # fmt: skip
+
+
+def _lost_facts(attempt: AttemptRecord, instances: Sequence[Instance | None]) -> EventFacts:
+    """The first node that is gone: no longer listed, or ended without its command's exit
+    code (``instances`` are in the order of the attempt's ids)."""
+    for instance_id, instance in zip(attempt.instance_ids, instances, strict=False):
+        if instance is None or (instance.ended and instance.exit_code is None):
+            return node_facts(attempt, instance_id)
+    return EMPTY_FACTS
 
 
 def command_failed(
@@ -296,6 +343,7 @@ def command_failed(
     retry = job.spec.retry
     exits = [i.exit_code for i in failed if i.exit_code is not None]
     first = exits[0] if exits else None
+    facts = node_facts(attempt, failed[0].id, first) if failed else EMPTY_FACTS
     restarted = error_exits(attempts)  # the open attempt is not counted
     if retry.max_restarts_on_errors > 0:
         if not restartable(exits, retry.restart_on_exit_codes):
@@ -307,10 +355,10 @@ def command_failed(
             detail += (f"; restart {restarted + 1} of {retry.max_restarts_on_errors}, "
                        "from the last checkpoint")  # fmt: skip
             return End.attempt_ended(attempt, JobStatus.RECOVERING, AttemptEnd.USER_FAILED,
-                                     detail, exit_code=first)  # fmt: skip
+                                     detail, exit_code=first, facts=facts)  # fmt: skip
     return End.attempt_ended(attempt, JobStatus.FAILED, AttemptEnd.USER_FAILED, detail,
                              failure=FailureCause.USER_COMMAND_FAILED,
-                             exit_code=first)  # fmt: skip
+                             exit_code=first, facts=facts)  # fmt: skip
 
 
 def move(

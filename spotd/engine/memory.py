@@ -15,6 +15,7 @@ from datetime import datetime
 
 from spotd.core.contracts import EngineStore, Provider
 from spotd.core.errors import ProviderError, ProviderUnavailable
+from spotd.core.intents import IntentRecord
 from spotd.core.states import ACTIVE
 from spotd.core.values import AttemptRecord, Instance, InstanceReport, JobRecord, JobStatus
 from spotd.engine.settings import MISSING_BEFORE_LOST
@@ -34,6 +35,8 @@ class _Pass:
     """Jobs the pass wrote to (a transition, a launch or start recorded): read back at its end."""
     calm: dict[str, int] = field(default_factory=dict)
     """Jobs a step moved to running with nothing there for the next pass, by the version."""
+    intents: dict[str, list[IntentRecord]] = field(default_factory=dict)
+    """The held jobs' open intents (what users asked of them), by job."""
 
 
 class PassMemory:
@@ -80,7 +83,11 @@ class PassMemory:
         due = self.replans.due(replans_due_before) | self.quiet.budget.due(now)
         stepped = self.quiet.to_step(held, moved, due, same_jobs=same_jobs)
         jobs = self._records(held, stepped)
-        self._pass = _Pass({j.id: self._kept.attempts[j.id] for j in jobs}, described)
+        # An intent bumps its job's version, so the job is stepped; the open intents are
+        # few and indexed, so one read of all of them costs a pass next to nothing.
+        asked = {k: v for k, v in self._store.open_intents().items() if k in held}
+        self._pass = _Pass({j.id: self._kept.attempts[j.id] for j in jobs}, described,
+                           intents=asked)  # fmt: skip
         return jobs, same_jobs
 
     def end(self, jobs: Sequence[JobRecord]) -> None:
@@ -99,6 +106,12 @@ class PassMemory:
         if self._pass is not None and job_id in self._pass.attempts:
             return self._pass.attempts[job_id]
         return self._store.attempts(job_id)
+
+    def intents(self, job_id: str) -> list[IntentRecord]:
+        """The job's open intents as the pass read them, or from the store."""
+        if self._pass is not None:
+            return self._pass.intents.get(job_id, [])
+        return self._store.open_intents([job_id]).get(job_id, [])
 
     def reports(self, job_id: str) -> list[InstanceReport]:
         """The job's agents' reports as last read, or from the store."""

@@ -8,7 +8,7 @@ job (its limits, its team, its checkpoints) and says why a job waits.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 from spotd import checkpoints
@@ -18,6 +18,7 @@ from spotd.core.errors import CheckpointError
 from spotd.core.progress import work_per_hour
 from spotd.core.spec import JobSpec
 from spotd.core.values import (
+    AttemptRecord,
     Candidate,
     Decision,
     EventCause,
@@ -42,6 +43,19 @@ from spotd.market.cache import MarketCache, OfferingIndex
 from spotd.market.stats import HistoryStats, expected_preemptions
 
 _WaitKey = tuple[OfferingIndex, tuple[object, ...]]
+
+
+def shown_to(
+    job: JobRecord, attempts: Sequence[AttemptRecord], offerings: OfferingIndex
+) -> OfferingIndex:
+    """The offerings the policy is shown for ``job``: past
+    ``retry.launch_failures_per_pool`` failed launches in a pool the job never asks
+    that pool again, in either market, so its offerings are left out. (A new index
+    for such jobs only: the market's is shared.)"""
+    spent = exhausted_pools(attempts, job.spec.retry.launch_failures_per_pool)
+    if not spent:
+        return offerings
+    return OfferingIndex(o for o in offerings if o.pool not in spent)
 
 
 class Placer:
@@ -79,14 +93,7 @@ class Placer:
     ) -> tuple[PlacementContext, OfferingIndex, Decision]:
         """What the policy (the engine's, or ``policy``) would choose for the job now, with
         the context and the offerings it was shown (what a waiting reason is made of)."""
-        offerings = self.market.offerings()
-        spent = exhausted_pools(self._memory.attempts(job.id),
-                                job.spec.retry.launch_failures_per_pool)  # fmt: skip
-        if spent:
-            # Past retry.launch_failures_per_pool the job never asks that pool again,
-            # in either market: the offering is not shown to the policy at all. (A
-            # new index per placement, for such jobs only: the market's is shared.)
-            offerings = OfferingIndex(o for o in offerings if o.pool not in spent)
+        offerings = shown_to(job, self._memory.attempts(job.id), self.market.offerings())
         ctx = self.context(job)
         with self._lock:
             return ctx, offerings, (policy or self.policy).place(ctx, offerings)

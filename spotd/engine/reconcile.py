@@ -19,12 +19,11 @@ from datetime import datetime, timedelta
 
 from spotd.core.contracts import Clock, EngineStore, Policy, Provider
 from spotd.core.errors import LostTransition, SpotdError, StoreError, StoreUnavailable
+from spotd.core.intents import IntentKind, IntentRecord
 from spotd.core.spec import JobSpec, deadline_controlled
 from spotd.core.states import JobStatus
 from spotd.core.values import (
-    AttemptEnd,
     AttemptRecord,
-    Decision,
     EventCause,
     Instance,
     InstanceReport,
@@ -34,9 +33,9 @@ from spotd.core.values import (
     attempt_reports,
 )
 from spotd.engine import judge
+from spotd.engine.asked import judge_intents
 from spotd.engine.attempts import open_attempt, with_report
 from spotd.engine.bills import Bills
-from spotd.engine.context import placement_context
 from spotd.engine.executor import Executor
 from spotd.engine.gang import gang_state
 from spotd.engine.memory import PassMemory
@@ -44,10 +43,10 @@ from spotd.engine.placing import Placer
 from spotd.engine.reaper import Reaper
 from spotd.engine.reports import with_kept_exits
 from spotd.engine.settings import EngineSettings, checkpoint_uri
-from spotd.engine.submission import refusal
+from spotd.engine.submission import submit
 from spotd.engine.teams import TeamBook, pass_order
-from spotd.engine.verdicts import End, Launch, Place, Replan, Running, Stay, Verdict, Wait
-from spotd.engine.waiting import gist_of, submit_warning
+from spotd.engine.verdicts import Launch, Place, Replan, Running, Stay, Verdict, Wait
+from spotd.engine.waiting import gist_of
 from spotd.engine.watch import budget_check_at
 from spotd.market.cache import MarketCache
 from spotd.market.stats import HistoryStats
@@ -116,24 +115,8 @@ class Engine:
         for a job this daemon could never run (:func:`spotd.engine.submission.refusal`).
         ``idempotency_key`` is stored with the job (the store returns the first job for
         a key it already has)."""
-        now = self.clock.now()
-        refusal(spec, now, self.market.offered_gpus())
-        return self.store.create_job(spec, now=now, idempotency_key=idempotency_key)
-
-    def submit_warning(self, spec: JobSpec) -> str | None:
-        """Why no offering of the market as it stands can ever run the job (its GPUs per
-        node, fabric, providers, regions or markets: never its budget, prices or the
-        capacity of now), or None. A warning, not a refusal: the market may change.
-        None too before every provider has answered a price poll."""
-        if self.market.offered_gpus() is None:
-            return None  # nobody can tell yet, and a submit must not wait for a poll
-        offerings = self.market.offerings()
-        ctx = placement_context(
-            "submit", spec, self.clock.now(),
-            pools=(o.pool for o in offerings),
-            changeover_hours=self.settings.changeover_hours,
-        )  # fmt: skip
-        return submit_warning(ctx, offerings, self.placer.ask(ctx, offerings))
+        return submit(self.store, spec, now=self.clock.now(), offered=self.market.offered_gpus(),
+                      idempotency_key=idempotency_key)  # fmt: skip
 
     def announce(self) -> None:
         """Say on the database that this daemon is here, before its first pass: the
@@ -186,24 +169,14 @@ class Engine:
             return
         self.memory.quiet.wake([job.id])  # what failed is tried again next pass
 
-    def plan(self, job: JobRecord, policy: Policy | None = None) -> Decision:
-        """What the policy (the engine's, or ``policy``) would choose for the job now.
-
-        Safe to call from another thread (the API's ``spotd plan JOB``): one
-        placement at a time asks the policy, which may keep per-job state.
-        """
-        return self.placer.decide(job, policy)[2]
-
     def context(self, job: JobRecord) -> PlacementContext:
         """Everything the policy may know of the job now (:mod:`spotd.engine.context`)."""
         return self.placer.context(job)
 
-    def cancel(self, job: JobRecord) -> JobRecord:
-        """Cancel an active job and stop its instances."""
-        attempt = open_attempt(self.memory.attempts(job.id))
-        verdict = End(JobStatus.CANCELLED, EventCause.CANCELLED, "", attempt=attempt,
-                      end=AttemptEnd.CANCELLED if attempt else None)  # fmt: skip
-        return self.executor.end(job, verdict)
+    def request_cancel(self, job_id: str) -> IntentRecord:
+        """Ask for the job to be cancelled: an intent, which the pass of the daemon that
+        holds the job carries out (its instances stopped, the job ended as cancelled)."""
+        return self.store.request_intent(job_id, IntentKind.CANCEL, at=self.clock.now())
 
     def reap(self, owners: Sequence[str] | None = None) -> int:
         """Stop running instances no open attempt owns, and delete placement objects
@@ -218,6 +191,9 @@ class Engine:
     # -- judging ------------------------------------------------------------
 
     def _judge(self, job: JobRecord) -> Verdict:
+        asked = self.memory.intents(job.id)
+        if asked and (verdict := judge_intents(asked, self._open(job))) is not None:
+            return verdict
         if job.status in (JobStatus.PENDING, JobStatus.RECOVERING):
             if self._teams is None:  # stepped outside a pass
                 self._teams = TeamBook(self.store, self.clock.now(), self.settings.teams)
@@ -230,6 +206,9 @@ class Engine:
             # same client token returns the instances of the first call.
             return Launch(attempt)
         return judge.watch(self._watch_facts(job, attempt))
+
+    def _open(self, job: JobRecord) -> AttemptRecord | None:
+        return open_attempt(self.memory.attempts(job.id))
 
     def _watch_facts(self, job: JobRecord, attempt: AttemptRecord) -> judge.WatchFacts:
         instances: Sequence[Instance | None] = self._describe(attempt)
@@ -374,5 +353,3 @@ def _rebalance(attempt: AttemptRecord, reports: Sequence[InstanceReport]) -> boo
     """Whether a node of ``attempt`` reported a rebalance warning."""
     mine = attempt_reports(attempt, reports)
     return any(r.notice_kind == "rebalance" for r in mine.values())
-
-

@@ -5,9 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from spotd import checkpoints
+from spotd.core.contracts import JobStore
 from spotd.core.errors import CheckpointError, SubmitRefused
 from spotd.core.spec import JobSpec
 from spotd.core.spec_io import passed_deadline, relative_paths
+from spotd.core.values import JobRecord
 from spotd.market.cache import unoffered_gpus
 
 
@@ -37,3 +39,19 @@ def refusal(spec: JobSpec, now: datetime, offered_gpus: frozenset[str] | None) -
     problem = unoffered_gpus(spec.resources.gpus, offered_gpus)
     if problem is not None:
         raise SubmitRefused(f"resources.gpus: {problem}", field="resources.gpus")
+
+
+def submit(
+    store: JobStore,
+    spec: JobSpec,
+    *,
+    now: datetime,
+    offered: frozenset[str] | None,
+    idempotency_key: str | None = None,
+) -> JobRecord:
+    """Store a new job, pending, for the next pass to place; SubmitRefused, and nothing
+    stored, for a job no daemon could ever run (:func:`refusal`; ``offered``: the GPU
+    models the market offers). ``idempotency_key`` is stored with the job: the store
+    returns the first job for a key it already has."""
+    refusal(spec, now, offered)
+    return store.create_job(spec, now=now, idempotency_key=idempotency_key)

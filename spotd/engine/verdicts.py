@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from spotd.core.intents import IntentRecord
 from spotd.core.values import (
+    EMPTY_FACTS,
     AttemptEnd,
     AttemptRecord,
     EventCause,
+    EventFacts,
     FailureCause,
     JobStatus,
     NewAttempt,
@@ -73,6 +76,8 @@ class Checkpoint:
     """A node is under a preemption notice: the job checkpoints."""
 
     attempt: AttemptRecord
+    facts: EventFacts = EMPTY_FACTS
+    """The noticed node (its id and rank), for the event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,8 @@ class End:
     failure: FailureCause | None = None
     exit_code: int | None = None
     """The command's exit code that ended the attempt, kept with it."""
+    facts: EventFacts = EMPTY_FACTS
+    """What the event says beside its cause (the exit code, the node, the error)."""
 
     @classmethod
     def attempt_ended(
@@ -106,10 +113,11 @@ class End:
         *,
         failure: FailureCause | None = None,
         exit_code: int | None = None,
+        facts: EventFacts = EMPTY_FACTS,
     ) -> End:
         """The attempt ended as ``end``, which is also the event's cause."""
         return cls(status, end, detail, attempt=attempt, end=end, failure=failure,
-                   exit_code=exit_code)  # fmt: skip
+                   exit_code=exit_code, facts=facts)  # fmt: skip
 
     @classmethod
     def failed(
@@ -120,10 +128,19 @@ class End:
         *,
         attempt: AttemptRecord | None = None,
         end: AttemptEnd | None = None,
+        facts: EventFacts = EMPTY_FACTS,
     ) -> End:
         """The job fails for ``failure``."""
-        return cls(JobStatus.FAILED, cause, detail, attempt=attempt, end=end, failure=failure)
+        return cls(JobStatus.FAILED, cause, detail, attempt=attempt, end=end, failure=failure,
+                   facts=facts)  # fmt: skip
 
 
-Verdict = Stay | Defer | Wait | Place | Launch | Running | Checkpoint | Replan | End
+@dataclass(frozen=True, slots=True)
+class Reprioritise:
+    """A user asked for another priority: give the job the one ``intent`` names."""
+
+    intent: IntentRecord
+
+
+Verdict = Stay | Defer | Wait | Place | Launch | Running | Checkpoint | Replan | End | Reprioritise
 """Everything a step can decide for one job."""

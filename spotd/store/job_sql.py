@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 from spotd.core.errors import BadCursor, JobNotFound, LostTransition, StoreError
 from spotd.core.states import JobStatus, Transition
-from spotd.core.values import JobRecord
+from spotd.core.values import EMPTY_FACTS, AttemptEnd, EventCause, EventFacts, JobRecord
 from spotd.store.rows import job_record
 from spotd.store.tables import EVENTS, JOBS, LEASES, UtcDateTime
 
@@ -168,17 +168,19 @@ def insert_event(
     at: datetime,
     from_status: JobStatus | None,
     to_status: JobStatus,
-    cause: str,
+    cause: EventCause | AttemptEnd,
     detail: str,
+    facts: EventFacts = EMPTY_FACTS,
 ) -> None:
-    """Add an event to the job's history."""
-    conn.execute(
-        insert(EVENTS).values(
-            job_id=job_id,
-            at=at,
-            from_status=from_status.value if from_status is not None else None,
-            to_status=to_status.value,
-            cause=cause,
-            detail=detail,
-        )
-    )
+    """Add an event to the job's history, with its facts (SQL null when it has none)."""
+    values: dict[str, Any] = {
+        "job_id": job_id,
+        "at": at,
+        "from_status": from_status.value if from_status is not None else None,
+        "to_status": to_status.value,
+        "cause": str(cause),  # a StrEnum's str is its value
+        "detail": detail,
+    }
+    if stored := facts.to_json():
+        values["facts"] = stored
+    conn.execute(insert(EVENTS).values(**values))

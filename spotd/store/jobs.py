@@ -14,7 +14,7 @@ from spotd.core.errors import StoreError
 from spotd.core.spec import JobSpec
 from spotd.core.spec_io import spec_to_json
 from spotd.core.states import WAITING_CAUSE, JobStatus
-from spotd.core.values import EventRecord, JobRecord
+from spotd.core.values import EventCause, EventRecord, JobRecord
 from spotd.store.base import SqlBase
 from spotd.store.job_sql import (
     creation_order,
@@ -87,7 +87,7 @@ class JobRows(SqlBase):
             at=now,
             from_status=None,
             to_status=JobStatus.PENDING,
-            cause="submitted",
+            cause=EventCause.SUBMITTED,
             detail="",
         )
         return load_job(conn, job_id)
@@ -169,7 +169,7 @@ class JobRows(SqlBase):
 
     def set_waiting(
         self, job_id: str, status: JobStatus, reason: str, *, now: datetime,
-        cause: str = WAITING_CAUSE,
+        cause: EventCause = WAITING_CAUSE,
     ) -> bool:
         """Record why the job, still in ``status``, waits: the reason on the job and an
         event (``status`` to ``status``, ``cause``, the reason as detail), in one

@@ -10,10 +10,20 @@ from typing import Any
 
 from sqlalchemy import Row
 
+from spotd.core.errors import StoreError
 from spotd.core.spec import JobSpec
 from spotd.core.spec_io import spec_from_json
 from spotd.core.states import FailureCause, JobStatus
-from spotd.core.values import AttemptEnd, AttemptRecord, EventRecord, JobRecord, Market, Pool
+from spotd.core.values import (
+    AttemptEnd,
+    AttemptRecord,
+    EventFacts,
+    EventRecord,
+    JobRecord,
+    Market,
+    Pool,
+    event_cause,
+)
 
 
 def chunks(items: list[str], size: int = 2000) -> list[list[str]]:
@@ -50,15 +60,25 @@ def job_record(row: Row[Any]) -> JobRecord:
 
 
 def event_record(row: Row[Any]) -> EventRecord:
-    """An ``events`` row as its record."""
+    """An ``events`` row as its record. Raises :class:`~spotd.core.errors.StoreError` for
+    a cause this spotd does not know (a newer one wrote it) or facts it cannot read."""
+    try:
+        cause = event_cause(row.cause)
+        facts = EventFacts.from_json(row.facts)
+    except ValueError as exc:
+        raise StoreError(
+            f"event {row.id} of job {row.job_id}: {exc} (written by a newer spotd?)",
+            job_id=row.job_id,
+        ) from exc
     return EventRecord(
         id=row.id,
         job_id=row.job_id,
         at=row.at,
         from_status=JobStatus(row.from_status) if row.from_status is not None else None,
         to_status=JobStatus(row.to_status),
-        cause=row.cause,
+        cause=cause,
         detail=row.detail,
+        facts=facts,
     )
 
 

@@ -7,7 +7,8 @@ each reaching the database through :class:`~spotd.store.base.SqlBase`:
 - :class:`~spotd.store.leases.LeaseRows`: which daemon holds which job;
 - :class:`~spotd.store.attempts.AttemptRows`: attempts and their agents' reports;
 - :class:`~spotd.store.ledger.LedgerRows`: prices, the ledger, notification claims;
-- :class:`~spotd.store.sessions.SessionRows`: the dashboard's logged-out sessions.
+- :class:`~spotd.store.sessions.SessionRows`: the dashboard's logged-out sessions;
+- :class:`~spotd.store.intents.IntentRows`: what users asked of jobs, for the loop.
 
 What is left here is the write across them: a change of status. Every write is
 one transaction. A change of status is a guarded ``UPDATE ... WHERE status =
@@ -30,6 +31,7 @@ from spotd.core.states import Transition
 from spotd.core.values import AttemptClose, JobRecord, NewAttempt
 from spotd.store.attempts import AttemptRows
 from spotd.store.base import make_engine
+from spotd.store.intents import IntentRows, settle_open
 from spotd.store.job_sql import guarded_status_update, insert_event, load_job
 from spotd.store.jobs import JobRows
 from spotd.store.leases import LeaseRows
@@ -63,7 +65,7 @@ def open_store(url: str, *, wall: Clock = WALL) -> SqlStore:
     return SqlStore(engine, wall=wall)
 
 
-class SqlStore(JobRows, LeaseRows, AttemptRows, LedgerRows, SessionRows):
+class SqlStore(JobRows, LeaseRows, AttemptRows, LedgerRows, SessionRows, IntentRows):
     """Jobs, events and attempts in a SQL database (see :func:`open_store`): the
     parts of the store by concern, and the change of status that writes across them.
 
@@ -75,7 +77,8 @@ class SqlStore(JobRows, LeaseRows, AttemptRows, LedgerRows, SessionRows):
         """Apply ``change`` if the job is still in ``change.expected``.
 
         In one transaction: the status update guarded by the expected status,
-        the event row, and the attempt closed and/or opened with it. Raises
+        the event row, the attempt closed and/or opened with it, and (for an end) the
+        job's open intents settled (:func:`~spotd.store.intents.settle_open`). Raises
         :class:`~spotd.core.errors.LostTransition` when the guard fails,
         :class:`~spotd.core.errors.JobNotFound` for an unknown job and
         :class:`~spotd.core.errors.StoreError` when the attempt to close is not an
@@ -91,11 +94,14 @@ class SqlStore(JobRows, LeaseRows, AttemptRows, LedgerRows, SessionRows):
                 to_status=change.new,
                 cause=change.cause,
                 detail=change.detail,
+                facts=change.facts,
             )
             if change.close_attempt is not None:
                 _close_attempt(conn, change.job_id, change.close_attempt, now)
             if change.open_attempt is not None:
                 _open_attempt(conn, change.job_id, change.open_attempt, now)
+            if change.new.terminal:
+                settle_open(conn, change.job_id, change.new, now)
             return load_job(conn, change.job_id)
 
 

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Connection,
     DateTime,
@@ -114,6 +115,9 @@ class EventRow(SQLModel, table=True):
     to_status: str
     cause: str
     detail: str = Field(default="", sa_type=Text)
+    facts: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    """The event's :class:`~spotd.core.values.EventFacts` as a JSON object; null when it
+    has none (and on events stored before spotd kept them)."""
 
 
 class AttemptRow(SQLModel, table=True):
@@ -300,7 +304,27 @@ class NotificationRow(SQLModel, table=True):
     at: datetime = Field(sa_type=UtcDateTime)
 
 
+class IntentRow(SQLModel, table=True):
+    """What a user asked of a job, for the loop to act on (:mod:`spotd.core.intents`)."""
+
+    __tablename__ = "intents"
+    __table_args__ = (
+        # Each pass reads the open intents: from this index, not the whole table.
+        Index("ix_intents_settled_at_job_id", "settled_at", "job_id"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(sa_column_args=[_job_fk("intents")], index=True)
+    kind: str
+    requested_at: datetime = Field(sa_type=UtcDateTime)
+    priority: int | None = None
+    settled_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    outcome: str | None = None
+
+
 LEDGER = _table("ledger")
 """Core view of :class:`LedgerRow`."""
 NOTIFICATIONS = _table("notifications")
 """Core view of :class:`NotificationRow`."""
+INTENTS = _table("intents")
+"""Core view of :class:`IntentRow`."""

@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from spotd.cli.app import app
 from spotd.cli.demo import event_line, print_event
-from spotd.cli.render.jobs import status_table
-from spotd.daemon.views import AttemptView, EventView, JobView
+from spotd.cli.render.jobs import events_table, facts_text, status_table
+from spotd.daemon.views import AttemptView, EventFactsView, EventView, JobView
 
 NOW = datetime(2026, 1, 5, 10, 30, tzinfo=UTC)
 
@@ -60,6 +60,34 @@ def test_a_demo_event_line_stays_one_line_when_piped() -> None:
     print_event(Console(file=piped, width=80), event)  # not a terminal: rich takes 80 columns
     assert piped.getvalue() == event_line(event) + "\n"
     assert len(event_line(event)) > 80
+
+
+def test_events_show_their_facts_in_a_column_of_their_own() -> None:
+    """Exit code (with the signal's name), node and rank, error class: from the event's
+    facts; the column is there only when some event has any."""
+    plain = EventView(at=NOW, from_status=None, to_status="pending", cause="submitted",
+                      detail="")  # fmt: skip
+    killed = EventView(
+        at=NOW, from_status="running", to_status="recovering", cause="user-failed",
+        detail="command on i-7 exited with 137",
+        facts=EventFactsView(exit_code=137, signal=9, signal_name="SIGKILL", node="i-7", rank=1),
+    )  # fmt: skip
+    refused = EventView(
+        at=NOW, from_status="provisioning", to_status="recovering", cause="no-capacity",
+        detail="no room", facts=EventFactsView(error_class="CapacityError", provider="aws"),
+    )  # fmt: skip
+    assert facts_text(killed.facts) == "exit 137 SIGKILL, node i-7 rank 1"
+    assert facts_text(refused.facts) == "CapacityError"
+    assert facts_text(plain.facts) == ""
+
+    def shown(rows: list[EventView]) -> str:
+        text = io.StringIO()
+        Console(file=text, width=200).print(events_table(rows))
+        return text.getvalue()
+
+    with_facts = shown([plain, killed, refused])
+    assert "FACTS" in with_facts and "exit 137 SIGKILL, node i-7 rank 1" in with_facts
+    assert "FACTS" not in shown([plain])
 
 
 def test_flags_show_no_value_type_and_daemon_takes_a_plain_verbose() -> None:

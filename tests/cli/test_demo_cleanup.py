@@ -41,7 +41,14 @@ def alive(pid: int) -> bool:
 def start_demo(tmp: Path) -> subprocess.Popen[bytes]:
     """``spotd demo`` with ``tmp`` as its temporary directory."""
     env = {**os.environ, "TMPDIR": str(tmp)}
-    return subprocess.Popen([sys.executable, "-m", "spotd", "demo", "--json"], env=env,
+    # As from a terminal, Ctrl-C raises KeyboardInterrupt. A test run started in the
+    # background of a shell without job control ignores SIGINT, its children inherit
+    # that, and Python then installs no handler: the demo puts it back first.
+    demo = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv = ['spotd', 'demo', '--json']; runpy.run_module('spotd', run_name='__main__')"
+    )
+    return subprocess.Popen([sys.executable, "-c", demo], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
 
 

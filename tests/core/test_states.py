@@ -17,6 +17,7 @@ from spotd.core.errors import IllegalTransition
 from spotd.core.spec import JobSpec
 from spotd.core.spec_io import parse_job_toml
 from spotd.core.states import TRANSITIONS, FailureCause, JobStatus, Transition, allowed, transition
+from spotd.core.values import EventCause
 from spotd.store import SqlStore
 
 S = JobStatus
@@ -51,7 +52,8 @@ def path_to(target: JobStatus) -> list[JobStatus]:
 
 def legal(job_id: str, expected: JobStatus, new: JobStatus) -> Transition:
     failure = FailureCause.PROVIDER_ERROR if new is S.FAILED else None
-    return Transition(job_id, expected, new, cause=f"test {new}", failure=failure)
+    # Any cause will do: the table checks statuses. A real one, since causes read back typed.
+    return Transition(job_id, expected, new, cause=EventCause.PLACED, failure=failure)
 
 
 def job_in(store: SqlStore, spec: JobSpec, status: JobStatus) -> str:

@@ -9,10 +9,15 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 from engine_support import spec
+from pydantic import TypeAdapter
 
+from spotd.core.states import FailureCause, JobStatus, Transition
+from spotd.core.values import AttemptEnd, EventFacts
 from spotd.daemon import limits
 from spotd.daemon.api import create_app
 from spotd.daemon.limits import DEFAULT_MAX_BODY_BYTES
+from spotd.daemon.views import EventFactsView, EventView
+from spotd.daemon.wiring import build_reader
 from spotd.engine.reconcile import Engine
 
 TOKEN = "t" * 32
@@ -20,7 +25,7 @@ TOKEN = "t" * 32
 
 def post(engine: Engine, path: str, body: object) -> httpx.Response:
     async def send() -> httpx.Response:
-        transport = httpx.ASGITransport(app=create_app(engine, TOKEN))
+        transport = httpx.ASGITransport(app=create_app(build_reader(engine), TOKEN))
         async with httpx.AsyncClient(transport=transport, base_url="http://spotd") as client:
             return await client.post(path, json=body, headers={"Authorization": f"Bearer {TOKEN}"})
 
@@ -90,7 +95,7 @@ def test_a_submit_that_would_fail_later_is_a_422_naming_the_field(engine: Engine
 
 def get(engine: Engine, path: str, **params: str) -> httpx.Response:
     async def send() -> httpx.Response:
-        transport = httpx.ASGITransport(app=create_app(engine, TOKEN))
+        transport = httpx.ASGITransport(app=create_app(build_reader(engine), TOKEN))
         async with httpx.AsyncClient(transport=transport, base_url="http://spotd") as client:
             return await client.get(
                 path, params=params, headers={"Authorization": f"Bearer {TOKEN}"}
@@ -127,7 +132,7 @@ def send(
     """One request through the app in process (``kw`` as httpx takes them)."""
 
     async def go() -> httpx.Response:
-        app = create_app(engine, TOKEN, max_body_bytes=max_body_bytes)
+        app = create_app(build_reader(engine), TOKEN, max_body_bytes=max_body_bytes)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://spotd") as client:
             headers = {"Authorization": f"Bearer {TOKEN}", **kw.pop("headers", {})}  # type: ignore[dict-item]
@@ -211,7 +216,8 @@ def test_a_real_server_answers_413_to_a_50_mb_chunked_body(engine: Engine) -> No
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     sock.listen(16)
-    config = uvicorn.Config(create_app(engine, TOKEN), log_level="warning", lifespan="off")
+    app = create_app(build_reader(engine), TOKEN)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
@@ -243,7 +249,8 @@ def test_a_real_server_answers_413_to_a_50_mb_chunked_body(engine: Engine) -> No
 def test_job_listing_pages_newest_first_with_filters(engine: Engine) -> None:
     jobs = [engine.store.create_job(spec(), now=engine.clock.now()) for _ in range(7)]
     gone = jobs[2]
-    engine.cancel(gone)
+    engine.request_cancel(gone.id)
+    engine.step(engine.store.get_job(gone.id))  # that job alone: the others stay pending
     want = [j.id for j in sorted(jobs, key=lambda j: (j.submitted_at, j.id), reverse=True)]
 
     seen: list[str] = []
@@ -306,3 +313,74 @@ def test_a_keyed_submit_is_refused_as_an_unkeyed_one_is(engine: Engine) -> None:
     assert keyed.json()["detail"] == plain.json()["detail"]
     assert keyed.json()["detail"].startswith("resources.gpus: ")
     assert engine.store.list_jobs() == []
+
+
+# -- intents -------------------------------------------------------------------------
+
+
+def test_a_cancel_is_asked_with_202_and_carried_out_by_the_loop(engine: Engine) -> None:
+    job = engine.store.create_job(spec(), now=engine.clock.now())
+    asked = send(engine, "POST", f"/v1/jobs/{job.id}/cancel")
+    assert asked.status_code == 202, asked.text
+    body = asked.json()
+    assert body["status"] == "pending", "answered from the store: not done yet"
+    assert [a["kind"] for a in body["asked"]] == ["cancel"]
+    again = send(engine, "POST", f"/v1/jobs/{job.name}/cancel")
+    assert again.status_code == 202 and len(again.json()["asked"]) == 1, "asked once"
+    engine.tick()
+    done = send(engine, "GET", f"/v1/jobs/{job.id}").json()
+    assert done["status"] == "cancelled" and done["asked"] == []
+
+
+def test_a_priority_is_asked_with_202_and_given_by_the_loop(engine: Engine) -> None:
+    job = engine.store.create_job(spec(), now=engine.clock.now())
+    asked = send(engine, "POST", f"/v1/jobs/{job.id}/priority", json={"priority": 7})
+    assert asked.status_code == 202, asked.text
+    assert asked.json()["asked"] == [
+        {"kind": "priority", "requested_at": asked.json()["asked"][0]["requested_at"],
+         "priority": 7}
+    ]  # fmt: skip
+    engine.step(engine.store.get_job(job.id))
+    assert engine.store.get_job(job.id).spec.priority == 7
+    events = send(engine, "GET", f"/v1/jobs/{job.id}/events").json()
+    assert events[-1]["cause"] == "priority changed" and events[-1]["detail"] == "priority 0 -> 7"
+
+
+@pytest.mark.parametrize(
+    "body", [{}, {"priority": "high"}, {"priority": 10**7}, {"priority": 1, "x": 2}]
+)
+def test_a_priority_that_cannot_be_one_is_a_422(engine: Engine, body: object) -> None:
+    job = engine.store.create_job(spec(), now=engine.clock.now())
+    reply = send(engine, "POST", f"/v1/jobs/{job.id}/priority", json=body)
+    assert reply.status_code == 422, reply.text
+    assert engine.store.intents(job.id) == []
+
+
+# -- events ------------------------------------------------------------------------
+
+
+def test_events_carry_their_facts_as_typed_fields(engine: Engine) -> None:
+    """The exit code, signal, node, rank and error of an event are fields of its view
+    (``facts``), never to be parsed out of its detail; an event without any has all None,
+    and the CLI's client reads them back as they were."""
+    job = engine.store.create_job(spec(), now=engine.clock.now())
+    facts = EventFacts(exit_code=137, signal=9, node="i-7", rank=1, provider="fake")
+    engine.store.compare_and_set(
+        Transition(job.id, JobStatus.PENDING, JobStatus.FAILED, AttemptEnd.USER_FAILED,
+                   "command on i-7 exited with 137", failure=FailureCause.USER_COMMAND_FAILED,
+                   facts=facts),
+        now=engine.clock.now(),
+    )  # fmt: skip
+    reply = send(engine, "GET", f"/v1/jobs/{job.id}/events")
+    assert reply.status_code == 200, reply.text
+    submitted, failed = reply.json()
+    assert set(submitted["facts"].values()) == {None}
+    assert failed["cause"] == "user-failed"
+    assert failed["facts"] == {
+        "exit_code": 137, "signal": 9, "signal_name": "SIGKILL", "node": "i-7", "rank": 1,
+        "error_class": None, "error_code": None, "provider": "fake", "provider_code": None,
+    }  # fmt: skip
+    (parsed,) = TypeAdapter(list[EventView]).validate_python([failed])
+    assert (parsed.facts.exit_code, parsed.facts.node, parsed.facts.rank) == (137, "i-7", 1)
+    older = {k: v for k, v in failed.items() if k != "facts"}
+    assert EventView.model_validate(older).facts == EventFactsView(), "an older daemon's event"

@@ -26,6 +26,7 @@ from spotd.core.agent_wire import agent_token
 from spotd.core.states import JobStatus
 from spotd.daemon.api import create_app
 from spotd.daemon.limits import MAX_CURSOR, MAX_IDEMPOTENCY_KEY
+from spotd.daemon.wiring import build_reader
 from spotd.engine.reconcile import Engine
 
 TOKEN = "t" * 32
@@ -36,7 +37,7 @@ def send(engine: Engine, method: str, path: str, **kw: object) -> httpx.Response
     """One request through the daemon's app in process; ``kw`` as httpx takes them."""
 
     async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=create_app(engine, TOKEN))
+        transport = httpx.ASGITransport(app=create_app(build_reader(engine), TOKEN))
         async with httpx.AsyncClient(transport=transport, base_url="http://spotd") as client:
             return await client.request(method, path, **kw)  # type: ignore[arg-type]
 
@@ -111,7 +112,7 @@ def test_an_agent_with_its_token_gets_the_422_of_its_malformed_report(engine: En
 def user_routes(engine: Engine) -> list[tuple[str, str]]:
     """Every (method, path) of the API that needs the daemon's token: the schema's
     and ``/metrics``, which is left out of it."""
-    schema = create_app(engine, TOKEN).openapi()["paths"]
+    schema = create_app(build_reader(engine), TOKEN).openapi()["paths"]
     found = [("GET", "/metrics")] + [
         (method.upper(), path.replace("{ref}", "j-0000000001"))
         for path, operations in schema.items()
@@ -207,7 +208,7 @@ def test_keys_of_every_printable_character_are_kept(engine: Engine) -> None:
 
 def raw_get(engine: Engine, path: str, query: bytes) -> tuple[int, bytes]:
     """A GET straight to the app's ASGI callable: httpx caps a URL at 64 KiB."""
-    app = create_app(engine, TOKEN)
+    app = create_app(build_reader(engine), TOKEN)
     scope = {
         "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
         "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": query,

@@ -230,6 +230,10 @@ def test_cli_against_a_running_daemon(tmp_path: Path) -> None:
         assert job_id in table and "running" in table
         events = json.loads(setup.cli("events", job_id, "--json").stdout)
         assert [e["to_status"] for e in events][:3] == ["pending", "provisioning", "running"]
+        asked = setup.cli("priority", job_id, "5").stdout
+        assert f"{job_id} priority 5 asked" in asked
+        wait_for(store, job_id, lambda j, _: j.spec.priority == 5)  # its daemon's next pass
+        # The cancel waits for the daemon's pass to stop the job's node.
         assert "cancelled" in setup.cli("cancel", job_id).stdout
         assert store.get_job(job_id).status is JobStatus.CANCELLED
         missing = setup.cli("status", "j-nope", check=False)

@@ -37,6 +37,7 @@ from spotd.daemon.problems import (
     problem_of,
     status_of,
 )
+from spotd.daemon.wiring import build_reader
 from spotd.engine.reconcile import Engine
 from spotd.store.sql import SqlStore
 
@@ -54,7 +55,8 @@ def send(
     """One request through the app in process; an unexpected error answers as a server's would."""
 
     async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=create_app(engine, TOKEN), raise_app_exceptions=False)
+        app = create_app(build_reader(engine), TOKEN)
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://spotd") as client:
             headers = {"Authorization": f"Bearer {token}", **kw.pop("headers", {})}  # type: ignore[dict-item]
             return await client.request(method, path, headers=headers, **kw)  # type: ignore[arg-type]
@@ -85,7 +87,8 @@ def test_an_unknown_job_is_a_404_problem(engine: Engine) -> None:
 
 def test_a_job_already_ended_is_a_409_naming_it(engine: Engine) -> None:
     job = engine.store.create_job(spec(), now=engine.clock.now())
-    assert send(engine, "POST", f"/v1/jobs/{job.id}/cancel").status_code == 200
+    assert send(engine, "POST", f"/v1/jobs/{job.id}/cancel").status_code == 202
+    engine.tick()  # the loop carries the cancel out
     body = problem(send(engine, "POST", f"/v1/jobs/{job.id}/cancel"), 409, "illegal-transition")
     assert body["job_id"] == job.id and body["detail"] == f"job {job.id} already cancelled"
 

@@ -25,6 +25,8 @@ from spotd.core.states import FailureCause, JobStatus, Transition, transition
 from spotd.core.values import (
     AttemptEnd,
     AttemptRecord,
+    EventCause,
+    EventFacts,
     ExclusionKind,
     Instance,
     InstanceReport,
@@ -139,15 +141,21 @@ def test_failing_command_fails_the_job(engine: Engine) -> None:
     (attempt,) = engine.store.attempts(job.id)
     assert attempt.end_reason is AttemptEnd.USER_FAILED
     # Where, then what: the node's id reads as a place, not as the exit code's label.
-    assert engine.store.events(job.id)[-1].detail == (
-        f"command on {attempt.instance_ids[0]} exited with 3"
-    )
+    last = engine.store.events(job.id)[-1]
+    assert last.detail == f"command on {attempt.instance_ids[0]} exited with 3"
+    # ...and the same as typed facts, so no reader parses the detail for them.
+    assert last.cause is AttemptEnd.USER_FAILED
+    assert (last.facts.exit_code, last.facts.signal) == (3, None)
+    assert (last.facts.node, last.facts.rank) == (attempt.instance_ids[0], None)  # one node
+    assert last.facts.provider == attempt.pool.provider
 
 
 def test_cancel_stops_the_instance(engine: Engine) -> None:
     job = engine.submit(spec("import time; time.sleep(600)"))
     job = run_until(engine, job.id, lambda j: j.status is JobStatus.RUNNING)
-    engine.cancel(job)
+    engine.request_cancel(job.id)
+    assert engine.store.get_job(job.id).status is JobStatus.RUNNING, "asked, not done yet"
+    engine.tick()  # the pass of the daemon holding the job carries it out
     job = engine.store.get_job(job.id)
     assert job.status is JobStatus.CANCELLED
     (attempt,) = engine.store.attempts(job.id)
@@ -188,7 +196,7 @@ def test_unplaceable_job_waits_then_fails_on_timeout(tmp_path: Path) -> None:
         job = eng.submit(spec(gpus=["B200"]))
         eng.tick()
         assert eng.store.get_job(job.id).status is JobStatus.PENDING
-        decision = eng.plan(eng.store.get_job(job.id))
+        decision = eng.placer.decide(eng.store.get_job(job.id))[2]
         assert decision.choice is None
         assert all(
             c.excluded is not None and c.excluded.kind is ExclusionKind.GPU_MODEL
@@ -204,7 +212,7 @@ def test_unplaceable_job_waits_then_fails_on_timeout(tmp_path: Path) -> None:
 def test_crash_after_attempt_commit_launches_once(engine: Engine, tmp_path: Path) -> None:
     """The attempt row is committed but the daemon died before calling launch."""
     job = engine.submit(spec("import time; time.sleep(1)"))
-    decision = engine.plan(job)
+    decision = engine.placer.decide(job)[2]
     assert decision.choice is not None
     from spotd.core.values import NewAttempt
 
@@ -212,7 +220,7 @@ def test_crash_after_attempt_commit_launches_once(engine: Engine, tmp_path: Path
     transition(
         engine.store,
         Transition(
-            job.id, JobStatus.PENDING, JobStatus.PROVISIONING, "placed",
+            job.id, JobStatus.PENDING, JobStatus.PROVISIONING, EventCause.PLACED,
             open_attempt=NewAttempt(choice.offering.pool, choice.market, 1,
                                     choice.price_per_hour, None),
         ),
@@ -235,7 +243,7 @@ def test_reaper_stops_instances_no_attempt_owns(engine: Engine) -> None:
 
     transition(
         engine.store,
-        Transition(job.id, JobStatus.RUNNING, JobStatus.CANCELLED, "test",
+        Transition(job.id, JobStatus.RUNNING, JobStatus.CANCELLED, EventCause.CANCELLED,
                    close_attempt=AttemptClose(attempt.id, AttemptEnd.CANCELLED)),
         now=engine.clock.now(),
     )
@@ -416,10 +424,13 @@ def test_capacity_error_moves_to_another_pool(fake: tuple[Engine, FakeProvider])
     first, second = eng.store.attempts(job.id)
     assert first.end_reason is AttemptEnd.NO_CAPACITY
     assert first.pool.region == "r1"
+    (refused,) = [e for e in eng.store.events(job.id) if e.cause is AttemptEnd.NO_CAPACITY]
+    assert refused.facts == EventFacts(error_class="CapacityError",
+                                       error_code="provider-capacity", provider="fake")  # fmt: skip
     assert second.pool.region == "r2", "the whole region of the failed pool cools down"
     excluded = {
         c.offering.pool.zone: c.excluded
-        for c in eng.plan(eng.store.get_job(job.id)).candidates
+        for c in eng.placer.decide(eng.store.get_job(job.id))[2].candidates
         if c.market is Market.SPOT
     }
     for zone in ("r1a", "r1b"):

@@ -12,6 +12,7 @@ from spotd.core.values import (
     AttemptEnd,
     AttemptRecord,
     EventCause,
+    EventFacts,
     FailureCause,
     Instance,
     InstanceState,
@@ -156,6 +157,49 @@ def test_a_failed_launch(
     assert isinstance(verdict, kind)
     if isinstance(verdict, End):
         assert (verdict.status, verdict.end, verdict.attempt) == (status, end, a)
+
+
+@pytest.mark.parametrize(
+    ("instances", "expected"),
+    [
+        pytest.param((node(0, S.RUNNING), node(1, S.EXITED, 137)),
+                     EventFacts(exit_code=137, signal=9, node="i-1", rank=1), id="killed"),
+        pytest.param((node(0, S.EXITED, 0), node(1, S.EXITED, 0)),
+                     EventFacts(exit_code=0), id="succeeded"),
+        pytest.param((node(0, S.RUNNING), node(1, S.PREEMPTED)),
+                     EventFacts(node="i-1", rank=1), id="preempted"),
+        pytest.param((node(0, S.RUNNING), None), EventFacts(node="i-1", rank=1), id="lost"),
+        pytest.param((node(0, S.TERMINATED), node(1, S.RUNNING)),
+                     EventFacts(node="i-0", rank=0), id="terminated"),
+    ],
+)  # fmt: skip
+def test_a_gang_attempts_end_names_its_node_and_rank(
+    instances: tuple[Instance | None, ...], expected: EventFacts
+) -> None:
+    """The node that ended the attempt, its rank (its place in the attempt's ids) and its
+    exit code (a signal N reads from 128 + N) go with the verdict as facts."""
+    verdict = judge.watch(facts(JobStatus.RUNNING, *instances))
+    assert isinstance(verdict, End) and verdict.facts == expected
+
+
+def test_a_notice_names_the_noticed_node() -> None:
+    verdict = judge.watch(facts(JobStatus.RUNNING, node(0, S.RUNNING), node(1, S.NOTICE)))
+    assert isinstance(verdict, Checkpoint) and verdict.facts == EventFacts(node="i-1", rank=1)
+
+
+def test_a_failed_launch_carries_the_error_class() -> None:
+    a = attempt()
+    exc = CapacityError("none left", provider="aws", code="InsufficientInstanceCapacity")
+    verdict = judge.launch_failure(job(JobStatus.PROVISIONING), a, [a], exc)
+    assert isinstance(verdict, End)
+    assert verdict.facts == EventFacts(
+        error_class="CapacityError", error_code="provider-capacity", provider="aws",
+        provider_code="InsufficientInstanceCapacity",
+    )  # fmt: skip
+    refused = judge.launch_failure(job(JobStatus.PROVISIONING), a, [a], InvalidRequestError("x"))
+    assert isinstance(refused, End) and refused.cause is EventCause.LAUNCH_REFUSED
+    assert refused.facts.error_class == "InvalidRequestError"
+    assert refused.facts.provider == "sim", "the pool's provider where the error names none"
 
 
 def test_launch_failures_past_the_allowance_fail_the_job() -> None:

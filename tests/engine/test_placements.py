@@ -81,7 +81,8 @@ def test_an_ended_attempts_placement_is_deleted_with_its_nodes(
     eng, provider = placing
     job_id = _gang_launched(eng)
     assert len(provider.list_placements({TAG_JOB: job_id})) == 1
-    eng.cancel(eng.store.get_job(job_id))
+    eng.request_cancel(job_id)
+    eng.tick()
     assert provider.list_placements({TAG_JOB: job_id}) == []
     (attempt,) = eng.store.attempts(job_id)
     assert all(provider.states[i] is InstanceState.TERMINATED for i in attempt.instance_ids)
@@ -93,7 +94,8 @@ def test_a_placement_still_in_use_is_deleted_by_a_later_reap(
     eng, provider = placing
     job_id = _gang_launched(eng)
     provider.refuse_deletes = 1
-    eng.cancel(eng.store.get_job(job_id))
+    eng.request_cancel(job_id)
+    eng.tick()
     assert len(provider.list_placements({TAG_JOB: job_id})) == 1, "refused, kept for the reaper"
     eng.reap()
     assert provider.list_placements({TAG_JOB: job_id}) == []

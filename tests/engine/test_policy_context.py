@@ -25,7 +25,8 @@ from spotd.core.values import (
     Pool,
 )
 from spotd.daemon import planning
-from spotd.daemon.wiring import build_engine
+from spotd.daemon.reader import Planner
+from spotd.daemon.wiring import build_engine, build_reader
 from spotd.engine.context import JobPosition, placement_context, position_of
 from spotd.engine.reconcile import Engine
 from spotd.engine.settings import EngineSettings
@@ -164,9 +165,15 @@ def test_plan_of_a_submitted_job_is_the_engines_question(
     first, second = engine.store.attempts(job.id)
     assert first.end_reason is AttemptEnd.NO_CAPACITY and second.pool.region == "r2"
     recorder.seen.clear()
-    view = planning.plan_submitted(engine, job)
+    # The daemon's planner, with the recording policy: it asks what the loop would.
+    planner = Planner(engine.policy, engine.store, engine.market, engine.clock, engine.settings)
+    view = planning.plan_submitted(planner, job)
     (asked,) = recorder.seen
-    assert asked == engine.context(job), "the context the engine itself places with"
+    # The same context the engine places with; its statistics are the planner's own
+    # reader of the same history (a HistoryStats of its own: the loop's is the loop's).
+    loop_asks = engine.context(job)
+    assert replace(asked, stats=None) == replace(loop_asks, stats=None)
+    assert type(asked.stats) is type(loop_asks.stats)
     assert asked.current == second.pool and asked.cooldown
     spot = {c.zone: c for c in view.candidates if c.market == "spot"}
     for zone in ("r1a", "r1b"):
@@ -178,6 +185,10 @@ def test_plan_of_a_submitted_job_is_the_engines_question(
 
 def test_plan_of_an_ended_job_is_refused(frozen: tuple[Engine, FakeProvider, Recorder]) -> None:
     engine, _, _ = frozen
-    job = engine.cancel(engine.submit(spec()))
+    submitted = engine.submit(spec())
+    engine.request_cancel(submitted.id)
+    engine.tick()
+    job = engine.store.get_job(submitted.id)
+    assert job.status is JobStatus.CANCELLED
     with pytest.raises(SpotdError, match="has ended"):
-        planning.plan_submitted(engine, job)
+        planning.plan_submitted(build_reader(engine).planner, job)

@@ -91,6 +91,8 @@ def test_failed_launches_are_bounded_per_job(fake: tuple[Engine, FakeProvider]) 
     last = eng.store.events(job.id)[-1]
     assert last.to_status is JobStatus.FAILED
     assert "3 failed launches, retry.launch_failures is 2" in last.detail
+    assert (last.facts.error_class, last.facts.error_code) == ("ProviderError", "provider-error")
+    assert (last.facts.provider, last.facts.provider_code) == ("fake", "ImageNotFound")
 
 
 def test_no_capacity_counts_as_a_failed_launch(fake: tuple[Engine, FakeProvider]) -> None:
@@ -123,7 +125,7 @@ def test_a_pool_past_its_bound_is_not_used_again(fake: tuple[Engine, FakeProvide
     assert "9 more failed launch(es) allowed" in recovering[0].detail
     # Now that it runs, the pools that failed before may serve it again (a later
     # recovery starts the count afresh): the plan offers the cheapest one again.
-    choice = eng.plan(job).choice
+    choice = eng.placer.decide(job)[2].choice
     assert choice is not None and choice.offering.pool.zone == "r1a"
 
 

@@ -13,8 +13,10 @@ from engine_support import FakeProvider, StepClock, spec
 
 from spotd.core.errors import CapacityError
 from spotd.core.network import Fabric, Interconnect
+from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
 from spotd.core.values import Candidate, Decision, JobRecord, Offering, PlacementContext, Pool
+from spotd.daemon.reader import Planner
 from spotd.engine.reconcile import Engine
 from spotd.engine.settings import EngineSettings
 from spotd.store import open_store
@@ -42,6 +44,12 @@ class Shelf(FakeProvider):
             for n in self.sizes
             for region, zone, price in (("r1", "a", 1.0), ("r1", "b", 1.1), ("r2", "a", 1.2))
         ]  # fmt: skip
+
+
+def warning(eng: Engine, job: JobSpec) -> str | None:
+    """What a submit of ``job`` to this engine's daemon warns of (its planner, with the
+    engine's policy)."""
+    return Planner(eng.policy, eng.store, eng.market, eng.clock, eng.settings).submit_warning(job)
 
 
 @pytest.fixture
@@ -78,7 +86,7 @@ def test_a_node_size_nobody_offers_says_so(shelf: tuple[Engine, Shelf, StepClock
     last = eng.store.events(job.id)[-1]
     assert (last.from_status, last.to_status) == (JobStatus.PENDING, JobStatus.PENDING)
     # The submit of the same spec now warns (the market has answered a poll).
-    assert eng.submit_warning(job.spec) == reason
+    assert warning(eng, job.spec) == reason
 
 
 def test_a_budget_below_any_plan_says_the_cheapest(shelf: tuple[Engine, Shelf, StepClock]) -> None:
@@ -91,7 +99,7 @@ def test_a_budget_below_any_plan_says_the_cheapest(shelf: tuple[Engine, Shelf, S
     assert stored.waiting == "every plan costs more than the 0.50 USD budget (cheapest 1.00 USD)"
     assert _waits(eng, job) == [stored.waiting]
     # Prices may move: a budget is no static need, so the submit warns of nothing.
-    assert eng.submit_warning(job.spec) is None
+    assert warning(eng, job.spec) is None
 
 
 def test_no_capacity_waits_then_clears_when_placed(shelf: tuple[Engine, Shelf, StepClock]) -> None:
@@ -102,7 +110,7 @@ def test_no_capacity_waits_then_clears_when_placed(shelf: tuple[Engine, Shelf, S
     stored = eng.store.get_job(job.id)
     assert stored.waiting == "no spot capacity in the 3 pools that fit"
     assert _waits(eng, job) == [stored.waiting]
-    assert eng.submit_warning(job.spec) is None  # capacity comes back
+    assert warning(eng, job.spec) is None  # capacity comes back
     provider.capacity = 1.0
     eng.market.refresh_all()  # the daemon's price poll
     eng.tick()
@@ -177,24 +185,24 @@ def test_the_submit_warns_only_of_what_no_offering_can_run(
     provider.sizes = (1, 8)
     three = spec(resources={"gpus": ["A100"], "gpus_per_node": 3})
     # Before the first price poll nobody can tell: no warning, and no poll in the submit.
-    assert eng.submit_warning(three) is None
+    assert warning(eng, three) is None
     eng.market.refresh_all()
-    assert eng.submit_warning(three) == "no offering has 3 A100 GPUs per node (offered: 1, 8)"
-    assert eng.submit_warning(spec()) is None
+    assert warning(eng, three) == "no offering has 3 A100 GPUs per node (offered: 1, 8)"
+    assert warning(eng, spec()) is None
     # A region the market has no offering in: static too.
     far = spec(market={"regions": ["eu-*"]})
-    assert eng.submit_warning(far) == (
+    assert warning(eng, far) == (
         "every offering that fits is ruled out: 2 regions not in market.regions"
     )
     # Four nodes on 25 Gbps ethernet: no offering has the fabric such a gang needs.
     gang = spec(resources={"gpus": ["A100"], "gpus_per_node": 8, "nodes": 4})
-    assert eng.submit_warning(gang) == (
+    assert warning(eng, gang) == (
         "every offering that fits is ruled out: scale-out fabric too slow for a 4-node job "
         "(fastest of them 25 Gbps/GPU)"
     )
     # The balanced policy's near misses say the same.
     eng.policy = BalancedPolicy()
-    assert eng.submit_warning(three) == "no offering has 3 A100 GPUs per node (offered: 1, 8)"
+    assert warning(eng, three) == "no offering has 3 A100 GPUs per node (offered: 1, 8)"
 
 
 class CountingPolicy:

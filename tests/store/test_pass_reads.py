@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus, Transition
-from spotd.core.values import InstanceReport
+from spotd.core.values import EventCause, InstanceReport
 from spotd.store import SqlStore
 from spotd.store.leases import HELD_BY_OWNER
 
@@ -89,7 +89,8 @@ def test_versions_count_changes_and_ended_jobs_are_not_held(store: SqlStore) -> 
     a = store.create_job(spec("a"), now=T0)
     b = store.create_job(spec("b"), now=T0)
     store.claim_job_versions("d1", now=at(0), lease_seconds=60)
-    store.compare_and_set(Transition(a.id, JobStatus.PENDING, JobStatus.CANCELLED, "x"), now=at(1))
+    cancel = Transition(a.id, JobStatus.PENDING, JobStatus.CANCELLED, EventCause.CANCELLED)
+    store.compare_and_set(cancel, now=at(1))
     assert store.claim_job_versions("d1", now=at(1), lease_seconds=60) == {b.id: 0}
     assert store.job_versions([a.id, b.id, "j-none"]) == {a.id: 1, b.id: 0}
     found = store.jobs_by_id([a.id, "j-none"])

@@ -26,8 +26,11 @@ from spotd.core.spec import JobSpec
 from spotd.core.spec_io import parse_job_toml
 from spotd.core.states import FailureCause, JobStatus, Transition
 from spotd.core.values import (
+    EMPTY_FACTS,
     AttemptClose,
     AttemptEnd,
+    EventCause,
+    EventFacts,
     InstanceReport,
     JobRecord,
     Market,
@@ -67,6 +70,20 @@ def new_attempt(pool: Pool = POOL_A, market: Market = Market.SPOT) -> NewAttempt
     )
 
 
+CAUSE_OF: dict[JobStatus, EventCause | AttemptEnd] = {
+    S.PENDING: EventCause.HELD,
+    S.PROVISIONING: EventCause.PLACED,
+    S.RUNNING: EventCause.RUNNING,
+    S.CHECKPOINTING: EventCause.NOTICE,
+    S.RECOVERING: AttemptEnd.PREEMPTED,
+    S.SUCCEEDED: AttemptEnd.SUCCEEDED,
+    S.FAILED: EventCause.NO_CAPACITY,
+    S.CANCELLED: EventCause.CANCELLED,
+}
+"""A cause the engine could give a move to each status: causes are types, read back
+as such, so a test writes real ones."""
+
+
 def move(
     store: SqlStore,
     job_id: str,
@@ -76,7 +93,7 @@ def move(
     **kw: object,
 ) -> None:
     store.compare_and_set(
-        Transition(job_id, expected, new, cause=f"to-{new}", **kw),  # type: ignore[arg-type]
+        Transition(job_id, expected, new, cause=CAUSE_OF[new], **kw),  # type: ignore[arg-type]
         now=when,
     )
 
@@ -341,7 +358,7 @@ def test_compare_and_set_closes_and_opens_in_one_transaction(store: SqlStore) ->
             job.id,
             S.PROVISIONING,
             S.RECOVERING,
-            cause="migrate",
+            cause=AttemptEnd.MIGRATED,
             close_attempt=AttemptClose(first.id, AttemptEnd.MIGRATED),
             open_attempt=new_attempt(POOL_B, Market.ON_DEMAND),
         ),
@@ -398,7 +415,7 @@ def test_bad_attempt_close_applies_nothing(
                 job.id,
                 S.RECOVERING,
                 S.PROVISIONING,
-                cause="x",
+                cause=EventCause.PLACED,
                 close_attempt=close(own_id, store.attempts(other.id)[0].id),
                 open_attempt=new_attempt(),
             ),
@@ -449,11 +466,108 @@ def test_a_waiting_reason_is_written_once_with_its_event_and_cleared_by_a_move(
     assert not store.set_waiting(job.id, S.RECOVERING, "other", now=at(2))
     assert len(store.events(job.id)) == 2
     assert store.get_job(job.id).version == waiting.version
-    assert store.set_waiting(job.id, S.PENDING, "team full", now=at(3), cause="held")
-    assert store.events(job.id)[-1].cause == "held"
+    assert store.set_waiting(job.id, S.PENDING, "team full", now=at(3), cause=EventCause.HELD)
+    assert store.events(job.id)[-1].cause is EventCause.HELD
     # A change of status clears it.
     move(store, job.id, S.PENDING, S.PROVISIONING, at(4), open_attempt=new_attempt())
     assert store.get_job(job.id).waiting is None
+
+
+# -- event causes and facts -------------------------------------------------------
+
+
+def test_events_keep_their_typed_cause_and_facts(store: SqlStore) -> None:
+    """Causes come back as the enum they were written as (an attempt end or an event
+    cause), and facts field for field; an event without facts stores SQL null."""
+    job = store.create_job(make_spec(), now=T0)
+    move(store, job.id, S.PENDING, S.PROVISIONING, at(1), open_attempt=new_attempt())
+    [attempt] = store.attempts(job.id)
+    facts = EventFacts(exit_code=137, signal=9, node="i-0ab", rank=1, provider="sim")
+    store.compare_and_set(
+        Transition(job.id, S.PROVISIONING, S.FAILED, AttemptEnd.USER_FAILED, "command failed",
+                   failure=FailureCause.USER_COMMAND_FAILED, facts=facts,
+                   close_attempt=AttemptClose(attempt.id, AttemptEnd.USER_FAILED, 137)),
+        now=at(2),
+    )  # fmt: skip
+
+    created, placed, failed = store.events(job.id)
+    assert created.cause is EventCause.SUBMITTED and created.facts == EMPTY_FACTS
+    assert placed.cause is EventCause.PLACED and placed.facts == EMPTY_FACTS
+    assert failed.cause is AttemptEnd.USER_FAILED
+    assert failed.facts == facts and failed.facts.signal_name == "SIGKILL"
+    with store.engine.connect() as conn:
+        stored = conn.execute(
+            text("SELECT facts FROM events WHERE job_id = :j ORDER BY id"), {"j": job.id}
+        ).scalars().all()  # fmt: skip
+    assert stored[:2] == [None, None], "no facts: SQL null, not a JSON null or {}"
+
+
+def test_launch_error_facts_round_trip(store: SqlStore) -> None:
+    job = store.create_job(make_spec(), now=T0)
+    facts = EventFacts(error_class="CapacityError", error_code="provider-capacity",
+                       provider="sim", provider_code="InsufficientInstanceCapacity")  # fmt: skip
+    move(store, job.id, S.PENDING, S.PROVISIONING, at(1), open_attempt=new_attempt())
+    [attempt] = store.attempts(job.id)
+    store.compare_and_set(
+        Transition(job.id, S.PROVISIONING, S.RECOVERING, AttemptEnd.NO_CAPACITY, facts=facts,
+                   close_attempt=AttemptClose(attempt.id, AttemptEnd.NO_CAPACITY)),
+        now=at(2),
+    )  # fmt: skip
+    last = store.events(job.id)[-1]
+    assert (last.cause, last.facts) == (AttemptEnd.NO_CAPACITY, facts)
+
+
+def _raw_event(store: SqlStore, job_id: str, cause: str, facts: str | None) -> None:
+    """An event row as another version of spotd could have written it."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO events (job_id, at, to_status, cause, detail, facts)"
+                 " VALUES (:j, :at, 'pending', :cause, '', :facts)"),
+            {"j": job_id, "at": at(5).replace(tzinfo=None), "cause": cause, "facts": facts},
+        )  # fmt: skip
+
+
+def test_facts_a_newer_spotd_added_are_skipped(store: SqlStore) -> None:
+    job = store.create_job(make_spec(), now=T0)
+    _raw_event(store, job.id, "held", '{"exit_code": 3, "gpu_xid": 79}')
+    assert store.events(job.id)[-1].facts == EventFacts(exit_code=3)
+
+
+@pytest.mark.parametrize(
+    ("cause", "facts", "said"),
+    [
+        pytest.param("from the future", None, "'from the future' is no event cause", id="cause"),
+        pytest.param("held", '{"exit_code": "3"}', "exit_code is '3', expected int", id="fact"),
+    ],
+)
+def test_an_event_this_spotd_cannot_read_is_a_store_error(
+    store: SqlStore, cause: str, facts: str | None, said: str
+) -> None:
+    """Not a cause of another type, nor a string that no code matches: a clear error
+    naming the event and its job."""
+    job = store.create_job(make_spec(), now=T0)
+    _raw_event(store, job.id, cause, facts)
+    with pytest.raises(StoreError, match=re.escape(said)) as error:
+        store.events(job.id)
+    assert error.value.job_id == job.id and "newer spotd" in str(error.value)
+
+
+def test_event_facts_survive_the_migration_down_and_up(empty_store_url: str) -> None:
+    """Down to 0001 drops the facts and keeps the events; up again reads them empty."""
+    store = open_store(empty_store_url)
+    try:
+        job = store.create_job(make_spec(), now=T0)
+        move(store, job.id, S.PENDING, S.CANCELLED, at(1))
+        downgrade_schema(store.engine, "0001")
+        columns = {c["name"] for c in inspect(store.engine).get_columns("events")}
+        assert "facts" not in columns and "cause" in columns
+        upgrade_schema(store.engine)
+        assert schema_revision(store.engine) == LATEST
+        assert [(e.cause, e.facts) for e in store.events(job.id)] == [
+            (EventCause.SUBMITTED, EMPTY_FACTS), (EventCause.CANCELLED, EMPTY_FACTS),
+        ]  # fmt: skip
+    finally:
+        store.close()
 
 
 def test_concurrent_writers_exactly_one_wins(store_url: str) -> None:
@@ -461,7 +575,7 @@ def test_concurrent_writers_exactly_one_wins(store_url: str) -> None:
     try:
         jobs = [first.create_job(make_spec(), now=T0) for _ in range(6)]
         for job in jobs:
-            results = race([partial(_place, s, job.id, f"w{i}") for i, s in enumerate(stores)])
+            results = race([partial(_place, s, job.id) for s in stores])
             winners = [r for r in results if not isinstance(r, BaseException)]
             losers = [r for r in results if isinstance(r, BaseException)]
             assert len(winners) == 1, results
@@ -513,8 +627,9 @@ def test_attempt_writes_lock_the_job_first_like_a_transition(store_url: str, wri
         store.close()
 
 
-def _place(store: SqlStore, job_id: str, cause: str) -> JobRecord:
-    change = Transition(job_id, S.PENDING, S.PROVISIONING, cause, open_attempt=new_attempt())
+def _place(store: SqlStore, job_id: str) -> JobRecord:
+    change = Transition(job_id, S.PENDING, S.PROVISIONING, EventCause.PLACED,
+                        open_attempt=new_attempt())  # fmt: skip
     return store.compare_and_set(change, now=at(1))
 
 
@@ -529,7 +644,7 @@ def test_writer_waits_for_the_other_transaction_then_loses(store_url: str) -> No
                 text("UPDATE jobs SET status = 'cancelled' WHERE id = :id"), {"id": job.id}
             )
             waiter = threading.Thread(
-                target=lambda: outcome.append(_outcome(partial(_place, second, job.id, "late")))
+                target=lambda: outcome.append(_outcome(partial(_place, second, job.id)))
             )
             waiter.start()
             waiter.join(timeout=0.5)
@@ -760,7 +875,7 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 
 # -- schema ----------------------------------------------------------------------
 
-LATEST = "0001"
+LATEST = "0003"
 
 
 def test_the_migrations_make_the_schema_of_the_tables(empty_store_url: str) -> None:

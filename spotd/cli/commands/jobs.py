@@ -1,4 +1,5 @@
-"""The commands on submitted jobs: ``status``, ``events``, ``cancel`` and ``logs``."""
+"""The commands on submitted jobs: ``status``, ``events``, ``cancel``, ``priority`` and
+``logs``."""
 
 from __future__ import annotations
 
@@ -90,12 +91,46 @@ def events(job: JobArg, config: ConfigOpt = None, as_json: JsonOpt = False) -> N
     out.print(events_table(rows))
 
 
-def cancel(job: JobArg, config: ConfigOpt = None) -> None:
-    """Cancel a job and stop its instances."""
+CANCEL_WAIT_SECONDS = 120.0
+"""How long ``spotd cancel`` waits by default for the job's nodes to be stopped."""
+
+
+def cancel(
+    job: JobArg,
+    config: ConfigOpt = None,
+    wait: Annotated[
+        bool,
+        typer.Option(help="Wait until the daemon has stopped the job (else return once asked)."),
+    ] = True,
+    timeout: Annotated[
+        float, typer.Option(help="Seconds to wait at most.", min=0.0)
+    ] = CANCEL_WAIT_SECONDS,
+) -> None:
+    """Cancel a job: the daemon that holds it stops its instances in its next pass."""
+    from spotd.cli.client import Client, wait_ended
+
+    client = guard(lambda: Client.from_settings(load_settings(config)))
+    asked = guard(lambda: client.cancel(job))
+    view = guard(lambda: wait_ended(client, asked.id, timeout_seconds=timeout)) if wait else asked
+    if view.status_ended or not wait:
+        note = "" if view.status_ended else " (cancel asked; `spotd status` shows when done)"
+        out.print(f"{view.id} {view.status}{note}")
+        return
+    err.print(f"{view.id} is still {view.status} after {timeout:g} s; the cancel stays "
+              "asked and its daemon carries it out when it can")  # fmt: skip
+    raise typer.Exit(1)
+
+
+def priority(
+    job: JobArg,
+    value: Annotated[int, typer.Argument(help="The new priority (higher runs first).")],
+    config: ConfigOpt = None,
+) -> None:
+    """Give a job another priority: its daemon's next pass orders the queue by it."""
     from spotd.cli.client import Client
 
-    view = guard(lambda: Client.from_settings(load_settings(config)).cancel(job))
-    out.print(f"{view.id} {view.status}")
+    view = guard(lambda: Client.from_settings(load_settings(config)).set_priority(job, value))
+    out.print(f"{view.id} priority {value} asked (now {view.spec.get('priority', 0)})")
 
 
 def logs(

@@ -11,7 +11,7 @@ from rich.table import Table
 from spotd.cli.render.console import out
 
 if TYPE_CHECKING:
-    from spotd.daemon.views import EventView, JobView
+    from spotd.daemon.views import EventFactsView, EventView, JobView
 
 
 def _where(job: JobView) -> str:
@@ -169,16 +169,35 @@ def print_attempts(job: JobView) -> None:
 
 
 def events_table(rows: list[EventView]) -> Table:
-    """Every transition of a job: when, from and to which status, its cause and detail."""
+    """Every transition of a job: when, from and to which status, its cause and detail,
+    and its facts (exit code, node, error class) where any event has some."""
     clock = rows[0].clock if rows else None
     table = Table(title=f"events{_times(clock)}" if clock else None, box=None,
                   header_style="bold")  # fmt: skip
-    for column in ("AT", "FROM", "TO", "CAUSE", "DETAIL"):
+    facts = [facts_text(e.facts) for e in rows]
+    columns = ["AT", "FROM", "TO", "CAUSE", "DETAIL"] + (["FACTS"] if any(facts) else [])
+    for column in columns:
         table.add_column(column, no_wrap=column == "AT", overflow="fold")
-    for e in rows:
+    for e, said in zip(rows, facts, strict=True):
         when = f"{e.at:%Y-%m-%d %H:%M:%S}"
-        table.add_row(when, e.from_status or "-", e.to_status, escape(e.cause), escape(e.detail))
+        cells = [when, e.from_status or "-", e.to_status, escape(e.cause), escape(e.detail)]
+        table.add_row(*cells, *([escape(said)] if len(columns) > len(cells) else []))
     return table
+
+
+def facts_text(facts: EventFactsView) -> str:
+    """An event's exit code, node and error in a few words (``exit 137 SIGKILL, node
+    i-0ab rank 1``); empty when it has none of them. The provider is left to the
+    detail, which names the pool."""
+    parts = []
+    if facts.exit_code is not None:
+        parts.append(" ".join(filter(None, (f"exit {facts.exit_code}", facts.signal_name))))
+    if facts.node is not None:
+        rank = f" rank {facts.rank}" if facts.rank is not None else ""
+        parts.append(f"node {facts.node}{rank}")
+    if facts.error_class is not None:
+        parts.append(facts.error_class)
+    return ", ".join(parts)
 
 
 def write_log(header: str | None, text: str) -> None:

@@ -15,18 +15,18 @@ from spotd.core.contracts import Clock
 from spotd.daemon.dashboard.auth import create_auth_router
 from spotd.daemon.dashboard.pages import create_pages_routers
 from spotd.daemon.dashboard.session import COOKIE_PATH, Sessions
-from spotd.engine.reconcile import Engine
+from spotd.daemon.reader import Reader
 
 __all__ = ["install_dashboard"]
 
 
-def install_dashboard(app: FastAPI, engine: Engine, token: str, wall: Clock = WALL) -> None:
+def install_dashboard(app: FastAPI, reader: Reader, token: str, wall: Clock = WALL) -> None:
     """Add the dashboard's routes to ``app``: its pages behind a session signed with
-    ``token`` (logouts kept in the engine's store), and its own stylesheet and
+    ``token`` (logouts kept in the store), and its own stylesheet and
     script (no secret in them: served to all). ``wall`` is the real clock."""
-    sessions = Sessions(token, engine.store, wall)
+    sessions = Sessions(token, reader.store, wall)
     app.include_router(create_auth_router(sessions))
-    routes = create_pages_routers(engine, sessions, wall)
+    routes = create_pages_routers(reader, sessions, wall)
     app.include_router(routes.pages)
     app.include_router(routes.parts)
     static = StaticFiles(packages=[("spotd.daemon.dashboard", "static")])

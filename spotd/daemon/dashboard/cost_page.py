@@ -24,7 +24,7 @@ from spotd.billing import reports
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
 from spotd.daemon.dashboard.kept import KeptBuilds
-from spotd.engine.reconcile import Engine
+from spotd.daemon.reader import Reader
 
 DEFAULT_DAYS = 7
 """The window when the form names no start: the week before its end."""
@@ -107,8 +107,8 @@ class CostReports:
     """Reports and charts by window, each built behind the answer and refreshed once
     :data:`KEEP_SECONDS` old (:class:`~spotd.daemon.dashboard.kept.KeptBuilds`)."""
 
-    def __init__(self, engine: Engine, wall: Clock = WALL) -> None:
-        self._engine = engine
+    def __init__(self, reader: Reader, wall: Clock = WALL) -> None:
+        self._reader = reader
         self._kept: KeptBuilds[str, _Built] = KeptBuilds(
             KEEP_SECONDS, max_items=MAX_WINDOWS, name="spotd-cost", max_pending=MAX_PENDING,
             failure="the cost page's report of %s could not be built",
@@ -139,5 +139,5 @@ class CostReports:
     def _build(self, window: Window) -> _Built:
         """``window``'s report (its charts are drawn at the first ask of one, or right
         after a build behind the page)."""
-        since, until = window.resolved(self._engine.clock.now())
-        return _Built(reports.build_report(self._engine.store, since=since, until=until))
+        since, until = window.resolved(self._reader.clock.now())
+        return _Built(reports.build_report(self._reader.store, since=since, until=until))

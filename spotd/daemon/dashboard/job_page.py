@@ -13,8 +13,8 @@ from spotd.core.states import JobStatus
 from spotd.core.values import AttemptRecord, EventRecord, JobRecord
 from spotd.daemon.dashboard.jobs import Money, money_of
 from spotd.daemon.joblogs import attempt_logs, tail
+from spotd.daemon.reader import Reader
 from spotd.daemon.views import EventView, JobView, clock_label, event_view, job_view
-from spotd.engine.reconcile import Engine
 from spotd.engine.settings import checkpoint_uri
 
 LOG_LINES = 40
@@ -51,23 +51,23 @@ class JobDetail:
     now: datetime | None = None
 
 
-def job_detail(engine: Engine, job: JobRecord) -> JobDetail:
+def job_detail(reader: Reader, job: JobRecord) -> JobDetail:
     """The page of ``job`` as it stands now."""
-    store = engine.store
+    store = reader.store
     attempts = store.attempts(job.id)
     reports = store.reports(job.id)
     ledger = store.ledger(job_id=job.id)
     events = store.events(job.id)
-    now = engine.clock.now()
-    clock = clock_label(engine.clock)
-    view = job_view(job, attempts, now, reports, ledger).model_copy(update={"clock": clock})
-    uri = checkpoint_uri(job, engine.settings)
+    now = reader.clock.now()
+    clock = clock_label(reader.clock)
+    view = job_view(job, attempts, now, reports, ledger=ledger).model_copy(update={"clock": clock})
+    uri = checkpoint_uri(job, reader.settings)
     found, error = _checkpoints(uri)
-    logs = [NodeLog(h, tail(t, LOG_LINES)) for h, t in attempt_logs(engine, attempts[-1:])]
+    logs = [NodeLog(h, tail(t, LOG_LINES)) for h, t in attempt_logs(reader, attempts[-1:])]
     return JobDetail(
         job=job,
         view=view,
-        money=money_of(engine, job, attempts, ledger, now),
+        money=money_of(reader, job, attempts, ledger, now),
         events=[event_view(e, clock) for e in events[::-1][:EVENTS_SHOWN]],
         event_count=len(events),
         logs=logs,
@@ -84,7 +84,7 @@ def notices_by_attempt(
 ) -> dict[int, list[datetime]]:
     """When each attempt got a preemption notice, by attempt seq: its moves to
     ``checkpointing``, on the engine's clock (an agent's own report of the notice is on
-    its node's clock, which on the simulated market is not the engine's)."""
+    its node's clock, which on the simulated market is not the daemon's)."""
     found: dict[int, list[datetime]] = defaultdict(list)
     notices = [e.at for e in events if e.to_status is JobStatus.CHECKPOINTING]
     for a in attempts:

@@ -16,8 +16,8 @@ from spotd.billing.ledger import ledger_so_far
 from spotd.core.errors import StoreError
 from spotd.core.values import AttemptEnd, AttemptRecord, JobRecord, LedgerEntry
 from spotd.daemon.metrics import on_demand_prices
+from spotd.daemon.reader import Reader
 from spotd.daemon.views import STATUS_WORDS, ProgressView, clock_label, progress_view
-from spotd.engine.reconcile import Engine
 
 PAGE_SIZE = 50
 """Jobs in one page of the table."""
@@ -99,26 +99,26 @@ class JobsShown:
     """Why the filter was not read (a cursor the store did not make)."""
 
 
-def job_table(engine: Engine, wanted: JobFilter, limit: int = PAGE_SIZE) -> JobsShown:
+def job_table(reader: Reader, wanted: JobFilter, limit: int = PAGE_SIZE) -> JobsShown:
     """The page of jobs ``wanted`` names, newest first."""
-    clock = clock_label(engine.clock)
+    clock = clock_label(reader.clock)
     try:
-        page = engine.store.jobs_page(
+        page = reader.store.jobs_page(
             statuses=STATUS_WORDS.get(wanted.status), limit=limit,
             cursor=wanted.cursor or None, name=wanted.name or None,
         )  # fmt: skip
     except StoreError as exc:
         return JobsShown([], None, clock, refused=str(exc))
     ids = [j.id for j in page.jobs]
-    attempts = engine.store.attempts_for(ids)
-    ledger = engine.store.ledger_for(ids)
-    now = engine.clock.now()
-    lines = [job_line(engine, j, attempts[j.id], ledger[j.id], now) for j in page.jobs]
+    attempts = reader.store.attempts_for(ids)
+    ledger = reader.store.ledger_for(ids)
+    now = reader.clock.now()
+    lines = [job_line(reader, j, attempts[j.id], ledger[j.id], now) for j in page.jobs]
     return JobsShown(lines, page.next, clock)
 
 
 def job_line(
-    engine: Engine,
+    reader: Reader,
     job: JobRecord,
     attempts: Sequence[AttemptRecord],
     ledger: Sequence[LedgerEntry],
@@ -130,12 +130,12 @@ def job_line(
         attempts=len(attempts),
         preemptions=sum(a.end_reason is AttemptEnd.PREEMPTED for a in attempts),
         progress=progress_view(job, attempts, now),
-        money=money_of(engine, job, attempts, ledger, now),
+        money=money_of(reader, job, attempts, ledger, now),
     )
 
 
 def money_of(
-    engine: Engine,
+    reader: Reader,
     job: JobRecord,
     attempts: Sequence[AttemptRecord],
     ledger: Sequence[LedgerEntry],
@@ -143,7 +143,7 @@ def money_of(
 ) -> Money:
     """The job's ledger so far, the running attempt priced against the on-demand price
     its pool lists now (as ``/metrics`` does)."""
-    prices = on_demand_prices(engine.market, attempts)
+    prices = on_demand_prices(reader.market, attempts)
     entries = ledger_so_far(job, attempts, ledger, now, on_demand_prices=prices)
     return Money(
         cost_usd=sum(e.usd for e in entries),

@@ -17,8 +17,8 @@ from spotd.billing.charts import ON_DEMAND, PALETTE, style_axes
 from spotd.core.contracts import Clock
 from spotd.core.values import Market, Pool, PricePoint
 from spotd.daemon.dashboard.timeline import date2num
+from spotd.daemon.reader import Reader
 from spotd.daemon.views import MarketView, OfferingView, market_view
-from spotd.engine.reconcile import Engine
 
 HISTORY_DAYS = 7
 """How far back a pool's chart goes, on the engine's clock."""
@@ -71,12 +71,12 @@ class MarketPage:
     """Every provider and GPU model offered, for the filter's choices."""
 
 
-def market_page(engine: Engine, wanted: MarketFilter, wall: Clock) -> MarketPage:
+def market_page(reader: Reader, wanted: MarketFilter, wall: Clock) -> MarketPage:
     """Every provider's freshness by the ``wall`` clock, and the offerings ``wanted``
     keeps, by provider, zone and type."""
-    view = market_view(engine.market.snapshots(), wall.now().timestamp())
+    view = market_view(reader.market.snapshots(), wall.now().timestamp())
     ordered = sorted(view.offerings, key=lambda o: (o.provider, o.zone, o.instance_type))
-    signals = engine.market.signals
+    signals = reader.market.signals
     lines = [
         OfferingLine(o, signals.signal(Pool(o.provider, o.region, o.zone, o.instance_type)))
         for o in ordered
@@ -89,10 +89,10 @@ def market_page(engine: Engine, wanted: MarketFilter, wall: Clock) -> MarketPage
     )  # fmt: skip
 
 
-def pool_history(engine: Engine, pool: Pool) -> list[PricePoint]:
+def pool_history(reader: Reader, pool: Pool) -> list[PricePoint]:
     """The pool's stored prices of the last :data:`HISTORY_DAYS` days, oldest first."""
-    since = engine.clock.now() - timedelta(days=HISTORY_DAYS)
-    return engine.store.price_history(pool, since=since)
+    since = reader.clock.now() - timedelta(days=HISTORY_DAYS)
+    return reader.store.price_history(pool, since=since)
 
 
 def history_svg(pool: Pool, points: Sequence[PricePoint], clock: str | None) -> str:

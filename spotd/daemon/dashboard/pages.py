@@ -31,8 +31,8 @@ from spotd.daemon.dashboard.market_page import (
 from spotd.daemon.dashboard.render import SECURITY_HEADERS, page
 from spotd.daemon.dashboard.session import COOKIE_PATH, SESSION_COOKIE, Sessions
 from spotd.daemon.dashboard.timeline import timeline_svg
+from spotd.daemon.reader import Reader
 from spotd.daemon.views import STATUS_WORDS, attempt_view, clock_label
-from spotd.engine.reconcile import Engine
 from spotd.market.ttl import TtlCache
 
 REFRESH_SECONDS = 2
@@ -50,18 +50,18 @@ class DashboardRoutes:
 
 
 def create_pages_routers(
-    engine: Engine, sessions: Sessions, wall: Clock = WALL
+    reader: Reader, sessions: Sessions, wall: Clock = WALL
 ) -> DashboardRoutes:
     """Every page, fragment and chart of the dashboard, each behind the session.
 
     ``wall`` is the real clock (price poll ages, how long drawings are kept), which
-    the engine's, on a simulated market, is not.
+    the daemon's, on a simulated market, is not.
     """
     # Pages send a browser without a session to the login; the parts a page's script
     # or its images ask for answer 401.
     pages = APIRouter(include_in_schema=False, dependencies=[Depends(page_guard(sessions))])
     parts = APIRouter(include_in_schema=False, dependencies=[Depends(part_guard(sessions))])
-    costs = CostReports(engine, wall)
+    costs = CostReports(reader, wall)
     # Charts drawn lately, by what they show: a job's timeline by its version (and while
     # it runs, the refresh period). Drawing one takes matplotlib a few hundred
     # milliseconds, and a page's script asks again every few seconds.
@@ -72,7 +72,7 @@ def create_pages_routers(
         30.0, max_items=64, name="spotd-charts", failure="the dashboard could not redraw %s",
         clock=wall,
     )
-    clock = clock_label(engine.clock)
+    clock = clock_label(reader.clock)
 
     def shown(name: str, request: Request, **context: Any) -> Response:
         session = request.cookies[SESSION_COOKIE]  # the guard found it valid
@@ -89,45 +89,45 @@ def create_pages_routers(
              cursor: str | None = None) -> Response:  # fmt: skip
         wanted = JobFilter.of(status, name, cursor)
         return shown("jobs.html.j2", request, nav="jobs", wanted=wanted,
-                     table=job_table(engine, wanted), words=list(STATUS_WORDS))  # fmt: skip
+                     table=job_table(reader, wanted), words=list(STATUS_WORDS))  # fmt: skip
 
     @parts.get(f"{COOKIE_PATH}/fragments/jobs")
     def jobs_part(status: str | None = None, name: str | None = None,
                   cursor: str | None = None) -> Response:  # fmt: skip
         wanted = JobFilter.of(status, name, cursor)
-        return page("jobs_table.html.j2", wanted=wanted, table=job_table(engine, wanted))
+        return page("jobs_table.html.j2", wanted=wanted, table=job_table(reader, wanted))
 
     @pages.get(f"{COOKIE_PATH}/jobs/{{ref}}")
     def job(request: Request, ref: str) -> Response:
-        detail = job_detail(engine, _job(engine, ref))
+        detail = job_detail(reader, _job(reader, ref))
         return shown("job.html.j2", request, nav="jobs", d=detail, stamp=_stamp(detail.job, wall))
 
     @parts.get(f"{COOKIE_PATH}/fragments/jobs/{{ref}}")
     def job_part(ref: str) -> Response:
-        detail = job_detail(engine, _job(engine, ref))
+        detail = job_detail(reader, _job(reader, ref))
         return page("job_body.html.j2", d=detail, clock=clock, stamp=_stamp(detail.job, wall))
 
     @parts.get(f"{COOKIE_PATH}/jobs/{{ref}}/timeline.svg")
     def timeline(ref: str) -> Response:
-        found = _job(engine, ref)
+        found = _job(reader, ref)
 
         def draw() -> str:
-            attempts = engine.store.attempts(found.id)
-            reports = engine.store.reports(found.id)
-            notices = notices_by_attempt(attempts, engine.store.events(found.id))
+            attempts = reader.store.attempts(found.id)
+            reports = reader.store.reports(found.id)
+            notices = notices_by_attempt(attempts, reader.store.events(found.id))
             views = [attempt_view(a, 0.0, reports) for a in attempts]
-            return timeline_svg(views, notices, engine.clock.now(), clock)
+            return timeline_svg(views, notices, reader.clock.now(), clock)
 
         svg = drawn.get_or_load(("timeline", found.id, _stamp(found, wall)), draw)
         return Response(svg, media_type=SVG, headers=SECURITY_HEADERS)
 
     def cost_context(since: str | None, until: str | None) -> dict[str, Any]:
-        window = window_of(since, until, engine.clock.now())
+        window = window_of(since, until, reader.clock.now())
         report = costs.ready(window)
         if report is not None:
             start, end = report.period.since, report.period.until
         else:
-            start, end = window.resolved(engine.clock.now())
+            start, end = window.resolved(reader.clock.now())
         return {"window": window, "report": report, "since": f"{start:%Y-%m-%dT%H:%M}",
                 "until": f"{end:%Y-%m-%dT%H:%M}", "jobs_shown": JOBS_SHOWN,
                 "keep": f"{KEEP_SECONDS:g}"}  # fmt: skip
@@ -143,19 +143,19 @@ def create_pages_routers(
     @parts.get(f"{COOKIE_PATH}/cost/{{name}}.png")
     def cost_chart(name: str, since: str | None = None,
                    until: str | None = None) -> Response:  # fmt: skip
-        png = costs.chart(window_of(since, until, engine.clock.now()), name)
+        png = costs.chart(window_of(since, until, reader.clock.now()), name)
         if png is None:
             raise HTTPException(status_code=404, detail=f"no chart named {name!r}")
         return Response(png, media_type="image/png", headers=SECURITY_HEADERS)
 
     @pages.get(f"{COOKIE_PATH}/market")
     def market(request: Request, provider: str = "", gpu: str = "") -> Response:
-        found = market_page(engine, MarketFilter(provider, gpu), wall)
+        found = market_page(reader, MarketFilter(provider, gpu), wall)
         return shown("market.html.j2", request, nav="market", m=found)
 
     @parts.get(f"{COOKIE_PATH}/fragments/market")
     def market_part(provider: str = "", gpu: str = "") -> Response:
-        return page("market_body.html.j2", m=market_page(engine, MarketFilter(provider, gpu), wall))
+        return page("market_body.html.j2", m=market_page(reader, MarketFilter(provider, gpu), wall))
 
     @pages.get(f"{COOKIE_PATH}/market/pool")
     def pool(request: Request, provider: str, region: str, zone: str,
@@ -167,15 +167,15 @@ def create_pages_routers(
     def history(provider: str, region: str, zone: str,
                 instance_type: str) -> Response:  # fmt: skip
         where = Pool(provider, region, zone, instance_type)
-        svg = histories.get(where, lambda: history_svg(where, pool_history(engine, where), clock))
+        svg = histories.get(where, lambda: history_svg(where, pool_history(reader, where), clock))
         return Response(svg, media_type=SVG, headers=SECURITY_HEADERS)
 
     return DashboardRoutes(pages, parts)
 
 
-def _job(engine: Engine, ref: str) -> JobRecord:
+def _job(reader: Reader, ref: str) -> JobRecord:
     try:
-        return engine.store.find_job(ref)
+        return reader.store.find_job(ref)
     except JobNotFound as exc:
         raise HTTPException(status_code=404, detail=str(exc)) from exc
 

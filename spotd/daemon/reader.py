@@ -1,0 +1,147 @@
+"""The read model: what the API, the dashboard, the metrics and ``spotd plan`` read.
+
+They never touch the reconcile loop's engine. They read the store (jobs,
+attempts, events, the ledger, the agents' reports), the market as the price
+polls left it, and the daemon's clock; their questions to a policy go to a
+:class:`Planner` with a policy instance of its own. What they change, they
+change by storing: a new job (pending, for the loop to place) or an intent
+(:mod:`spotd.core.intents`) that the loop of the daemon holding the job
+carries out. So the loop is the one owner of what it holds in memory, and
+any daemon on a shared database answers the same from what is stored.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from spotd.billing.ledger import spend_so_far
+from spotd.core.contracts import Clock, EngineStore, Policy, Provider
+from spotd.core.intents import IntentKind, IntentRecord
+from spotd.core.spec import JobSpec
+from spotd.core.values import Decision, JobRecord, PlacementContext
+from spotd.daemon.views import JobView, job_view
+from spotd.engine.attempts import cooling_until
+from spotd.engine.context import placement_context
+from spotd.engine.placing import shown_to
+from spotd.engine.settings import EngineSettings
+from spotd.engine.submission import submit
+from spotd.engine.waiting import Cooling, submit_warning
+from spotd.market.cache import MarketCache
+from spotd.market.stats import HistoryStats
+from spotd.registry import load_policy
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A policy's answer for a submitted job: what it was shown, and why it chose."""
+
+    policy: str
+    ctx: PlacementContext
+    decision: Decision
+    cooling: Cooling
+
+
+class Planner:
+    """The readers' own policy, asked what the loop's would decide (``spotd plan JOB``)
+    and whether a new job could ever run (the submit warning).
+
+    Its figures are the loop's: the same context builder
+    (:func:`spotd.engine.context.placement_context`) over the job's stored attempts,
+    reports and ledger, the same market and the same history statistics.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        store: EngineStore,
+        market: MarketCache,
+        clock: Clock,
+        settings: EngineSettings,
+    ) -> None:
+        self.policy = policy
+        self._store = store
+        self._market = market
+        self._clock = clock
+        self._settings = settings
+        window = timedelta(hours=settings.stats_window_hours)
+        self._stats = HistoryStats(store, now=clock.now(), window=window)
+        self._lock = threading.Lock()
+        """One question at a time: a policy may keep per-job state, and the API asks
+        from several threads."""
+
+    def ask(self, job: JobRecord, policy_name: str | None = None) -> Answer:
+        """What the daemon's policy (or the installed ``policy_name``) would choose for
+        the submitted job now, from what is stored of it."""
+        policy = self.policy
+        if policy_name is not None and policy_name != policy.name:
+            policy = load_policy(policy_name)
+        now = self._clock.now()
+        attempts = self._store.attempts(job.id)
+        offerings = self._market.offerings()
+        with self._lock:
+            ctx = placement_context(
+                job.id, job.spec, now,
+                attempts=attempts,
+                reports=self._store.reports(job.id),
+                pools=(o.pool for o in offerings),
+                cooldown_hours=self._settings.cooldown_hours,
+                changeover_hours=self._settings.changeover_hours,
+                spent_usd=spend_so_far(job, attempts, self._store.ledger(job_id=job.id), now),
+                stats=self._stats.at(now),
+            )  # fmt: skip
+            decision = policy.place(ctx, shown_to(job, attempts, offerings))
+        base = timedelta(hours=self._settings.cooldown_hours)
+        return Answer(policy.name, ctx, decision, cooling_until(attempts, now, base))
+
+    def submit_warning(self, spec: JobSpec) -> str | None:
+        """Why no offering of the market as it stands can ever run the job (its GPUs per
+        node, fabric, providers, regions or markets: never its budget, prices or the
+        capacity of now), or None. A warning, not a refusal: the market may change.
+        None too before every provider has answered a price poll."""
+        if self._market.offered_gpus() is None:
+            return None  # nobody can tell yet, and a submit must not wait for a poll
+        offerings = self._market.offerings()
+        ctx = placement_context(
+            "submit", spec, self._clock.now(),
+            pools=(o.pool for o in offerings),
+            changeover_hours=self._settings.changeover_hours,
+        )  # fmt: skip
+        with self._lock:
+            decision = self.policy.place(ctx, offerings)
+        return submit_warning(ctx, offerings, decision)
+
+
+@dataclass(frozen=True, slots=True)
+class Reader:
+    """The parts the readers and the writers of intents share with the loop, none of
+    them the loop's own: the store, the polled market, the clock, the settings, the
+    providers (for the nodes' logs) and a :class:`Planner`."""
+
+    store: EngineStore
+    market: MarketCache
+    clock: Clock
+    settings: EngineSettings
+    providers: Mapping[str, Provider]
+    planner: Planner
+
+    def submit(self, spec: JobSpec, *, idempotency_key: str | None = None) -> JobRecord:
+        """Store a new job, pending: the next pass of a daemon places it.
+        :class:`~spotd.core.errors.SubmitRefused`, and nothing stored, for a job no
+        daemon here could ever run (:func:`spotd.engine.submission.refusal`)."""
+        return submit(self.store, spec, now=self.clock.now(), offered=self.market.offered_gpus(),
+                      idempotency_key=idempotency_key)  # fmt: skip
+
+    def view(self, job: JobRecord) -> JobView:
+        """The job as stored: attempts, reports, ledger, and what is asked of it still."""
+        store = self.store
+        return job_view(
+            job, store.attempts(job.id), self.clock.now(), store.reports(job.id),
+            ledger=store.ledger(job_id=job.id), asked=store.open_intents([job.id]).get(job.id, ()),
+        )  # fmt: skip
+
+    def ask(self, job: JobRecord, kind: IntentKind, *, priority: int | None = None) -> IntentRecord:
+        """Store an intent for the loop of the daemon that holds ``job``."""
+        return self.store.request_intent(job.id, kind, at=self.clock.now(), priority=priority)
