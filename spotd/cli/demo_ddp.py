@@ -154,7 +154,10 @@ def reference_run(root: Path, options: DdpDemoOptions) -> str:
         "--nproc-per-node", str(NODES * PROCS), "--master-addr", "127.0.0.1",
         "--master-port", str(free_port("127.0.0.1")), str(TRAINER), "--steps", str(options.steps),
     ]  # fmt: skip
-    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
+    # torchrun's own files (torchelastic_*) go in the demo's folder, and with it.
+    tmp = root / "reference-tmp"
+    tmp.mkdir(exist_ok=True)
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
     done = subprocess.run(
         command, capture_output=True, text=True, env=env, cwd=root, timeout=300, check=False
     )

@@ -11,6 +11,7 @@ an uninterrupted run. The test's timeout catches a rank that hangs.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,8 +25,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(360)]
 
 
 def test_ddp_job_resumes_on_a_new_gang_from_the_last_complete_checkpoint(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The machine's temporary directory, to see that nothing is left in it.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     # A torn checkpoint far ahead: shards written, no marker. It must never be resumed.
     torn = tmp_path / "checkpoints" / checkpoint_name(99_999_999)
     torn.mkdir(parents=True)
@@ -53,3 +59,7 @@ def test_ddp_job_resumes_on_a_new_gang_from_the_last_complete_checkpoint(
     # The same weights as the run that was never interrupted (same world size: bitwise).
     assert summary.result_digest == summary.reference_digest
     assert json.loads(summary.model_dump_json())["providers_used"]
+    # torchrun's files (torchelastic_*) go with the folders of their runs: the nodes'
+    # in their agents' run folders, the reference run's in the demo's folder (kept here).
+    assert sorted(p.name for p in scratch.iterdir()) == []
+    assert list((tmp_path / "reference-tmp").glob("torchelastic_*"))
