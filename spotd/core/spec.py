@@ -69,6 +69,7 @@ from spotd.core.spec_fields import (
     GpuName,
     Image,
     PositiveFloat,
+    Priority,
     SetupLine,
     Sha256,
     absolute,
@@ -387,7 +388,7 @@ class JobSpec(_Spec):
     """Names of values the daemon holds (``[secrets]`` in its config) that the job's
     environment gets on the node, and nothing else ever shows."""
     retry: RetrySpec = RetrySpec()
-    priority: Annotated[int, Strict(), Field(ge=-1_000_000, le=1_000_000)] = 0
+    priority: Priority = 0
     """Higher is placed first when jobs wait for the same capacity; equal priorities
     go oldest first. A running job is never stopped for a higher one."""
     team: Annotated[str, Strict()] | None = None

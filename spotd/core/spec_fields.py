@@ -19,6 +19,7 @@ from pydantic import (
     AfterValidator,
     AllowInfNan,
     BeforeValidator,
+    Field,
     PlainSerializer,
     Strict,
     ValidationInfo,
@@ -299,6 +300,8 @@ Arg = Annotated[str, Strict(), at_most_bytes(MAX_ARG_BYTES)]
 Email = Annotated[str, Strict(), at_most_chars(MAX_EMAIL_CHARS), AfterValidator(_check_email)]
 Glob = Annotated[str, Strict(), at_most_chars(MAX_PATTERN_CHARS), AfterValidator(_check_glob)]
 GpuName = Annotated[str, Strict(), at_most_chars(MAX_GPU_NAME_CHARS)]
+Priority = Annotated[int, Strict(), Field(ge=-1_000_000, le=1_000_000)]
+"""A job's priority (higher is placed first): the spec's, and ``spotd priority``'s."""
 Image = Annotated[str, Strict(), at_most_chars(MAX_IMAGE_CHARS), AfterValidator(_check_image)]
 SetupLine = Annotated[Arg, AfterValidator(_check_setup_line)]
 Sha256 = Annotated[str, Strict(), AfterValidator(_check_sha256)]

@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Header, Query, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, Strict, ValidationError
+from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from spotd import __version__
 from spotd.core.agent_wire import Secrets, SecretsAsk
@@ -38,6 +38,7 @@ from spotd.core.contracts import Clock, Store
 from spotd.core.errors import BadCursor, IdempotencyKeyReused, StoreError, SubmitRefused
 from spotd.core.intents import IntentKind
 from spotd.core.spec import JobSpec
+from spotd.core.spec_fields import Priority
 from spotd.core.states import JobStatus
 from spotd.core.values import JobRecord
 from spotd.daemon.agent_routes import create_agent_router
@@ -91,7 +92,7 @@ class PriorityBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    priority: Annotated[int, Strict(), Field(ge=-1_000_000, le=1_000_000)]
+    priority: Priority
 
 
 class LogsView(BaseModel):
