@@ -78,6 +78,29 @@ def spec(
     return JobSpec.model_validate(body)
 
 
+FILE_WAIT_GUARD_SECONDS = 600
+"""How long a job of :func:`job_until_file` waits for its file before it gives up with
+exit code 1: only a guard against a runaway node process, longer than any test's own
+safety timeout."""
+
+
+def job_until_file(path: Path) -> str:
+    """Code for :func:`spec` of a job that runs until ``path`` exists, then exits 0.
+
+    The test decides when the job ends, whatever the machine's load: a job of
+    ``time.sleep(n)`` may end before a slow test has seen it run or reclaimed its
+    node. Every attempt of the job waits for the same file.
+    """
+    return (
+        "import pathlib, sys, time\n"
+        f"for _ in range({FILE_WAIT_GUARD_SECONDS * 50}):\n"
+        f"    if pathlib.Path({str(path)!r}).exists():\n"
+        "        sys.exit(0)\n"
+        "    time.sleep(0.02)\n"
+        "sys.exit(1)\n"
+    )
+
+
 def run_until(
     engine: Engine,
     job_id: str,

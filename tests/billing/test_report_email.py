@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from engine_support import fast_settings, run_until, spec
+from engine_support import fast_settings, job_until_file, run_until, spec
 from smtp_support import SmtpServer
 from typer.testing import CliRunner
 
@@ -17,6 +17,29 @@ from spotd.core.states import JobStatus
 from spotd.daemon.config import load_settings
 from spotd.daemon.process import Daemon
 from spotd.daemon.wiring import build_engine
+from spotd.engine.reconcile import Engine
+
+SAFETY_SECONDS = 60.0
+"""How long a wait for the daemon's threads goes on before the test gives up: a safety
+net, far beyond what they need on any machine."""
+
+
+def wait_until(check: Callable[[], bool], seconds: float = SAFETY_SECONDS) -> None:
+    """Poll ``check`` until it holds; fail the test after ``seconds``."""
+    limit = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < limit, f"timed out waiting for {check}"
+        time.sleep(0.02)
+
+
+def preempted_once(engine: Engine, job_id: str, go: Path) -> None:
+    """Run the job (of :func:`job_until_file` on ``go``) until it runs, take its node
+    back, and let it end once its first attempt has: the second then succeeds."""
+    run_until(engine, job_id, lambda j: j.status is JobStatus.RUNNING)
+    (attempt,) = engine.store.attempts(job_id)
+    engine.providers[attempt.pool.provider].reclaim(attempt.instance_ids[0])  # type: ignore[attr-defined]
+    run_until(engine, job_id, lambda j: engine.store.attempts(j.id)[0].ended_at is not None)
+    go.touch()
 
 
 @pytest.fixture
@@ -25,10 +48,9 @@ def finished_job(tmp_path: Path) -> Path:
     root = tmp_path / "spotd"
     engine = build_engine(fast_settings(root, up=50.0))
     try:
-        job = engine.submit(spec("import time; time.sleep(3)"))
-        job = run_until(engine, job.id, lambda j: j.status is JobStatus.RUNNING)
-        (attempt,) = engine.store.attempts(job.id)
-        engine.providers[attempt.pool.provider].reclaim(attempt.instance_ids[0])  # type: ignore[attr-defined]
+        go = tmp_path / "go"
+        job = engine.submit(spec(job_until_file(go)))
+        preempted_once(engine, job.id, go)
         run_until(engine, job.id, lambda j: j.status.terminal, timeout=60)
         assert engine.store.ledger(job_id=job.id), "the engine billed the job"
     finally:
@@ -70,9 +92,9 @@ def test_report_email_carries_the_ledger_totals(finished_job: Path, smtp: SmtpSe
     window = ["--from", "2026-01-01", "--to", "2027-01-01", "--config", str(config)]
     as_json = json.loads(run_cli("report", "--format", "json", *window))
     run_cli("report", "--email", *window)
-    (mail,) = smtp.wait_for(1)
-    time.sleep(0.2)
-    assert len(smtp.received) == 1, "one message"
+    # Sent before the command returned, and the server stores a message before it
+    # answers: one message is all there is.
+    (mail,) = smtp.received
     text = mail.message.get_body(("plain",)).get_content()  # type: ignore[union-attr]
     html = mail.message.get_body(("html",)).get_content()  # type: ignore[union-attr]
     spend = f"{as_json['totals']['spend_usd']:,.2f}"
@@ -106,19 +128,23 @@ def test_smtp_down_the_daemon_keeps_going_and_delivers_later(
     daemon.start()
     try:
         run_cli("report", "--email", *window)  # cannot send: kept in the outbox
-        assert list((finished_job / "outbox").glob("*.eml"))
-        time.sleep(1.0)
+        outbox = finished_job / "outbox"
+        assert list(outbox.glob("*.eml"))
+        # The daemon's flush tries it too, fails and says so; the daemon keeps running.
+        wait_until(lambda: any(json.loads(p.read_text())["attempts"] >= 2
+                               for p in outbox.glob("*.json")))  # fmt: skip
         assert daemon.scheduler.running, "the daemon keeps running"
         assert any("mail" in r.name or "outbox" in r.getMessage().lower() for r in caplog.records)
         server.start()
-        (mail,) = server.wait_for(1, timeout=15)
-        time.sleep(0.6)
-        assert len(server.received) == 1, "delivered exactly once"
-        assert not list((finished_job / "outbox").glob("*.eml"))
-        assert "spotd" in mail.message["Subject"].lower()
+        server.wait_for(1, timeout=SAFETY_SECONDS)
+        wait_until(lambda: not list(outbox.glob("*.eml")))
     finally:
         daemon.stop()
         server.stop()
+    # The outbox is empty, so no later flush can send the report again, and the server
+    # stored whatever was sent before it answered: delivered exactly once.
+    (mail,) = server.received
+    assert "spotd" in mail.message["Subject"].lower()
 
 
 def test_job_end_email_carries_the_jobs_ledger_cost(tmp_path: Path, smtp: SmtpServer) -> None:
@@ -135,11 +161,10 @@ def test_job_end_email_carries_the_jobs_ledger_cost(tmp_path: Path, smtp: SmtpSe
     assert mailer is not None
     engine.on_end = mailer.job_ended
     try:
-        job = engine.submit(spec("import time; time.sleep(3)",
+        go = tmp_path / "go"
+        job = engine.submit(spec(job_until_file(go),
                                  notify={"email": ["owner@example.com"], "on_end": True}))
-        job = run_until(engine, job.id, lambda j: j.status is JobStatus.RUNNING)
-        (attempt,) = engine.store.attempts(job.id)
-        engine.providers[attempt.pool.provider].reclaim(attempt.instance_ids[0])  # type: ignore[attr-defined]
+        preempted_once(engine, job.id, go)
         job = run_until(engine, job.id, lambda j: j.status.terminal, timeout=60)
         assert job.status is JobStatus.SUCCEEDED
         attempts = engine.store.attempts(job.id)

@@ -80,6 +80,32 @@ def bash(script: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return run(["bash", "-c", script], cwd=cwd)
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether a live (not zombie) process is left in process group ``pgid``."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue  # ended meanwhile
+        if state != "Z" and int(group) == pgid:
+            return True
+    return False
+
+
+def run_to_the_end(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[int, str]:
+    """Run ``argv`` in a process group of its own until it and every process it started
+    in the background (a boot script's agent, under nohup) have ended; its exit code and
+    stderr. The wait for the background ones is a poll, with a generous safety net."""
+    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    _, err = proc.communicate(timeout=30)
+    limit = time.monotonic() + 60
+    while group_alive(proc.pid):  # the session leader's pid is the group's id
+        assert time.monotonic() < limit, "a process the script started is still running"
+        time.sleep(0.02)
+    return proc.returncode, err
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_script_is_valid_bash(kind: BootKind, tmp_path: Path) -> None:
     script = bootstrap_for(kind, daemon_url="https://d:8443", daemon_token=DAEMON_TOKEN,
@@ -163,21 +189,18 @@ def test_whole_script_runs_once_with_stubs(tmp_path: Path) -> None:
     env = {"PATH": str(bin_dir), "SPOTD_BOOT_DIR": str(tmp_path / "boot"),
            "SPOTD_LOG": str(tmp_path / "agent.log")}
 
-    first = run(["/bin/bash", str(tmp_path / "boot.sh")], cwd=tmp_path, env=env)
-    assert first.returncode == 0, first.stderr
+    # Each run is waited for to its end, the agent it started in the background included.
+    code, err = run_to_the_end(["/bin/bash", str(tmp_path / "boot.sh")], tmp_path, env)
+    assert code == 0, err
     out = tmp_path / "out.json"
-    deadline = time.monotonic() + 10
-    while not out.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
     assert json.loads(out.read_text())["env"]["HOSTILE"] == HOSTILE
     assert (tmp_path / "boot" / "started").exists()
 
     out.unlink()
-    again = run(["/bin/bash", str(tmp_path / "boot.sh")], cwd=tmp_path, env=env)
-    assert again.returncode == 0
-    assert "earlier boot" in again.stderr
-    time.sleep(0.2)
-    assert not out.exists()
+    code, err = run_to_the_end(["/bin/bash", str(tmp_path / "boot.sh")], tmp_path, env)
+    assert code == 0
+    assert "earlier boot" in err
+    assert not out.exists(), "the agent was started again"
 
 
 def test_bad_requests_are_refused() -> None:

@@ -673,7 +673,7 @@ def test_the_history_scans_are_served_again_for_a_while(store: SqlStore) -> None
 def test_a_daemon_serves_the_ledgers_figures_over_http(tmp_path: Path, store_url: str) -> None:
     """A daemon on the simulated market runs a job through a preemption; /metrics, fetched
     over loopback with the API token and parsed as Prometheus does, agrees with the ledger."""
-    from engine_support import fast_settings, spec
+    from engine_support import fast_settings, job_until_file, spec
     from webhook_support import api
 
     from spotd.daemon.process import Daemon
@@ -684,11 +684,14 @@ def test_a_daemon_serves_the_ledgers_figures_over_http(tmp_path: Path, store_url
     try:
         store = daemon.engine.store
         token = settings.token_file.read_text().strip()
-        body = {"spec": spec("import time; time.sleep(3)", team="vision").model_dump(mode="json")}
+        go = tmp_path / "go"  # each attempt runs until the test lets it end
+        body = {"spec": spec(job_until_file(go), team="vision").model_dump(mode="json")}
         job_id = api(daemon.port, token, "POST", "/v1/jobs", body)["id"]
         wait(lambda: store.get_job(job_id).status is JobStatus.RUNNING)
         (first,) = store.attempts(job_id)
         daemon.engine.providers[first.pool.provider].reclaim(first.instance_ids[0])  # type: ignore[attr-defined]
+        wait(lambda: store.attempts(job_id)[0].ended_at is not None)
+        go.touch()  # the first attempt was preempted: the second may end
         wait(lambda: store.get_job(job_id).status is JobStatus.SUCCEEDED, timeout=90)
         attempts = store.attempts(job_id)
         # The engine bills right after the end: wait for every attempt's lines.

@@ -6,7 +6,7 @@ import io
 import logging
 import threading
 import time
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
@@ -110,10 +110,23 @@ def settings(server: SmtpServer | None = None, **extra: object) -> EmailSettings
         "security": "none",
         "sender": "spotd@example.com",
         "to": ["ops@example.com"],
-        "timeout_seconds": 5,
+        "timeout_seconds": 30,  # a safety net: a loopback server answers at once
     }
     body.update(extra)
     return EmailSettings.model_validate(body)
+
+
+SAFETY_SECONDS = 60.0
+"""How long a wait for the scheduler's threads goes on before the test gives up: a
+safety net, far beyond what they need on any machine."""
+
+
+def wait_until(check: Callable[[], bool], seconds: float = SAFETY_SECONDS) -> None:
+    """Poll ``check`` until it holds; fail the test after ``seconds``."""
+    limit = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < limit, f"timed out waiting for {check}"
+        time.sleep(0.02)
 
 
 def parts_of(message: EmailMessage) -> dict[str, list[EmailMessage]]:
@@ -314,9 +327,9 @@ def smtp_server() -> Iterator[SmtpServer]:
 def test_send_delivers_one_message_with_text_html_and_charts(smtp_server: SmtpServer) -> None:
     notifier = SmtpNotifier(settings(smtp_server))
     notifier.send_message(report_message(("ops@example.com", "cfo@example.com")))
-    (received,) = smtp_server.wait_for(1)
-    time.sleep(0.2)
-    assert len(smtp_server.received) == 1
+    # The server stores a message before it answers the DATA command, and the send
+    # returned: whatever was sent is there now, so one message is all there is.
+    (received,) = smtp_server.received
     assert received.mail_from == "spotd@example.com"
     assert received.rcpt_tos == ["ops@example.com", "cfo@example.com"]
     assert_report_message(received.message, "Weekly spotd report")
@@ -444,9 +457,9 @@ def test_outbox_keeps_the_message_while_the_server_is_down_and_sends_it_once_bac
         again = Outbox(tmp_path / "outbox", base_delay_seconds=60, max_delay_seconds=600)
         assert again.flush(notifier, now=NOW + timedelta(seconds=61)) == 1
         assert again.flush(notifier, now=NOW + timedelta(seconds=200)) == 0
-        (received,) = server.wait_for(1)
-        time.sleep(0.2)
-        assert len(server.received) == 1
+        # The flushes sent synchronously, and the server stores a message before it
+        # answers: one message is all there is.
+        (received,) = server.received
     finally:
         server.stop()
     assert_report_message(received.message, "Weekly spotd report")
@@ -538,18 +551,21 @@ def test_daemon_scheduler_survives_an_outage_and_delivers_later(
         with caplog.at_level(logging.WARNING, logger="spotd.mail"):
             mail.scheduled_report("daily")
             assert len(mail.outbox.pending()) == 1
-            time.sleep(0.6)
-        assert any("could not send email" in r.getMessage() for r in caplog.records)
+            wait_until(
+                lambda: any("could not send email" in r.getMessage() for r in caplog.records)
+            )
         heartbeat.clear()
-        assert heartbeat.wait(2), "the scheduler stopped running jobs"
+        assert heartbeat.wait(SAFETY_SECONDS), "the scheduler stopped running jobs"
         assert scheduler.running
         server.start()
-        (received,) = server.wait_for(1, timeout=10)
-        time.sleep(0.5)
-        assert len(server.received) == 1
+        server.wait_for(1, timeout=SAFETY_SECONDS)
+        wait_until(lambda: mail.outbox.pending() == [])
     finally:
         scheduler.shutdown(wait=True)
         server.stop()
+    # Every flush has ended and the outbox is empty: no later one can send it again, and
+    # the server stored whatever was sent before it answered. Exactly one was.
+    (received,) = server.received
     assert received.message["Subject"].startswith("spotd daily report, 2026-03-01 12:00")
     assert_report_message(received.message, "Report all 2026-03-01..2026-03-02")
     assert mail.outbox.pending() == []

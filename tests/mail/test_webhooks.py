@@ -8,14 +8,15 @@ import hashlib
 import hmac
 import logging
 import re
-import time
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from engine_support import fast_settings, run_until, spec
+from apscheduler.events import EVENT_JOB_EXECUTED, JobExecutionEvent
+from engine_support import fast_settings, job_until_file, run_until, spec
 from pydantic import ValidationError
 from sqlalchemy import text
 from webhook_support import Receiver, api
@@ -315,7 +316,8 @@ def test_cost_so_far_is_the_jobs_ledger_spend(
         d = build_dispatcher(hooks, engine.store, engine.clock, leading=lambda: True)
         assert d is not None
         d.prepare()
-        job = engine.submit(spec("import time; time.sleep(2)"))
+        go = tmp_path / "go"  # each attempt runs until the test lets it end
+        job = engine.submit(spec(job_until_file(go)))
         job = run_until(engine, job.id, lambda j: j.status is S.RUNNING)
         (attempt,) = engine.store.attempts(job.id)
         engine.providers[attempt.pool.provider].reclaim(attempt.instance_ids[0])  # type: ignore[attr-defined]
@@ -325,6 +327,7 @@ def test_cost_so_far_is_the_jobs_ledger_spend(
             lambda j: any(e.to_status is S.RECOVERING for e in engine.store.events(j.id)),
         )
         assert d.run() == 2, "the recovery, to both webhooks"
+        go.touch()
         job = run_until(engine, job.id, lambda j: j.status.terminal, timeout=60)
         assert job.status is S.SUCCEEDED
         assert d.run() == 2
@@ -543,6 +546,29 @@ def test_no_dispatcher_without_webhooks_or_sql(store: SqlStore) -> None:
 # -- a daemon ------------------------------------------------------------------------------
 
 
+class Rounds:
+    """Counts the webhook rounds a daemon's scheduler has finished (its job "webhooks")."""
+
+    def __init__(self) -> None:
+        self._done = 0
+        self._changed = threading.Condition()
+
+    def __call__(self, event: JobExecutionEvent) -> None:
+        if event.job_id == "webhooks":
+            with self._changed:
+                self._done += 1
+                self._changed.notify_all()
+
+    def wait_for_more(self, count: int, timeout: float = 60.0) -> None:
+        """Wait until ``count`` more rounds have finished; fail the test after ``timeout``
+        seconds, a safety net (a round comes every tick, a tenth of a second)."""
+        with self._changed:
+            target = self._done + count
+            assert self._changed.wait_for(lambda: self._done >= target, timeout), (
+                f"{target - self._done} webhook round(s) still to come"
+            )
+
+
 def test_a_daemon_posts_job_transitions_and_a_restart_repeats_none(
     tmp_path: Path, store_url: str, receiver: Receiver
 ) -> None:
@@ -561,6 +587,8 @@ def test_a_daemon_posts_job_transitions_and_a_restart_repeats_none(
 
     def run_one(name: str, requests: int) -> str:
         daemon = Daemon(settings)
+        rounds = Rounds()
+        daemon.scheduler.add_listener(rounds, EVENT_JOB_EXECUTED)
         daemon.start()
         try:
             token = settings.token_file.read_text().strip()
@@ -571,7 +599,9 @@ def test_a_daemon_posts_job_transitions_and_a_restart_repeats_none(
             }
             job_id: str = api(daemon.port, token, "POST", "/v1/jobs", body)["id"]
             receiver.wait_for(requests, timeout=60)  # its end, to both webhooks
-            time.sleep(0.5)  # a few more rounds: nothing else is due
+            # Two whole rounds more (the one under way may have begun before): nothing
+            # else is due, and a round that sent something again would be counted below.
+            rounds.wait_for_more(3)
             return job_id
         finally:
             daemon.stop()

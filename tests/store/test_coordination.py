@@ -8,19 +8,24 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from spotd.core.clock import WALL
 from spotd.core.errors import ConfigError
 from spotd.core.spec import JobSpec
 from spotd.store.base import make_engine
 from spotd.store.coordination import Coordinator, FileLock
 from spotd.store.sql import open_store
 
+SAFETY_SECONDS = 60.0
+"""How long a wait for the server goes on before the test gives up: a safety net, far
+beyond the moment the server needs on any machine."""
 
-def _soon(check: Callable[[], bool], seconds: float = 5.0) -> bool:
+
+def _soon(check: Callable[[], bool], seconds: float = SAFETY_SECONDS) -> bool:
     """Whether ``check`` passes within ``seconds``: the server ends a released session,
     and frees its advisory locks, a moment after the client hangs up."""
     deadline = time.monotonic() + seconds
@@ -116,35 +121,40 @@ from spotd.store.base import make_engine
 c = Coordinator(make_engine(sys.argv[1]))
 assert c.try_lead()
 print("leading", flush=True)
-time.sleep(600)
+sys.stdin.read()  # leads until killed (or until the test's end closes its stdin)
 """
 
 
 @pytest.mark.postgres
-def test_a_killed_leaders_lock_passes_on_within_a_second(pg_url: str) -> None:
-    child = subprocess.Popen([sys.executable, "-c", LEADER, pg_url], stdout=subprocess.PIPE,
-                             text=True)  # fmt: skip
+def test_a_killed_leaders_lock_passes_on(pg_url: str) -> None:
+    """The server frees a dead session's advisory lock: the follower leads next. How soon
+    is the server's speed (about a second), a benchmark's matter, not this test's."""
+    child = subprocess.Popen([sys.executable, "-c", LEADER, pg_url], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
     follower = Coordinator(make_engine(pg_url))
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "leading"
         assert follower.try_lead() is False
         child.send_signal(signal.SIGKILL)
-        child.wait(timeout=10)
-        killed = time.monotonic()
-        while not follower.try_lead():
-            assert time.monotonic() - killed < 5, "the lock never passed on"
-            time.sleep(0.05)
-        assert time.monotonic() - killed < 1.0
+        child.wait(timeout=SAFETY_SECONDS)
+        assert _soon(follower.try_lead), "the lock never passed on"
     finally:
         if child.poll() is None:
             child.kill()
+        child.communicate()
         follower.release()
 
 
 @pytest.mark.postgres
 def test_database_time_is_the_servers(pg_url: str) -> None:
-    db = Coordinator(make_engine(pg_url)).database_time()
-    assert db.tzinfo is not None and abs(db - datetime.now(UTC)) < timedelta(seconds=5)
+    coordinator = Coordinator(make_engine(pg_url))
+    before = WALL.now()
+    db = coordinator.database_time()
+    after = WALL.now()
+    # Read between the two readings of this host's clock, however long that took; the
+    # slack is for a server whose clock is a little off this host's.
+    skew = timedelta(seconds=5)
+    assert db.tzinfo is not None and before - skew <= db <= after + skew
 
 
 def _job() -> JobSpec:
@@ -157,14 +167,23 @@ def test_leases_run_on_the_database_clock_whatever_the_daemons_say(pg_url: str) 
     """Two daemons whose clocks differ by a day still see one lease."""
     store = open_store(pg_url)
     try:
-        job = store.create_job(_job(), now=datetime.now(UTC))
-        assert store.claim_jobs("d1", lease_seconds=3.0) == [job.id]
-        lease = store.get_job(job.id).lease_until
-        assert lease is not None
-        assert abs(lease - (datetime.now(UTC) + timedelta(seconds=3))) < timedelta(seconds=5)
-        assert store.claim_jobs("d2", lease_seconds=3.0) == [], "held, on the server's clock"
-        time.sleep(3.2)
-        assert store.claim_jobs("d2", lease_seconds=60.0) == [job.id]
+        held = store.create_job(_job(), now=WALL.now())
+        # An hour's lease: held, on the server's clock, for far longer than this test.
+        before = WALL.now()
+        assert store.claim_jobs("d1", lease_seconds=3600.0) == [held.id]
+        after = WALL.now()
+        lease = store.get_job(held.id).lease_until
+        skew = timedelta(seconds=5)  # the server's clock may be a little off this host's
+        hour = timedelta(hours=1)
+        assert lease is not None and before + hour - skew <= lease <= after + hour + skew
+        assert store.claim_jobs("d2", lease_seconds=60.0) == [], "held, on the server's clock"
+        # A lease of a second: free once the server's clock has passed it, whenever
+        # that is; d2 asks until then.
+        short = store.create_job(_job(), now=WALL.now())
+        both = sorted([held.id, short.id])
+        assert store.claim_jobs("d1", lease_seconds=1.0) == both
+        assert _soon(lambda: store.claim_jobs("d2", lease_seconds=3600.0) != [])
+        assert store.claim_jobs("d2", lease_seconds=3600.0) == both
         assert store.job_owners() == ["d2"]
     finally:
         store.close()

@@ -22,7 +22,10 @@ import pytest
 from spotd import checkpoints as ck
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "train_tiny.py"
-STEPS = 100
+STEPS = 3000
+"""Steps of every run: a fraction of a second unpaced, a minute at the 0.02 s a step of
+the runs the tests preempt, so a run the test means to stop never ends before the
+test's signal, however late that comes (a run the test has to wait for takes 5 steps)."""
 SPOTD_VARS = (
     "SPOTD_CHECKPOINT_URI",
     "SPOTD_RESUME_FROM",
@@ -284,34 +287,56 @@ def test_notice_is_honoured_at_the_next_step_boundary(
         assert "digest:" not in out
 
 
-def _seconds_after_fifth_step(tmp_path: Path, stop: float) -> float:
-    """Real seconds a 40-step run paced at 0.05 s a step takes after its checkpoint of
-    step 5, stopped (SIGSTOP) for ``stop`` seconds right then."""
-    ckpt = str(tmp_path / f"ckpt-{stop:g}")
-    proc = subprocess.Popen(
-        [sys.executable, str(SCRIPT), "--steps", "40", "--ckpt-every", "5",
-         "--step-seconds", "0.05"],
-        env=_env(ckpt), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    _wait_for(lambda: _latest_step(ckpt) >= 5, proc, "checkpoint 5")
-    fifth = time.monotonic()
-    if stop:
-        proc.send_signal(signal.SIGSTOP)
-        time.sleep(stop)
-        proc.send_signal(signal.SIGCONT)
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert _digest(out)
-    return time.monotonic() - fifth
+class PaceClock:
+    """The trainer's ``time`` module, in-process: a clock that moves only by the
+    trainer's sleeps and by a stop the test makes, so its pace is counted, not raced."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.slept += seconds
+        self.now += seconds
 
 
-def test_step_seconds_paces_steps_so_a_delay_is_made_up(tmp_path: Path) -> None:
+def _paced_run(
+    stop: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> PaceClock:
+    """A 40-step run paced at 0.05 s a step, on a :class:`PaceClock`, whose host stops it
+    for ``stop`` seconds in the step after its checkpoint of step 5."""
+    trainer = _load_trainer(monkeypatch)
+    for var in SPOTD_VARS:
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("SPOTD_CHECKPOINT_URI", str(tmp_path / f"ckpt-{stop:g}"))
+    clock = PaceClock()
+    monkeypatch.setattr(trainer, "time", clock)
+    real_step = trainer.sgd_step
+
+    def step_with_stop(weights: Any, target: Any, step: int, seed: int) -> float:
+        if step == 5:  # the sixth step, right after the checkpoint of step 5
+            clock.now += stop
+        return float(real_step(weights, target, step, seed))
+
+    monkeypatch.setattr(trainer, "sgd_step", step_with_stop)
+    cfg = trainer.parse_args(["--steps", "40", "--ckpt-every", "5", "--step-seconds", "0.05"])
+    assert trainer.run(cfg, trainer.StopFlag()) == 0
+    assert _digest(capsys.readouterr().out)
+    return clock
+
+
+def test_step_seconds_paces_steps_so_a_delay_is_made_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A stop of the process (a busy host) is made up after it: the run keeps the pace
     of --step-seconds on the whole, as a GPU would, instead of running late by the stop."""
-    steady = _seconds_after_fifth_step(tmp_path, 0.0)
-    stopped = _seconds_after_fifth_step(tmp_path, 1.5)
-    # 35 steps of 0.05 s are 1.75 s, a 1.5 s stop included; slept step by step after
-    # the stop they would be 3.25 s. Measured against a run without the stop, so a
-    # loaded machine's slower checkpoints and exit count in both.
-    assert stopped > 1.5
-    assert stopped < steady + 0.75, (steady, stopped)
+    steady = _paced_run(0.0, tmp_path, monkeypatch, capsys)
+    stopped = _paced_run(1.5, tmp_path, monkeypatch, capsys)
+    # 40 steps of 0.05 s are 2 s, the 1.5 s stop included: it waits 1.5 s less. Slept
+    # step by step after the stop, the run would end 1.5 s late, at 3.5 s.
+    assert steady.now == pytest.approx(2.0) and steady.slept == pytest.approx(2.0)
+    assert stopped.now == pytest.approx(2.0) and stopped.slept == pytest.approx(0.5)
