@@ -23,6 +23,7 @@ efficiency, GPU speed, preemption overhead, changeover, checkpoint egress).
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -62,6 +63,15 @@ OUTAGE_SLACK = 1.5
 """A job waiting for spot does not go to on-demand as a hedge while its slack is over
 this many times the longest recent outage, plus a changeover."""
 
+HORIZON_WORKS = 4.0
+"""A plan looks at most this many times the work left ahead (a deadline with a
+``compute_hours / time left`` of 0.25 or more is planned to in full). A deadline further out
+binds nothing yet, and solving up to it would only coarsen the plan's steps
+(:func:`spotd_policies.deadline.plan` keeps its grid bounded) until one step outlasts
+a spot spell, and the plan sends the job to on-demand a year early. A plan cut short
+is followed for half its horizon, then solved again, so the nearer end it assumed
+never decides anything."""
+
 
 @dataclass(frozen=True)
 class _Solved:
@@ -78,6 +88,9 @@ class _Solved:
     """Whether the plan counts preemptions as losing no work (the notice's checkpoint)."""
     outage: float | None = None
     """The longest outage in the last :data:`OUTAGE_WINDOW_HOURS`, None on a shorter history."""
+    holds_hours: float = math.inf
+    """How long after ``start`` the plan may be followed: its whole horizon, or half of
+    it when the horizon was cut short of the deadline (:data:`HORIZON_WORKS`)."""
 
 
 class BalancedPolicy:
@@ -204,8 +217,11 @@ class BalancedPolicy:
         # The whole time left: a booting node is looked up as running, and the
         # steps it spends booting show up as lag (time without progress) once
         # it runs, which the plan keeps the deadline with.
-        horizon = max(0.0, left)
         remaining = costmodel.remaining_hours(ctx)
+        # Counted in the larger of the two units, so a job whose fastest GPU outruns its
+        # reference is not cut short of a deadline a few of its own compute hours away.
+        horizon = min(max(0.0, left), HORIZON_WORKS * max(work, remaining))
+        holds = horizon / 2 if horizon < left else math.inf
         now = ctx.now.astimezone(UTC)
         solved = _Solved(
             deadline.plan(
@@ -219,6 +235,7 @@ class BalancedPolicy:
             ctx.now,
             saved,
             outage,
+            holds,
         )
         self._plans[ctx.job_id] = solved
         while len(self._plans) > self._cache_size:
@@ -423,6 +440,5 @@ def _drifted(old: deadline.SpotModel, new: deadline.SpotModel) -> bool:
 
 def _covers(solved: _Solved, ctx: PlacementContext) -> bool:
     elapsed = (ctx.now - solved.start).total_seconds() / 3600
-    return 0 <= elapsed < solved.plan.steps * solved.plan.step_hours and (
-        ctx.done_hours >= solved.done_at_start
-    )
+    held = min(solved.plan.steps * solved.plan.step_hours, solved.holds_hours)
+    return 0 <= elapsed < held and ctx.done_hours >= solved.done_at_start

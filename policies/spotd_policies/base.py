@@ -50,7 +50,7 @@ def best_first(
                     found.append(candidate)
                     best = min(best, candidate.expected_cost_usd)
     _add_current(ctx, index, checks, score, found)
-    found.sort(key=_rank_key)
+    found.sort(key=rank_key(ctx))
     return found
 
 
@@ -70,7 +70,7 @@ def every_usable(
         for off in index.bucket(gpu, per_node, market)
         if (candidate := _usable(ctx, checks, score, off, market)) is not None
     ]
-    found.sort(key=_rank_key)
+    found.sort(key=rank_key(ctx))
     return found
 
 
@@ -121,7 +121,7 @@ def decide(
             for market in markets:
                 candidate = explain(off, market)
                 (usable if candidate.excluded is None else excluded).append(candidate)
-        usable.sort(key=_rank_key)
+        usable.sort(key=rank_key(ctx))
         if choice is not None:
             key = (choice.offering.pool, choice.market)
             usable.sort(key=lambda c: (c.offering.pool, c.market) != key)
@@ -195,5 +195,15 @@ def _add_current(
                 return
 
 
-def _rank_key(c: Candidate) -> tuple[float, str, str]:
-    return (c.expected_cost_usd, str(c.offering.pool), str(c.market))
+def rank_key(ctx: PlacementContext) -> Callable[[Candidate], tuple[float, int, str, str]]:
+    """The order candidates are ranked in: expected cost, then, on an exact tie, the
+    job's GPU models in the order it lists them (best first), then pool and market
+    (so the ranking is the same on every run)."""
+    order = {gpu: i for i, gpu in enumerate(ctx.spec.resources.gpus)}
+    unlisted = len(order)
+
+    def key(c: Candidate) -> tuple[float, int, str, str]:
+        preference = order.get(c.offering.gpu, unlisted)
+        return (c.expected_cost_usd, preference, str(c.offering.pool), str(c.market))
+
+    return key

@@ -37,6 +37,7 @@ def notice_watcher(config: WatcherSettings) -> NoticeWatcher:
 
 KIND: ProviderKind[AwsSettings] = ProviderKind(
     name=NAME,
+    sdk_loggers=("botocore", "boto3", "s3transfer"),
     settings=AwsSettings,
     build=build,
     # boto3: the "aws" extra of pyproject.toml, for a missing one's one-line message.

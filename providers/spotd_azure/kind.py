@@ -42,6 +42,7 @@ def notice_watcher(config: WatcherSettings) -> NoticeWatcher:
 
 KIND: ProviderKind[AzureSettings] = ProviderKind(
     name=NAME,
+    sdk_loggers=("azure", "msal"),
     settings=AzureSettings,
     build=build,
     # azure-mgmt-compute, -network, azure-identity: the "azure" extra of pyproject.toml.

@@ -41,6 +41,7 @@ def notice_watcher(config: WatcherSettings) -> NoticeWatcher:
 
 KIND: ProviderKind[GcpSettings] = ProviderKind(
     name=NAME,
+    sdk_loggers=("google", "googleapiclient", "grpc"),
     settings=GcpSettings,
     build=build,
     # google-cloud-compute and -billing: the "gcp" extra of pyproject.toml.

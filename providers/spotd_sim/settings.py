@@ -15,8 +15,9 @@ class SimSettings(BaseModel):
 
     enabled: bool = True
     seed: int = 7
-    speed: float = Field(default=60.0, gt=0)
-    """Simulated seconds per real second."""
+    speed: float = Field(default=1.0, gt=0)
+    """Simulated seconds per real second: 1, real time, unless asked. A faster clock
+    (``spotd demo`` runs 600x) is said on every surface that shows its times."""
     mean_up_hours: float = Field(default=6.0, gt=0)
     """Mean time a spot pool stays available."""
     mean_down_hours: float = Field(default=2.0, gt=0)
@@ -26,7 +27,7 @@ class SimSettings(BaseModel):
     lifetime of its own instead, drawn from the seed, the pool and the pool's count of
     launches before it (mean: the pool's mean up time). One seed then gives one history
     of preemptions whatever the timing of real processes (``spotd demo`` runs so)."""
-    boot_seconds: float = Field(default=300.0, ge=0)
+    boot_seconds: float = Field(default=10.0, ge=0)
     """Simulated time from launch request to the job's command starting."""
     traces: dict[str, Path] = Field(default_factory=dict)
     """Pattern -> trace file (format of the shared traces) to drive matching pools instead.

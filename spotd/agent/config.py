@@ -74,6 +74,8 @@ class AgentConfig(BaseModel):
     new temporary folder, removed when the agent ends."""
     join_poll_seconds: float = Field(default=1.0, gt=0)
     """Seconds between two asks for the gang's roster."""
+    log_seconds: float = Field(default=1.0, gt=0)
+    """Seconds between two shipments of the node's output to the daemon."""
     sim_state: str = ""
     """Simulated market only: the node's status file, which says when the notice came."""
     on_exit: tuple[str, ...] | None = None
@@ -181,6 +183,7 @@ _VARIABLES: dict[str, tuple[str, str | None]] = {
     "address": ("SPOTD_AGENT_ADDRESS", None),
     "run_dir": ("SPOTD_AGENT_RUN_DIR", None),
     "join_poll_seconds": ("SPOTD_AGENT_JOIN_POLL_SECONDS", None),
+    "log_seconds": ("SPOTD_AGENT_LOG_SECONDS", None),
     "sim_state": ("SPOTD_AGENT_SIM_STATE", None),
     "on_exit": ("SPOTD_AGENT_ON_EXIT", None),
 }

@@ -7,9 +7,9 @@
 2. The secrets ``SPOTD_SECRETS`` names: asked of the daemon over the agent's
    own authenticated route, put in the job's environment only, never logged.
 3. The setup lines of ``SPOTD_SETUP``, one ``bash -c`` each, in order, in the
-   code folder, with the job's environment; their output goes to the agent's
-   own (so to ``spotd logs``), and the last of it into the exit report when
-   one fails.
+   code folder, with the job's environment; their output goes to the node's
+   (:mod:`spotd.agent.output`, so to ``spotd logs``), and the last of it into
+   the exit report when one fails.
 
 Any failure here ends the node in phase ``setup``: the daemon ends the attempt
 as ``setup-failed`` and places the job again within its ``retry.setup_failures``.
@@ -41,6 +41,14 @@ TAIL_LINES = 40
 
 AskSecrets = Callable[[], Secrets]
 """Asks the daemon for the job's secrets (raises ReportFailed or ReportRejected)."""
+Write = Callable[[bytes], None]
+"""Where the setup lines' output goes: the node's output, or the agent's stdout."""
+
+
+def to_own_stdout(data: bytes) -> None:
+    """``data`` to the agent's stdout (a node with no output file: no daemon)."""
+    sys.stdout.write(data.decode(errors="replace"))
+    sys.stdout.flush()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,9 +69,13 @@ class NodeFailed:
 
 
 def prepare_node(
-    env: Mapping[str, str], run_dir: Path, ask_secrets: AskSecrets | None
+    env: Mapping[str, str],
+    run_dir: Path,
+    ask_secrets: AskSecrets | None,
+    write: Write = to_own_stdout,
 ) -> NodeReady | NodeFailed:
-    """Fetch the code, add the secrets, run the setup: ready, or why not."""
+    """Fetch the code, add the secrets, run the setup (its output to ``write``): ready,
+    or why not."""
     job_env = dict(env)
     try:
         cwd = _code(job_env, run_dir)
@@ -73,7 +85,7 @@ def prepare_node(
     if failed is not None:
         return failed
     for line in _setup_lines(job_env):
-        failed = _run_setup(line, job_env, cwd)
+        failed = _run_setup(line, job_env, cwd, write)
         if failed is not None:
             return failed
     return NodeReady(job_env, cwd)
@@ -118,8 +130,11 @@ def _setup_lines(env: Mapping[str, str]) -> list[str]:
     return [str(line) for line in lines]
 
 
-def _run_setup(line: str, env: Mapping[str, str], cwd: Path | None) -> NodeFailed | None:
-    """Run one setup line, its output streamed to ours; a failure with its output's tail."""
+def _run_setup(
+    line: str, env: Mapping[str, str], cwd: Path | None, write: Write
+) -> NodeFailed | None:
+    """Run one setup line, its output streamed to ``write``; a failure with its output's
+    tail."""
     log.info("setup: %s", line)
     tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
     try:
@@ -130,10 +145,8 @@ def _run_setup(line: str, env: Mapping[str, str], cwd: Path | None) -> NodeFaile
         return NodeFailed(EXIT_SETUP_FAILED, f"setup `{line}` could not start: {exc}")
     assert proc.stdout is not None
     for raw in proc.stdout:
-        text = raw.decode(errors="replace")
-        sys.stdout.write(text)
-        tail.append(text.rstrip("\n"))
-    sys.stdout.flush()
+        write(raw)
+        tail.append(raw.decode(errors="replace").rstrip("\n"))
     code = proc.wait()
     if code == 0:
         return None

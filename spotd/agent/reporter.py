@@ -4,7 +4,8 @@
 reports in order from its own thread and retries failures with capped
 exponential backoff, so a daemon that is down or restarting never blocks the
 job or the notice handling; only the final exit report is waited for, and only
-for a bounded time.
+for a bounded time. The node's output goes its own way, by offset
+(:mod:`spotd.agent.logship`), through :meth:`DaemonReporter.ship`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from spotd.core.agent_wire import (
     EXIT_PATH,
     HEARTBEAT_PATH,
     JOIN_PATH,
+    LOG_PATH,
     NOTICE_PATH,
     PREFLIGHT_PATH,
     SECRETS_PATH,
@@ -28,6 +30,10 @@ from spotd.core.agent_wire import (
     ExitReport,
     HeartbeatReport,
     JoinReport,
+    LogAck,
+    LogChunk,
+    LogExpected,
+    LogGap,
     NoticeReport,
     PreflightReport,
     Roster,
@@ -48,6 +54,10 @@ class ReportFailed(SpotdError):
 
 class ReportRejected(SpotdError):
     """The daemon refused the report (401, 422, ...): retrying cannot help."""
+
+
+class ChunkTooLarge(ReportRejected):
+    """The daemon refused a chunk of output as over its body limit (413): send less."""
 
 
 def path_of(report: AgentReport) -> str:
@@ -112,16 +122,47 @@ class DaemonReporter:
             # The error would quote the body, and the body holds the values.
             raise ReportFailed(f"{SECRETS_PATH}: unreadable answer") from None
 
+    def ship(self, chunk: LogChunk) -> int:
+        """Send a chunk of the node's output; the end of what the daemon holds of it.
+
+        Raises :class:`~spotd.core.agent_wire.LogGap` with the offset the daemon
+        expects (409), :class:`ChunkTooLarge` (413), else as :meth:`send`.
+        """
+        response = self._request(LOG_PATH, chunk)
+        if response.status_code == 409:
+            try:
+                expected = LogExpected.model_validate_json(response.content).expected
+            except ValidationError:
+                # A conflict of another kind (two daemons at once): the next try settles it.
+                raise ReportFailed(f"{LOG_PATH}: HTTP 409: {response.text[:200]}") from None
+            raise LogGap(f"the daemon expects byte {expected}", expected=expected)
+        if response.status_code == 413:
+            raise ChunkTooLarge(f"{LOG_PATH}: HTTP 413: {response.text[:200]}")
+        answer = self._checked(LOG_PATH, response)
+        try:
+            return LogAck.model_validate_json(answer.content).end
+        except ValidationError as exc:
+            raise ReportFailed(f"{LOG_PATH}: unreadable answer: {exc}") from exc
+
     def _post(self, path: str, report: AgentReport) -> httpx.Response:
         """POST ``report``; the answer when it is a success, else the error to raise."""
+        return self._checked(path, self._request(path, report))
+
+    def _request(self, path: str, report: AgentReport) -> httpx.Response:
+        """POST ``report``; its answer, whatever its status. ReportFailed when none came."""
         try:
-            response = self._client.post(
+            return self._client.post(
                 f"{self.daemon_url}{path}",
+                # mode="json" writes bytes as the model says (a chunk's as base64).
                 json=report.model_dump(mode="json"),
                 headers=self._headers,
             )
         except httpx.HTTPError as exc:
             raise ReportFailed(f"{path}: {type(exc).__name__}: {exc}") from exc
+
+    @staticmethod
+    def _checked(path: str, response: httpx.Response) -> httpx.Response:
+        """``response`` when it is a success; else ReportFailed (retry) or ReportRejected."""
         if response.status_code >= 500 or response.status_code == 429:
             raise ReportFailed(f"{path}: HTTP {response.status_code}")
         if response.status_code >= 300:

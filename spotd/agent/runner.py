@@ -3,7 +3,9 @@
 The job runs in its own process group so that a signal reaches it and every
 process it started (a launcher and its workers), and nothing else. The watcher
 and the heartbeat run in daemon threads; the main thread only waits for the
-job, so signals sent to the agent are handled at once and forwarded.
+job, so signals sent to the agent are handled at once and forwarded. With a
+daemon to report to, the node's output (the job's, its setup's and the agent's
+own lines) goes to a file the shipping thread sends on (:mod:`spotd.agent.logship`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ from spotd.agent.container import job_argv
 from spotd.agent.files import read_progress, write_notice
 from spotd.agent.gang import Join
 from spotd.agent.gpu import GpuSource, open_gpu_source
-from spotd.agent.node import AskSecrets
+from spotd.agent.logship import LogShipper, OutputShipping, Ship
+from spotd.agent.node import AskSecrets, to_own_stdout
+from spotd.agent.oom import kills_between, oom_kill_count
+from spotd.agent.output import OUTPUT_FILE, AgentLines, NodeOutput
 from spotd.agent.reporter import DaemonReporter, ReportQueue
 from spotd.agent.startup import EXIT_NO_GANG, prepare, run_dir_of
 from spotd.agent.watchers import make_watcher
@@ -74,6 +79,8 @@ class _Agent:
         gpus: GpuSource | None = None,
         *,
         secrets: AskSecretsOf | None = None,
+        ship: Ship | None = None,
+        lines: AgentLines | None = None,
     ) -> None:
         self.config = config
         self.watcher = watcher
@@ -81,6 +88,8 @@ class _Agent:
         self.gpus = gpus
         self.secrets = secrets
         self.exit_detail = ""
+        self.oom_kills: int | None = None
+        """OOM kills in the agent's cgroup while the command ran (:mod:`spotd.agent.oom`)."""
         self.cwd: Path | None = None
         self.run_dir: Path  # made in run(), once a signal to the agent can no longer kill it
         self.job_env = dict(config.job_env)
@@ -111,6 +120,10 @@ class _Agent:
         self.beat_thread = threading.Thread(
             target=self._beat, name="spotd-agent-heartbeat", daemon=True
         )
+        self.ship = ship
+        """Sends a chunk of the node's output; None: no output file, nothing shipped."""
+        self.lines = lines
+        self.shipping: OutputShipping | None = None
 
     def run(self) -> int:
         self.instance_id = self._resolve_instance_id()
@@ -127,6 +140,7 @@ class _Agent:
             with _forwarding_signals(self._on_signal):
                 self.run_dir = run_dir_of(self.config)
                 try:
+                    self._open_output()
                     # Watch and beat from boot: a notice during rendezvous or preflight
                     # counts too.
                     self.watch_thread.start()
@@ -135,6 +149,8 @@ class _Agent:
                     self._stop_threads()
                     self._finish(code, phase)
                 finally:
+                    if self.shipping is not None:
+                        self.shipping.close()
                     self._leave_run_dir()
         finally:
             self.stopping.set()
@@ -145,10 +161,13 @@ class _Agent:
 
     def _start_and_wait(self) -> tuple[int, ExitPhase]:
         """Gang and preflight, then the job to its end: its exit code and phase."""
+        # The setup lines' output: into the node's output, when there is one.
+        write = self.shipping.output.write if self.shipping is not None else to_own_stdout
         try:
             start = prepare(self.config, instance_id=self.instance_id, run_dir=self.run_dir,
                             join=self.join, put=self._put, gpus=self.gpus,
-                            stop=self.aborted, ask_secrets=self._ask_secrets())  # fmt: skip
+                            stop=self.aborted, ask_secrets=self._ask_secrets(),
+                            write=write)  # fmt: skip
         except Exception:
             # Whatever broke (an address, a port, a disk), the node cannot run the
             # job: say so as a failed start, so the attempt is placed again.
@@ -159,6 +178,7 @@ class _Agent:
         if not start.ready:
             self.exit_detail = start.detail
             return start.exit_code, start.phase
+        before = oom_kill_count()  # read before the job runs: its kills come after
         with self.start_lock:
             if "preemption" in self.noticed or self.aborted.is_set():
                 log.warning("the node is going before the job started; not starting it")
@@ -167,6 +187,7 @@ class _Agent:
         if failed is not None:
             return failed, "command"
         code = exit_code_of(self._wait())
+        self.oom_kills = kills_between(before, oom_kill_count())
         log.info("job exited with %d", code)
         return code, "command"
 
@@ -174,8 +195,11 @@ class _Agent:
         """Start the job; None once it runs, else the shell's code for why it cannot."""
         argv = job_argv(self.config.command, self.job_env, cwd=self.cwd, run_dir=self.run_dir,
                         name=f"spotd-{self.config.job_id}-{self.config.attempt}")  # fmt: skip
+        out = self.shipping.output.fileno() if self.shipping is not None else None
+        err = subprocess.STDOUT if out is not None else None
         try:
-            self.proc = subprocess.Popen(argv, env=self.job_env, process_group=0, cwd=self.cwd)
+            self.proc = subprocess.Popen(argv, env=self.job_env, process_group=0, cwd=self.cwd,
+                                         stdout=out, stderr=err)  # fmt: skip
         except OSError as exc:
             log.error("cannot start the job %s: %s", argv, exc)
             return EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
@@ -196,6 +220,24 @@ class _Agent:
         # So that no heartbeat is queued behind the exit report.
         self.beat_thread.join()
 
+    def _open_output(self) -> None:
+        """With a daemon to ship to: the node's output file, the agent's own lines into
+        it, and the thread that ships it until the job ends (``stopping``)."""
+        if self.ship is None:
+            return
+        try:
+            output = NodeOutput(self.run_dir / OUTPUT_FILE)
+        except OSError as exc:
+            # The job still runs, its output to the node's log only.
+            log.error("cannot open the node's output file; nothing is shipped: %s", exc)
+            return
+        shipper = LogShipper(output, self.ship, self._speaker,
+                             initial_backoff=self.config.retry_initial_seconds,
+                             max_backoff=self.config.retry_max_seconds)  # fmt: skip
+        self.shipping = OutputShipping(output, shipper, every=self.config.log_seconds,
+                                       stop=self.stopping, lines=self.lines)  # fmt: skip
+        self.shipping.start()
+
     def _finish(self, code: int, phase: ExitPhase = "command") -> None:
         """Keep the exit where the daemon finds it, report it, then release the
         provider's event (after the report: on Azure the acknowledgement may end
@@ -205,8 +247,13 @@ class _Agent:
         stopped = self.signalled or self.aborted.is_set()
         self.ended = True
         report = ExitReport(exit_code=code, phase=phase, detail=self.exit_detail,
-                            **self._speaker())  # fmt: skip
+                            oom_kills=self.oom_kills, **self._speaker())  # fmt: skip
         self._keep_exit(report, stopped=stopped)
+        if self.shipping is not None:
+            # The rest of the output before the exit: a daemon that sees the job end
+            # holds all of it. Half the report's time at most, so the exit still has
+            # the rest; a signal (the node going) cuts it short.
+            self.shipping.finish(self.config.report_timeout_seconds / 2, self.leaving)
         if self.outbox is not None:
             self.outbox.put(report)
             if not self.outbox.drain(self.config.report_timeout_seconds, stop=self.leaving):
@@ -401,23 +448,29 @@ def run_agent(
     watcher: NoticeWatcher | None = None,
     send: Sender | None = None,
     join: Join | None = None,
+    ship: Ship | None = None,
+    lines: AgentLines | None = None,
 ) -> int:
     """Run the job of ``config`` to its end and return its exit code.
 
     ``watcher`` defaults to the one for ``config.provider``; ``send`` (one
-    delivery of one report, raising ``ReportFailed`` to be retried) and ``join``
-    (one ask for the gang's roster) default to a :class:`DaemonReporter` on
-    ``config.daemon_url``, or to no reporting and no gang when that is unset.
+    delivery of one report, raising ``ReportFailed`` to be retried), ``join``
+    (one ask for the gang's roster) and ``ship`` (one chunk of the node's output)
+    default to a :class:`DaemonReporter` on ``config.daemon_url``, or to no
+    reporting, no gang and no shipping when that is unset. ``lines``: the handler
+    the agent's own log lines go through, which then writes them into the node's
+    output too (:class:`~spotd.agent.output.AgentLines`).
     """
     reporter: DaemonReporter | None = None
     secrets: AskSecretsOf | None = None
     if send is None and config.daemon_url:
         reporter = DaemonReporter(config.daemon_url, config.token.get_secret_value())
         send, join, secrets = reporter.send, reporter.join, reporter.secrets
+        ship = ship or reporter.ship
     gpus = open_gpu_source(config.job_env)
     try:
         return _Agent(config, watcher or make_watcher(config), send, join, gpus,
-                      secrets=secrets).run()  # fmt: skip
+                      secrets=secrets, ship=ship, lines=lines).run()  # fmt: skip
     finally:
         if reporter is not None:
             reporter.close()
@@ -436,9 +489,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = args[1:] if args and args[0] == "--" else args
     level = os.environ.get("SPOTD_AGENT_LOG_LEVEL", "INFO").strip().upper()
+    lines = AgentLines()  # to stderr, and into the node's output while the job runs
     logging.basicConfig(
         level=logging.getLevelNamesMapping().get(level, logging.INFO),
         format="%(asctime)s spotd-agent %(levelname)s %(name)s: %(message)s",
+        handlers=[lines],
     )
     # One line per report would bury the job's own output in `spotd logs`.
     logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -449,4 +504,4 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     # Read once: the job, a child of this process, must not find it in our /proc environ.
     forget([TOKEN_VARIABLE])
-    return run_agent(config)
+    return run_agent(config, lines=lines)

@@ -35,7 +35,7 @@ from spotd.agent.gang import (
     wait_for_roster,
 )
 from spotd.agent.gpu import GpuSource
-from spotd.agent.node import AskSecrets, NodeFailed, prepare_node
+from spotd.agent.node import AskSecrets, NodeFailed, Write, prepare_node, to_own_stdout
 from spotd.agent.preflight import PreflightPlan, run_preflight
 from spotd.agent.preflight_worker import Backend
 from spotd.agent.reporter import ReportFailed, ReportRejected
@@ -111,15 +111,16 @@ def prepare(
     gpus: GpuSource | None,
     stop: threading.Event | None = None,
     ask_secrets: AskSecrets | None = None,
+    write: Write = to_own_stdout,
 ) -> Startup:
     """Prepare the node, assemble the gang and pass preflight; the job's environment
     once all three hold.
 
     ``put`` queues a report for the daemon (the preflight's figures go that way);
     ``stop`` set (the node is going) ends the wait for the gang; ``ask_secrets``
-    asks the daemon for the job's secrets.
+    asks the daemon for the job's secrets; the setup lines' output goes to ``write``.
     """
-    node = prepare_node(config.job_env, run_dir, ask_secrets)
+    node = prepare_node(config.job_env, run_dir, ask_secrets, write)
     if isinstance(node, NodeFailed):
         log.error("the node could not be prepared: %s", node.detail)
         return Startup(dict(config.job_env), "setup", node.exit_code, detail=node.detail)

@@ -76,7 +76,8 @@ def _jobs(ax: Axes, report: Report) -> None:
     # Bars at positions, not at their labels: matplotlib puts equal labels on one bar.
     where = range(len(rows))
     spend = [r.spend_usd for r in rows][::-1]
-    saved = [max(0.0, r.savings_usd) for r in rows][::-1]
+    # A failed or cancelled job's bar is its spend alone: no saving is claimed for it.
+    saved = [max(0.0, r.savings_usd or 0.0) for r in rows][::-1]
     ax.barh(where, spend, color=PALETTE[0], label="spend")
     ax.barh(where, saved, left=spend, color=SAVED, label="saved vs on-demand")
     ax.set_yticks(where, job_labels(rows)[::-1])

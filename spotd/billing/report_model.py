@@ -6,9 +6,13 @@ format it is rendered in (:mod:`spotd.billing.report_render`).
 
 Definitions:
 
-- spend: what was paid (compute + changeover + egress); on-demand
+- spend: what was paid (compute + changeover + egress), by every job: a
+  running job's so far (its open attempt priced to the report's ``now``,
+  :func:`spotd.billing.ledger.ledger_so_far`), marked so; on-demand
   equivalent: the same billed time at on-demand prices; savings: the
-  difference; savings % of the on-demand equivalent.
+  difference, over the jobs that did not fail and were not cancelled
+  (:mod:`spotd.billing.savings`: theirs is spend only); savings % of those
+  jobs' on-demand equivalent.
 - GPU-hours: billed node-hours times GPUs per node.
 - preemptions: attempts that ended ``preempted`` in the period.
 - time lost to recovery: the changeover hours (launch to running) of every
@@ -31,8 +35,11 @@ from datetime import date, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
+from spotd.billing.ledger import ledger_so_far
+from spotd.billing.savings import claims_saving, saving_of, spend_without_saving
 from spotd.core.agent_wire import GPU_UTIL_THRESHOLD_PCT
-from spotd.core.contracts import Store
+from spotd.core.contracts import Clock, Store
+from spotd.core.states import ACTIVE
 from spotd.core.values import (
     AttemptEnd,
     AttemptRecord,
@@ -60,12 +67,18 @@ class Totals(_Frozen):
     spend_usd: float
     on_demand_usd: float
     savings_usd: float
+    """The saving of the jobs that did not fail and were not cancelled."""
     savings_pct: float
+    """``savings_usd`` of those jobs' on-demand equivalent."""
     egress_usd: float
     gpu_hours: float
     preemptions: int
     recovery_hours: float
     jobs: int
+    no_saving_usd: float = 0.0
+    """The spend of jobs that failed or were cancelled: in ``spend_usd``, with no saving."""
+    running_usd: float = 0.0
+    """The spend so far of jobs still running (in ``spend_usd``): it grows until they end."""
 
 
 class JobRow(_Frozen):
@@ -76,10 +89,18 @@ class JobRow(_Frozen):
     status: str
     spend_usd: float
     on_demand_usd: float
-    savings_usd: float
+    savings_usd: float | None
+    """None for a job that failed or was cancelled: its spend is spend only."""
     gpu_hours: float
     preemptions: int
     recovery_hours: float
+    so_far: bool = False
+    """The job is still running: its spend is so far, and grows until it ends."""
+
+    @property
+    def status_shown(self) -> str:
+        """The status as the report shows it: ``running, so far`` for a running job."""
+        return f"{self.status}, so far" if self.so_far else self.status
 
 
 class Rollup(_Frozen):
@@ -89,6 +110,7 @@ class Rollup(_Frozen):
     spend_usd: float
     on_demand_usd: float
     savings_usd: float
+    """The saving of the group's jobs that did not fail and were not cancelled."""
     gpu_hours: float
 
 
@@ -133,22 +155,69 @@ class Report(_Frozen):
     by_day: list[Rollup]
     daily: list[DailySpend]
     findings: list[str]
+    zone: str = "UTC"
+    """The zone the report's times are shown in (``[display] timezone``)."""
+    clock_note: str | None = None
+    """What clock the records are on when it is not at real speed
+    (:func:`spotd.core.clock.clock_note`); None on real time."""
     underused: list[Underused] = []
     """Attempts whose GPUs sat under the utilisation threshold, worst first."""
 
 
 def build_report(
-    store: Store, *, since: datetime, until: datetime, job_id: str | None = None
+    store: Store,
+    *,
+    since: datetime,
+    until: datetime,
+    job_id: str | None = None,
+    zone: str = "UTC",
+    clock_note: str | None = None,
+    clock: Clock | None = None,
 ) -> Report:
-    """The report of ``[since, until)``, of every job or one, from the stored ledger."""
+    """The report of ``[since, until)``, of every job or one, from the stored ledger;
+    its times shown in ``zone``, headed by ``clock_note`` when the records' clock is
+    not at real speed. With the records' ``clock``, the running jobs' spend so far
+    (their open attempts priced to its ``now``) is in it too, marked as such."""
     entries = store.ledger(since=since, until=until, job_id=job_id)
+    if clock is not None:
+        entries = with_running(store, entries, clock.now(), since=since, until=until,
+                               job_id=job_id)  # fmt: skip
     ids = sorted({e.job_id for e in entries} | ({job_id} if job_id else set()))
     # One read for the period's jobs: one per job was most of the time with thousands.
     jobs = store.jobs_by_id(ids)
     jobs.update((i, store.get_job(i)) for i in ids if i not in jobs)  # JobNotFound
     attempts = store.attempts_for(ids)
     reports = store.reports_for(ids)
-    return report_from(entries, jobs, attempts, since=since, until=until, reports=reports)
+    built = report_from(entries, jobs, attempts, since=since, until=until, reports=reports)
+    return built.model_copy(update={"zone": zone, "clock_note": clock_note})
+
+
+def with_running(
+    store: Store,
+    entries: Sequence[LedgerEntry],
+    now: datetime,
+    *,
+    since: datetime,
+    until: datetime,
+    job_id: str | None = None,
+) -> list[LedgerEntry]:
+    """``entries`` (stored lines of the period) with the active jobs' lines replaced by
+    their ledger so far (:func:`~spotd.billing.ledger.ledger_so_far`): the stored lines
+    cover closed attempts only, so a running job's open attempt is priced to ``now``."""
+    active = [j for j in store.list_jobs(ACTIVE) if job_id is None or j.id == job_id]
+    if not active:
+        return list(entries)
+    ids = [j.id for j in active]
+    attempts = store.attempts_for(ids)
+    stored = store.ledger_for(ids)
+    fresh = [
+        e
+        for j in active
+        for e in ledger_so_far(j, attempts.get(j.id, []), stored.get(j.id, []), now)
+        if since <= e.start < until
+    ]
+    running = set(ids)
+    return [*(e for e in entries if e.job_id not in running), *fresh]
 
 
 def report_from(
@@ -241,13 +310,11 @@ def rollup(
 
 
 def _rollup(key: str, entries: Sequence[LedgerEntry]) -> Rollup:
-    spend = sum(e.usd for e in entries)
-    on_demand = sum(e.on_demand_usd for e in entries)
     return Rollup(
         key=key,
-        spend_usd=spend,
-        on_demand_usd=on_demand,
-        savings_usd=on_demand - spend,
+        spend_usd=sum(e.usd for e in entries),
+        on_demand_usd=sum(e.on_demand_usd for e in entries),
+        savings_usd=saving_of(entries)[0],
         gpu_hours=sum(e.gpu_hours for e in entries),
     )
 
@@ -279,10 +346,11 @@ def _job_row(
         status=job.status.value,
         spend_usd=spend,
         on_demand_usd=on_demand,
-        savings_usd=on_demand - spend,
+        savings_usd=on_demand - spend if claims_saving(job.status) else None,
         gpu_hours=sum(e.gpu_hours for e in entries),
         preemptions=sum(1 for a in attempts if _preempted_in(a, period)),
         recovery_hours=sum(e.wall_hours for e in entries if _recovering(e)),
+        so_far=not job.status.terminal,
     )
 
 
@@ -292,19 +360,20 @@ def _recovering(entry: LedgerEntry) -> bool:
 
 
 def _totals(entries: Sequence[LedgerEntry], rows: Sequence[JobRow]) -> Totals:
-    spend = sum(e.usd for e in entries)
-    on_demand = sum(e.on_demand_usd for e in entries)
-    savings = on_demand - spend
+    savings, saving_on_demand = saving_of(entries)
+    running = {r.job_id for r in rows if r.so_far}
     return Totals(
-        spend_usd=spend,
-        on_demand_usd=on_demand,
+        spend_usd=sum(e.usd for e in entries),
+        on_demand_usd=sum(e.on_demand_usd for e in entries),
         savings_usd=savings,
-        savings_pct=100.0 * savings / on_demand if on_demand > 0 else 0.0,
+        savings_pct=100.0 * savings / saving_on_demand if saving_on_demand > 0 else 0.0,
         egress_usd=sum(e.usd for e in entries if e.kind == "egress"),
         gpu_hours=sum(e.gpu_hours for e in entries),
         preemptions=sum(r.preemptions for r in rows),
         recovery_hours=sum(r.recovery_hours for r in rows),
         jobs=len(rows),
+        no_saving_usd=spend_without_saving(entries),
+        running_usd=sum(e.usd for e in entries if e.job_id in running),
     )
 
 
@@ -386,17 +455,25 @@ def findings(
 
 def _savings_sentence(totals: Totals, period: Period) -> str:
     when = period_words(period)
-    if totals.on_demand_usd <= 0:
+    if totals.on_demand_usd <= 0 and totals.spend_usd <= 0:
         return f"Nothing was spent {when}."
+    # The saving is the jobs' that did not fail and were not cancelled: theirs is spend only.
+    spend = totals.spend_usd - totals.no_saving_usd
+    on_demand = spend + totals.savings_usd
+    said = f"{usd(totals.no_saving_usd)} USD went to jobs that failed or were cancelled"
+    if on_demand <= 0:
+        return f"{said} {when}, with no saving."
     if totals.savings_usd >= 0:
-        return (
-            f"Spot saved {totals.savings_pct:.0f} % ({usd(totals.savings_usd)} USD) {when}: "
-            f"{usd(totals.spend_usd)} USD spent against {usd(totals.on_demand_usd)} USD on-demand."
-        )
-    return (
-        f"Spot cost {usd(-totals.savings_usd)} USD more than on-demand {when} "
-        f"({usd(totals.spend_usd)} USD against {usd(totals.on_demand_usd)} USD)."
-    )
+        line = (f"Spot saved {totals.savings_pct:.0f} % ({usd(totals.savings_usd)} USD) {when}: "
+                f"{usd(spend)} USD spent against {usd(on_demand)} USD on-demand")  # fmt: skip
+    else:
+        line = (f"Spot cost {usd(-totals.savings_usd)} USD more than on-demand {when} "
+                f"({usd(spend)} USD against {usd(on_demand)} USD)")  # fmt: skip
+    if totals.no_saving_usd > 0:
+        line += f"; {said}, with no saving"
+    if totals.running_usd > 0:
+        line += f"; {usd(totals.running_usd)} USD is running jobs' spend so far"
+    return line + "."
 
 
 def _preemption_sentence(rows: Sequence[JobRow]) -> str:

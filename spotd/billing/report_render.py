@@ -10,11 +10,13 @@ import base64
 import csv
 import io
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from functools import cache
 
 import jinja2
 
 from spotd.billing.report_model import Report, usd
+from spotd.core.timefmt import Precision, shown, zone_named
 
 CHART_NAMES = ("daily", "jobs", "gpus")
 """The charts of the HTML report, by the name their image is referenced with."""
@@ -34,7 +36,9 @@ CSV_COLUMNS = (
 )
 """CSV columns: ``row`` is ``job`` for each job and ``total`` for the last row (whose
 job_id, name and status are empty); USD and hours to 2 decimals; ``savings_pct`` of
-the on-demand equivalent; ``recovery_hours`` are changeover hours."""
+the on-demand equivalent; ``recovery_hours`` are changeover hours. A job that failed or
+was cancelled has empty ``savings_usd`` and ``savings_pct`` (its spend claims no saving);
+a running job's status is ``running, so far`` (its spend up to the report's end)."""
 
 
 def render_json(report: Report) -> str:
@@ -50,9 +54,11 @@ def render_csv(report: Report) -> str:
     for job in report.jobs:
         writer.writerow(
             [
-                "job", job.job_id, job.name, job.status,
-                _cents(job.spend_usd), _cents(job.on_demand_usd), _cents(job.savings_usd),
-                _cents(_pct(job.savings_usd, job.on_demand_usd)), _cents(job.gpu_hours),
+                "job", job.job_id, job.name, job.status_shown,
+                _cents(job.spend_usd), _cents(job.on_demand_usd), _maybe(job.savings_usd),
+                _maybe(None if job.savings_usd is None else _pct(job.savings_usd,
+                                                                   job.on_demand_usd)),
+                _cents(job.gpu_hours),
                 job.preemptions, _cents(job.recovery_hours),
             ]
         )  # fmt: skip
@@ -102,6 +108,11 @@ def _cents(value: float) -> str:
     return f"{value:.2f}"
 
 
+def _maybe(value: float | None) -> str:
+    """Cents, or empty where no figure is claimed (a failed job's saving)."""
+    return "" if value is None else _cents(value)
+
+
 def _pct(part: float, whole: float) -> float:
     return 100.0 * part / whole if whole > 0 else 0.0
 
@@ -118,7 +129,13 @@ def _environment() -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["usd"] = usd
-    env.filters["cents"] = lambda v: f"{v:,.2f}"
+    env.filters["cents"] = lambda v: "–" if v is None else f"{v:,.2f}"
     env.filters["hours"] = lambda v: f"{v:,.1f}"
     env.filters["pct"] = lambda part, whole: f"{_pct(part, whole):.0f} %"
+    env.filters["when"] = _when
     return env
+
+
+def _when(at: datetime, zone: str) -> str:
+    """A report's time to the minute, in its zone (:func:`spotd.core.timefmt.shown`)."""
+    return shown(at, zone_named(zone), Precision.MINUTE)

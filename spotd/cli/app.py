@@ -4,13 +4,14 @@ lists them (the commands live in :mod:`spotd.cli.commands`, what they print in
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from typer.core import TyperGroup, TyperOption
 
 from spotd import __version__
-from spotd.cli.commands import daemon, demos, jobs, market, plan, report, submit
+from spotd.cli.commands import config, daemon, demos, jobs, market, plan, report, submit
 from spotd.cli.render.console import out
 
 if TYPE_CHECKING:
@@ -19,11 +20,14 @@ if TYPE_CHECKING:
 
 
 class _Group(TyperGroup):
-    """spotd's command group: every flag's help shows the flag alone.
+    """spotd's command group: every flag's help shows the flag alone, and every
+    command's help wraps at the terminal's width.
 
     typer's rich help gives each option a value type, a flag too (``--json <bool>``),
     as if it took a value; an empty metavar leaves a flag's type out, here once for
-    the root's options and every command's, ``-h`` included.
+    the root's options and every command's, ``-h`` included. It also keeps the line
+    breaks of a docstring in the list of commands and in a command's later paragraphs,
+    so a sentence broke where the source did, not where the terminal ends.
     """
 
     def get_params(self, ctx: Context) -> list[Parameter]:
@@ -33,7 +37,17 @@ class _Group(TyperGroup):
         command = super().get_command(ctx, cmd_name)
         if command is not None:
             _untyped_flags(command.get_params(ctx))
+            command.help = reflowed(command.help)
         return command
+
+
+def reflowed(text: str | None) -> str | None:
+    """A docstring as help: each paragraph one line, for rich to wrap at the terminal's
+    width; a paragraph that starts with ``\\b`` (click's "keep as written") is kept."""
+    if text is None:
+        return None
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split()) for p in paragraphs)
 
 
 def _untyped_flags(params: list[Parameter]) -> list[Parameter]:
@@ -87,6 +101,12 @@ app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options"
     daemon.agent
 )
 app.command()(demos.demo)
+
+config_app = typer.Typer(
+    help="The configuration, read as the daemon reads it.", cls=_Group, no_args_is_help=True
+)
+config_app.command()(config.check)
+app.add_typer(config_app, name="config")
 
 
 def _register_simulate() -> None:

@@ -36,6 +36,7 @@ from spotd.core.clock import WALL
 from spotd.core.errors import ApiError, SpotdError
 from spotd.core.spec import JobSpec
 from spotd.daemon.config import Settings
+from spotd.daemon.logview import LogsView
 from spotd.daemon.problems import Problem, error_from_problem
 from spotd.daemon.views import EventView, JobPageView, JobView, MarketView
 
@@ -48,7 +49,7 @@ _JOB = TypeAdapter(JobView)
 _PAGE = TypeAdapter(JobPageView)
 _EVENTS = TypeAdapter(list[EventView])
 _MARKET = TypeAdapter(MarketView)
-_LOGS = TypeAdapter(dict[str, dict[str, str]])
+_LOGS = TypeAdapter(LogsView)
 
 
 @dataclass(frozen=True)
@@ -396,9 +397,20 @@ class Client:
         """The daemon's view of the market: offerings and each provider's poll."""
         return self._typed(_MARKET, "GET", "/v1/prices")
 
-    def logs(self, ref: str) -> dict[str, str]:
-        """The job's output per attempt and node, by heading."""
-        return self._typed(_LOGS, "GET", f"/v1/jobs/{ref}/logs")["logs"]
+    def logs(
+        self,
+        ref: str,
+        *,
+        attempt: int | None = None,
+        node: int | None = None,
+        after: str | None = None,
+    ) -> LogsView:
+        """The job's output per attempt and node (of attempt number ``attempt`` and node
+        rank ``node`` only, if given); after ``after`` (a page's ``cursor``), only what
+        came since."""
+        asked = {"attempt": attempt, "node": node, "after": after or None}
+        params = {k: v for k, v in asked.items() if v is not None}
+        return self._typed(_LOGS, "GET", f"/v1/jobs/{ref}/logs", params=params)
 
 
 def wait_ended(

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,13 +23,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
+from types import FrameType
 
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from spotd.cli.client import Client, wait_ended
+from spotd.cli.render.cells import FittedTable
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
 from spotd.core.errors import SpotdError
@@ -181,7 +184,32 @@ def demo_folder(keep: Path | None, prefix: str) -> Iterator[Path]:
         yield root
     finally:
         if keep is None:
-            shutil.rmtree(root, ignore_errors=True)
+            with deferred_interrupts():
+                shutil.rmtree(root, ignore_errors=True)
+
+
+@contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Ctrl-C held back while the block cleans up, and raised when it is done.
+
+    A second Ctrl-C, pressed while an interrupted demo stops its nodes or removes
+    its folder, would otherwise cut that short and leave them behind.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers belong to the main thread
+        return
+    held: list[int] = []
+
+    def hold(signum: int, _frame: FrameType | None) -> None:
+        held.append(signum)
+
+    previous = signal.signal(signal.SIGINT, hold)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and callable(previous):
+            previous(held[0], None)  # Python's own handler raises KeyboardInterrupt
 
 
 def _run_in(root: Path, options: DemoOptions, console: Console, clock: Clock) -> DemoSummary:
@@ -191,8 +219,8 @@ def _run_in(root: Path, options: DemoOptions, console: Console, clock: Clock) ->
         quiet_scheduler_log()
         settings = demo_settings(root, options)
         daemon = Daemon(settings)
-        daemon.start()
         try:
+            daemon.start()
             client = Client(f"http://127.0.0.1:{daemon.port}", settings.token_file.read_text())
             job = client.submit(demo_spec(root, options))
             if not options.quiet:
@@ -203,15 +231,12 @@ def _run_in(root: Path, options: DemoOptions, console: Console, clock: Clock) ->
                 )
                 console.print(clock_note(options.speed), highlight=False, soft_wrap=True)
             job = _follow(client, job.id, options, console, clock=clock)
-            logs = client.logs(job.id)
+            logs = client.logs(job.id).logs
             on_demand = _on_demand_cost(daemon, job, options)
             _wait_billed(daemon, job.id, clock=clock)
             billed = _billing(daemon, job.id)
         finally:
-            try:
-                daemon.stop()
-            finally:
-                stop_nodes(daemon)
+            stop_daemon(daemon)
         ref_out, _ = reference.communicate(timeout=60)
     except BaseException:
         # Ctrl-C or a failure: the reference run is of no use any more.
@@ -220,6 +245,16 @@ def _run_in(root: Path, options: DemoOptions, console: Console, clock: Clock) ->
         raise
     summary = _summary(job, logs, ref_out, on_demand, billed, clock.monotonic() - started)
     return summary.model_copy(update={"seed": options.seed})
+
+
+def stop_daemon(daemon: Daemon) -> None:
+    """Stop the demo's daemon and then its job's nodes, a second Ctrl-C held back
+    until both are done."""
+    with deferred_interrupts():
+        try:
+            daemon.stop()
+        finally:
+            stop_nodes(daemon)
 
 
 def stop_nodes(daemon: Daemon) -> None:
@@ -401,9 +436,10 @@ def _summary(  # noqa: PLR0917 - one value per part of the summary
 
 def print_summary(s: DemoSummary, console: Console) -> None:
     """The human-readable summary."""
-    table = Table(title=f"job {s.job_id}: {s.status}", box=None, header_style="bold")
+    table = FittedTable(title=f"job {s.job_id}: {s.status}", box=None, header_style="bold")
     for column in ("#", "PROVIDER", "ZONE", "TYPE", "MARKET", "END", "COST USD"):
-        table.add_column(column, overflow="fold")  # wrapped when narrow, never cut
+        # Whole words where the width allows (FittedTable), else folded: never cut.
+        table.add_column(column, overflow="fold")
     for i, a in enumerate(s.attempts, 1):
         table.add_row(
             str(i), a.provider, a.zone, a.instance_type, a.market,

@@ -17,11 +17,12 @@ weights' digest is compared with an uninterrupted run of the same world size.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import shutil
+import os
+import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from importlib import resources
@@ -30,11 +31,19 @@ from pathlib import Path
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from spotd.agent.gang import free_port
 from spotd.cli.client import Client, wait_ended
-from spotd.cli.demo import DIGEST, EPOCH, clock_note, event_line
+from spotd.cli.demo import (
+    DIGEST,
+    EPOCH,
+    clock_note,
+    deferred_interrupts,
+    demo_folder,
+    event_line,
+    stop_daemon,
+)
+from spotd.cli.render.cells import FittedTable
 from spotd.core.agent_wire import PreflightFigures
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
@@ -158,12 +167,22 @@ def reference_run(root: Path, options: DdpDemoOptions) -> str:
     tmp = root / "reference-tmp"
     tmp.mkdir(exist_ok=True)
     env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp)}
-    done = subprocess.run(
-        command, capture_output=True, text=True, env=env, cwd=root, timeout=300, check=False
-    )
-    digests = DIGEST.findall(done.stdout)
-    if done.returncode != 0 or not digests:
-        raise SpotdError(f"the uninterrupted reference run failed:\n{done.stdout}{done.stderr}")
+    # A session of its own: on Ctrl-C or a timeout torchrun and its ranks go as one
+    # group, none left running after the demo.
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           env=env, cwd=root, start_new_session=True)  # fmt: skip
+    try:
+        stdout, stderr = run.communicate(timeout=300)
+    except BaseException as exc:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGKILL)
+        run.wait()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise SpotdError("the uninterrupted reference run took over 300 s") from None
+        raise
+    digests = DIGEST.findall(stdout)
+    if run.returncode != 0 or not digests:
+        raise SpotdError(f"the uninterrupted reference run failed:\n{stdout}{stderr}")
     return str(digests[-1])
 
 
@@ -178,34 +197,36 @@ def run_ddp_demo(options: DdpDemoOptions, console: Console, clock: Clock = WALL)
             "(with torch==2.13.0 for a CPU build)"
         ) from exc
     quiet_scheduler_log()
-    root = options.keep or Path(tempfile.mkdtemp(prefix="spotd-demo-ddp-"))
-    root.mkdir(parents=True, exist_ok=True)
+    # The folder goes however the demo ends, Ctrl-C as its daemon starts included.
+    with demo_folder(options.keep, "spotd-demo-ddp-") as root:
+        return _run_in(root, options, console, clock)
+
+
+def _run_in(root: Path, options: DdpDemoOptions, console: Console, clock: Clock) -> DdpSummary:
     started = clock.monotonic()
     settings = ddp_settings(root, options)
     daemon = Daemon(settings)
-    daemon.start()
     job_id: str | None = None
-    client = Client(f"http://127.0.0.1:{daemon.port}", settings.token_file.read_text())
     try:
-        job_id = client.submit(ddp_spec(root, options)).id
-        _say(options, console, f"[bold]demo ddp[/bold]: submitted {job_id}; files in "
-             f"{escape(str(root))}")  # fmt: skip
-        _say(options, console, clock_note(options.speed))
-        job = _follow(client, daemon, job_id, options, console, clock=clock)
-        logs = client.logs(job.id)
-    except BaseException:
-        # Ctrl-C or a failure: stop the job's nodes (their own processes) with it.
-        if job_id is not None:
-            _cancel_quietly(client, job_id)
-        raise
+        daemon.start()
+        client = Client(f"http://127.0.0.1:{daemon.port}", settings.token_file.read_text())
+        try:
+            job_id = client.submit(ddp_spec(root, options)).id
+            _say(options, console, f"[bold]demo ddp[/bold]: submitted {job_id}; files in "
+                 f"{escape(str(root))}")  # fmt: skip
+            _say(options, console, clock_note(options.speed))
+            job = _follow(client, daemon, job_id, options, console, clock=clock)
+            logs = client.logs(job.id).logs
+        except BaseException:
+            # Ctrl-C or a failure: the daemon, still running, stops the job's nodes.
+            if job_id is not None:
+                with deferred_interrupts():
+                    _cancel_quietly(client, job_id)
+            raise
     finally:
-        daemon.stop()
-    try:
-        _say(options, console, "reference: the same run with no interruption ...")
-        reference = reference_run(root, options)
-    finally:
-        if options.keep is None:
-            shutil.rmtree(root, ignore_errors=True)
+        stop_daemon(daemon)  # and any node the cancel did not get to
+    _say(options, console, "reference: the same run with no interruption ...")
+    reference = reference_run(root, options)
     return _summary(job, logs, reference, clock.monotonic() - started)
 
 
@@ -302,9 +323,10 @@ def _summary(job: JobView, logs: dict[str, str], reference: str, wall: float) ->
 
 def print_ddp_summary(s: DdpSummary, console: Console) -> None:
     """The human-readable summary."""
-    table = Table(title=f"job {s.job_id}: {s.status}", box=None, header_style="bold")
+    table = FittedTable(title=f"job {s.job_id}: {s.status}", box=None, header_style="bold")
     for column in ("#", "PROVIDER", "ZONE", "NODES", "PREFLIGHT", "STEP", "END"):
-        table.add_column(column, overflow="fold")  # wrapped when narrow, never cut
+        # Whole words where the width allows (FittedTable), else folded: never cut.
+        table.add_column(column, overflow="fold")
     for i, a in enumerate(s.attempts, 1):
         pf = a.preflight
         figure = "-"

@@ -15,6 +15,11 @@ attempt, ``422`` on a malformed body):
 ``/v1/agent/exit``       :class:`ExitReport`
 ``/v1/agent/preflight``  :class:`PreflightReport`
 
+``POST /v1/agent/log`` (:class:`LogChunk`) answers ``200`` with a :class:`LogAck`: the
+node's output the daemon holds, up to which byte; a chunk that would leave a gap
+gets ``409`` with the offset the daemon expects (:class:`LogExpected`), from which
+the agent sends again.
+
 ``POST /v1/agent/secrets`` (:class:`SecretsAsk`) answers ``200`` with the job's
 :class:`Secrets`: the values of the names in its spec's ``secrets``. And
 ``POST /v1/agent/join`` (:class:`JoinReport`), which answers ``200`` with the
@@ -35,6 +40,8 @@ from datetime import datetime
 from typing import Annotated, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from spotd.core.errors import StoreError
 
 NoticeKind = Literal["preemption", "rebalance"]
 ExitPhase = Literal["command", "setup", "rendezvous", "preflight"]
@@ -68,6 +75,12 @@ EXIT_PATH = "/v1/agent/exit"
 JOIN_PATH = "/v1/agent/join"
 PREFLIGHT_PATH = "/v1/agent/preflight"
 SECRETS_PATH = "/v1/agent/secrets"
+LOG_PATH = "/v1/agent/log"
+
+MAX_LOG_CHUNK = 64 * 1024
+"""The most bytes of a node's output one :class:`LogChunk` carries: about 88 KiB as
+base64 JSON, well under the daemon's default body limit (1 MiB). A daemon with a
+smaller one answers 413, and the agent halves its chunks."""
 
 
 def agent_token(daemon_token: str, client_token: str) -> str:
@@ -199,6 +212,49 @@ class ExitReport(AgentReport):
     a failed preflight)."""
     detail: Annotated[str, Field(max_length=MAX_EXIT_DETAIL)] = ""
     """Before the command: what went wrong, with the tail of a failed setup's output."""
+    oom_kills: Annotated[int, Field(ge=0)] | None = None
+    """Processes the kernel's OOM killer killed in the agent's cgroup while the command
+    ran (:mod:`spotd.agent.oom`); None where the agent could not tell."""
+
+
+class LogChunk(AgentReport):
+    """The next bytes of the node's output (the job's, its setup's and the agent's own
+    lines, in the order they were written): ``data`` starts at byte ``offset`` of it.
+
+    The offset makes a retry harmless: bytes the daemon holds already are not kept
+    twice, and a chunk past what it holds is refused (:class:`LogGap`)."""
+
+    # bytes travel as base64 in JSON (URL-safe alphabet, as pydantic writes it).
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
+    offset: Annotated[int, Field(ge=0)]
+    data: Annotated[bytes, Field(max_length=MAX_LOG_CHUNK)]
+
+
+class LogAck(BaseModel):
+    """The daemon holds the node's output up to byte ``end`` (the next it expects)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    end: Annotated[int, Field(ge=0)]
+
+
+class LogExpected(BaseModel):
+    """What a ``409`` to a :class:`LogChunk` carries besides its problem: where the
+    daemon's copy of the node's output ends, so where the next chunk must start."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    expected: Annotated[int, Field(ge=0)]
+
+
+class LogGap(StoreError):
+    """A chunk of a node's output starts past the end of what the daemon holds of it:
+    taken, it would leave a hole. ``expected`` is where the daemon's copy ends."""
+
+    def __init__(self, message: str, *, expected: int, job_id: str | None = None) -> None:
+        super().__init__(message, job_id=job_id)
+        self.expected = expected
 
 
 class SecretsAsk(AgentReport):
@@ -243,6 +299,15 @@ class AgentReports(Protocol):
 
     def secrets(self, ask: SecretsAsk) -> Secrets:
         """The values of the secrets the node's job names, as far as the daemon holds them."""
+
+
+class AgentLogs(Protocol):
+    """Where the daemon's log route keeps the nodes' output. Thread-safe, as
+    :class:`AgentReports`."""
+
+    def append(self, chunk: LogChunk) -> int:
+        """Keep ``chunk`` of its node's output; the end of what is kept of it then.
+        Bytes held already are skipped; :class:`LogGap` for a chunk past the end."""
 
 
 @dataclass(frozen=True, slots=True)

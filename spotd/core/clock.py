@@ -24,7 +24,10 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from spotd.core.contracts import Clock
 
 log = logging.getLogger(__name__)
 
@@ -139,3 +142,21 @@ class ManualClock:
 
     def __repr__(self) -> str:
         return f"ManualClock({self._now.isoformat()})"
+
+
+def speed_of(clock: Clock) -> float:
+    """Clock seconds per real second: 1 for the wall's, 60 for a market 60x faster."""
+    return 1.0 / clock.seconds_to_real(1.0)
+
+
+def clock_note(clock: Clock) -> str | None:
+    """``simulated clock, 60x real time`` for a clock faster or slower than real time,
+    so that no one takes its times for real ones; None for one at real speed.
+
+    Every surface that shows the clock's times says it: ``spotd status``, the
+    dashboard's banner, reports and their email, the daemon's first log line.
+    """
+    speed = speed_of(clock)
+    if abs(speed - 1.0) < 1e-9:
+        return None
+    return f"simulated clock, {speed:g}x real time"

@@ -76,6 +76,10 @@ class SpotdError(Exception):
 
     error_code: ClassVar[str] = "spotd-error"
     """This class's stable machine code: what the API sends as a problem's ``code``."""
+    bad_input: ClassVar[bool] = False
+    """Whether the error is in what the user gave (arguments, a job file, the
+    configuration): the same command fails the same way until that is fixed, and the
+    CLI exits 2 for it, not 1 (:mod:`spotd.core.exit_codes`)."""
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -105,6 +109,7 @@ class ConfigError(SpotdError):
     """The daemon configuration (spotd.toml or SPOTD_* variables) is invalid."""
 
     error_code = "config-error"
+    bad_input = True
 
 
 class ProviderKindError(ConfigError):
@@ -124,6 +129,7 @@ class ProviderSdkMissing(ProviderKindError):
     The message names the kind's table, the missing module and what to install."""
 
     error_code = "provider-sdk-missing"
+    bad_input = False  # the configuration is right; the machine lacks a package
 
 
 class JobSpecError(SpotdError):
@@ -134,6 +140,7 @@ class JobSpecError(SpotdError):
     """
 
     error_code = "job-spec-invalid"
+    bad_input = True
 
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source = source
@@ -175,6 +182,7 @@ class BadCursor(StoreError):
     """A job listing's cursor that the store did not make (its message never quotes it)."""
 
     error_code = "bad-cursor"
+    bad_input = True
     field = "cursor"
     """The request parameter that was wrong."""
 
@@ -300,6 +308,7 @@ class RequestInvalid(ApiError):
     says which and why, one :class:`FieldProblem` each."""
 
     error_code = "invalid-request"
+    bad_input = True
 
     def __init__(self, message: str, problems: Sequence[FieldProblem] = ()) -> None:
         self.problems = tuple(problems)

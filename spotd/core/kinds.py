@@ -125,6 +125,9 @@ class ProviderKind(Generic[S]):
     secret_variables: tuple[str, ...] = ()
     """Environment variables in which its SDK takes credentials: the daemon keeps them
     for its clients but out of what ``/proc`` shows of it (:func:`spotd.environ.hide`)."""
+    sdk_loggers: tuple[str, ...] = ()
+    """Loggers of its SDK, kept at WARNING in the daemon's log: their INFO lines (found
+    credentials, retried calls) are nothing an operator acts on."""
     nodes_have_gpus: bool = True
     """False: its nodes do not have the GPUs they are offered with (the simulator's run
     on the host), so the agent's preflight runs one process per node on gloo."""

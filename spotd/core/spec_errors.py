@@ -10,6 +10,7 @@ value in a message, so every problem reads alike.
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import tomllib
@@ -21,13 +22,14 @@ from pydantic import BaseModel
 
 from spotd.core.toml_lines import KeyLines
 
-__all__ = ["describe", "number", "problem", "toml_syntax_problem"]
+__all__ = ["closest", "describe", "number", "problem", "toml_syntax_problem"]
 
 _TOML_POS_RE = re.compile(r"\s*\(at (?:line (\d+), column (\d+)|end of document)\)\s*$")
 
 
-def toml_syntax_problem(exc: tomllib.TOMLDecodeError) -> str:
-    """tomllib's complaint as one problem line, its position put first."""
+def toml_syntax_problem(exc: tomllib.TOMLDecodeError, text: str | None = None) -> str:
+    """tomllib's complaint as one problem line, its position put first; at the end of
+    the file (an array or string left open), the last line of ``text`` that has any."""
     message = str(exc)
     # tomllib in 3.11 has no lineno/colno attributes; the position is only in the text.
     pos = _TOML_POS_RE.search(message)
@@ -35,7 +37,12 @@ def toml_syntax_problem(exc: tomllib.TOMLDecodeError) -> str:
         return f"invalid TOML: {message}"
     detail = message[: pos.start()]
     if pos.group(1) is None:
-        return f"end of file: invalid TOML: {detail}"
+        content = (text or "").rstrip()
+        if not content:
+            return f"end of file: invalid TOML: {detail}"
+        # The last line with text, not the empty one after the final newline.
+        last = content.count("\n") + 1
+        return f"line {last} (end of file): invalid TOML: {detail}"
     return f"line {pos.group(1)}, column {pos.group(2)}: invalid TOML: {detail}"
 
 
@@ -188,6 +195,21 @@ def _message(error: Mapping[str, Any]) -> str:
     return msg[:1].lower() + msg[1:]
 
 
+def closest(name: str, known: Sequence[str]) -> str | None:
+    """The one of ``known`` that ``name`` most likely misspells (``gpu`` for ``gpus``,
+    ``max_restart`` for ``max_restarts_on_errors``), by :mod:`difflib`; None when none
+    is close. Case and ``-`` for ``_`` count as no difference."""
+    folded = {k.lower().replace("-", "_"): k for k in known}
+    wanted = name.lower().replace("-", "_")
+    if wanted in folded:
+        return folded[wanted]
+    found = difflib.get_close_matches(wanted, list(folded), n=1, cutoff=0.6)
+    if not found:
+        # A prefix: ``max_restarts`` of ``max_restarts_on_errors``.
+        found = [k for k in folded if len(wanted) >= 4 and k.startswith(wanted)][:1]
+    return folded[found[0]] if found else None
+
+
 def problem(error: Mapping[str, Any], locator: KeyLines | None, root: type[BaseModel]) -> str:
     """One line of a :class:`~spotd.core.errors.JobSpecError`: path, line, and what was
     expected. ``locator`` finds the line (None for text that was not TOML); ``root`` is
@@ -210,6 +232,12 @@ def problem(error: Mapping[str, Any], locator: KeyLines | None, root: type[BaseM
         model = _model_at(root, keys[:-1])
         message = "unknown field"
         if model is not None:
-            message += f"; expected one of {', '.join(model.model_fields)}"
+            known = list(model.model_fields)
+            guess = closest(keys[-1], known) if keys else None
+            fields = ", ".join(known)
+            # The guess first: it is the fix, where the list is only the menu.
+            message += f"; did you mean {guess}? (expected one of {fields})" if guess else (
+                f"; expected one of {fields}"
+            )
     line = locator.line_of(keys) if locator else None
     return f"{path} (line {line}): {message}" if line else f"{path}: {message}"

@@ -80,7 +80,7 @@ def parse_job_toml(text: str, *, source: str, base_dir: Path) -> JobSpec:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise JobSpecError(source, [toml_syntax_problem(exc)]) from None
+        raise JobSpecError(source, [toml_syntax_problem(exc, text)]) from None
     except ValueError:
         # Not a TOMLDecodeError: Python's own limit on reading an integer's digits.
         limit = sys.get_int_max_str_digits()

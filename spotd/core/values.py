@@ -149,6 +149,9 @@ class Instance:
     ended_at: datetime | None = None
     private_address: str | None = None
     """The node's address inside its network, where its gang's peers reach it."""
+    oom_kills: int | None = None
+    """Processes of the job the kernel's OOM killer killed while it ran (its agent's
+    count); None where nobody could tell."""
 
     @property
     def ended(self) -> bool:
@@ -293,6 +296,49 @@ def signal_of_exit(exit_code: int | None) -> int | None:
     return None
 
 
+EXIT_NOT_EXECUTABLE = 126
+"""The shell's (and the agent's) exit code for a command found but not executable."""
+EXIT_NOT_FOUND = 127
+"""The shell's (and the agent's) exit code for a command not found."""
+
+
+class ExitCause(StrEnum):
+    """How a command that exited non-zero failed, as far as spotd can tell: derived from
+    its exit code and the agent's evidence by :func:`exit_cause_of`, one pure function."""
+
+    NOT_FOUND = "not-found"
+    """Exit 127: the command (or a program it ran) was not found."""
+    NOT_EXECUTABLE = "not-executable"
+    """Exit 126: the command was found but could not be executed (permissions, format)."""
+    OUT_OF_MEMORY = "out-of-memory"
+    """The kernel's OOM killer killed a process of the job while it ran (the agent saw
+    its cgroup's ``oom_kill`` count rise), and the command then failed."""
+    SIGNAL = "signal"
+    """A signal killed it (exit 128 + N), with no evidence of the OOM killer."""
+    ERROR = "error"
+    """It exited with a non-zero code of its own."""
+
+
+def exit_cause_of(exit_code: int | None, oom_kills: int | None = None) -> ExitCause | None:
+    """How a command that ended with ``exit_code`` failed: None for exit 0 or no code.
+
+    Out of memory only on evidence (``oom_kills``: processes of the job the kernel's
+    OOM killer killed while it ran, as its agent counted them): a SIGKILL alone may
+    come from anyone, and is said as the signal it is.
+    """
+    if exit_code is None or exit_code == 0:
+        return None
+    if oom_kills:
+        return ExitCause.OUT_OF_MEMORY
+    if exit_code == EXIT_NOT_FOUND:
+        return ExitCause.NOT_FOUND
+    if exit_code == EXIT_NOT_EXECUTABLE:
+        return ExitCause.NOT_EXECUTABLE
+    if signal_of_exit(exit_code) is not None:
+        return ExitCause.SIGNAL
+    return ExitCause.ERROR
+
+
 _FACT_TYPES: dict[str, type] = {
     "exit_code": int,
     "signal": int,
@@ -302,6 +348,9 @@ _FACT_TYPES: dict[str, type] = {
     "error_code": str,
     "provider": str,
     "provider_code": str,
+    "exit_cause": ExitCause,
+    "oom_kills": int,
+    "check": str,
 }
 
 
@@ -333,6 +382,14 @@ class EventFacts:
     """The provider the event happened on."""
     provider_code: str | None = None
     """The provider's own error code (``InsufficientInstanceCapacity``)."""
+    exit_cause: ExitCause | None = None
+    """How the command (or setup) failed, from ``exit_code`` and ``oom_kills``
+    (:func:`exit_cause_of`); None without a failing exit."""
+    oom_kills: int | None = None
+    """Processes of the job the kernel's OOM killer killed while it ran, as the node's
+    agent counted them in its cgroup; None where the agent could not tell."""
+    check: str | None = None
+    """The preflight check that failed (``checkpoint_writable``), for a failed preflight."""
 
     @property
     def signal_name(self) -> str | None:
@@ -361,6 +418,11 @@ class EventFacts:
         for name, value in data.items():
             kind = _FACT_TYPES.get(name)
             if kind is None or value is None:
+                continue
+            if issubclass(kind, StrEnum) and isinstance(value, str):
+                # A value this spotd does not know is a newer one's: skipped like a key.
+                if value in kind._value2member_map_:
+                    known[name] = kind(value)
                 continue
             # bool is an int to isinstance, never a fact's value.
             if not isinstance(value, kind) or isinstance(value, bool):
@@ -468,6 +530,31 @@ class JobRecord:
     waiting: str | None = None
     """Why a pending or recovering job is not placed yet, as a person reads it (the
     engine's :mod:`spotd.engine.waiting`); None once placed, or never said."""
+    failure_facts: EventFacts = EMPTY_FACTS
+    """For a failed job, the facts of the event that failed it (exit code, signal, how
+    the command failed, node, error, failed check): why it failed, beside ``failure``,
+    as typed data (:func:`spotd.core.failures.failure_sentence` says it)."""
+
+
+class SubmitWarningKind(StrEnum):
+    """Why a job was stored with a warning: something it asks for will not happen as
+    asked, and the daemon says so at submit rather than stay silent."""
+
+    MARKET = "market"
+    """No offering of the market as it stands can ever run the job (it waits)."""
+    NO_EMAIL = "no-email"
+    """``notify`` asks for email and this daemon has no ``[email]`` to send it with."""
+    NO_ADDRESS = "no-address"
+    """``notify.on_end`` asks for the job-end email and ``notify.email`` names no one."""
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitWarning:
+    """One warning given with a stored job: its kind, for code, and the sentence a
+    person reads."""
+
+    kind: SubmitWarningKind
+    detail: str
 
 
 class ExclusionKind(StrEnum):
@@ -683,6 +770,9 @@ class InstanceReport:
     ``preflight``."""
     exit_detail: str | None = None
     """What the agent said of an exit before the command (a failed setup's output tail)."""
+    oom_kills: int | None = None
+    """Processes of the job the kernel's OOM killer killed while it ran, as the agent
+    counted them (its cgroup's ``oom_kill``); None where it could not tell."""
     preflight: str | None = None
     """The gang's preflight figures as JSON (``spotd.core.agent_wire.PreflightFigures``)."""
     step: int | None = None

@@ -13,6 +13,11 @@ a caller without it gets 401 whatever it sent, never a 422 that says how a repor
 looks. An agent's token is its attempt's, so the check reads the attempt the body
 names (``job_id`` and ``attempt``, loosely, from the raw JSON); a body that names
 none cannot be checked against any token, and gets 401 too.
+
+``log`` (a :class:`~spotd.core.agent_wire.LogChunk` of the node's output) answers
+``200`` with a :class:`~spotd.core.agent_wire.LogAck`, or ``409`` for a chunk past
+the end of what the daemon holds: a problem with the offset it expects, as
+``expected``, from which the agent sends again.
 """
 
 from __future__ import annotations
@@ -22,19 +27,25 @@ from collections.abc import Callable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from spotd.core.agent_wire import (
     EXIT_PATH,
     HEARTBEAT_PATH,
     JOIN_PATH,
+    LOG_PATH,
     NOTICE_PATH,
     PREFLIGHT_PATH,
     SECRETS_PATH,
+    AgentLogs,
     AgentReports,
     ExitReport,
     HeartbeatReport,
     JoinReport,
+    LogAck,
+    LogChunk,
+    LogGap,
     NoticeReport,
     PreflightReport,
     Roster,
@@ -44,6 +55,7 @@ from spotd.core.agent_wire import (
     agent_token,
 )
 from spotd.daemon.guard import Check, bearer_token, checked_first, same_token, unauthorized
+from spotd.daemon.problems import PROBLEM_MEDIA_TYPE, problem_of
 
 AttemptTokenOf = Callable[[str, int], str | None]
 """The client token an attempt was launched with, by job id and attempt; None: no such."""
@@ -94,8 +106,10 @@ def create_agent_router(
     daemon_token: str,
     reports: AgentReports,
     attempt_token_of: AttemptTokenOf,
+    logs: AgentLogs | None = None,
 ) -> APIRouter:
-    """The agent routes, delivering to ``reports``.
+    """The agent routes, delivering to ``reports``, and the nodes' output to ``logs``
+    (without it, no ``log`` route: an agent's chunks get 404 and it stops shipping).
 
     ``attempt_token_of(job_id, attempt)`` returns the client token the attempt
     was launched with, or None when no such attempt exists.
@@ -131,4 +145,21 @@ def create_agent_router(
     def exited(report: ExitReport) -> None:
         reports.exited(report)
 
+    if logs is not None:
+        kept = logs
+
+        @router.post(LOG_PATH, response_model=LogAck)
+        def log(chunk: LogChunk) -> LogAck | Response:
+            try:
+                return LogAck(end=kept.append(chunk))
+            except LogGap as gap:
+                return gap_answer(gap)
+
     return router
+
+
+def gap_answer(gap: LogGap) -> Response:
+    """The 409 of a chunk past the end: its problem, and where the daemon's copy ends."""
+    problem = problem_of(gap).model_dump(exclude_none=True)
+    return JSONResponse({**problem, "expected": gap.expected}, status_code=problem["status"],
+                        media_type=PROBLEM_MEDIA_TYPE)  # fmt: skip

@@ -44,7 +44,7 @@ from spotd.core.values import JobRecord
 from spotd.daemon.agent_routes import create_agent_router
 from spotd.daemon.dashboard import install_dashboard
 from spotd.daemon.guard import checked_first, token_check
-from spotd.daemon.joblogs import node_logs
+from spotd.daemon.joblogs import job_logs
 from spotd.daemon.limits import (
     DEFAULT_BODY_TIMEOUT_SECONDS,
     DEFAULT_MAX_BODY_BYTES,
@@ -53,6 +53,7 @@ from spotd.daemon.limits import (
     idempotency_key_problem,
     quoted_start,
 )
+from spotd.daemon.logview import LogsView, decode_cursor
 from spotd.daemon.metrics import Outboxlike, create_metrics_router
 from spotd.daemon.planning import PlanView, plan_submitted
 from spotd.daemon.problem_handlers import install_problem_handlers
@@ -69,8 +70,10 @@ from spotd.daemon.views import (
     event_view,
     job_view,
     market_view,
+    warning_view,
 )
 from spotd.engine.reports import StoreReports
+from spotd.store.joblogs import DEFAULT_KEEP_BYTES, JobLogRows
 
 DEFAULT_PAGE = 100
 """Jobs in one page of ``GET /v1/jobs`` when the request names no ``limit``."""
@@ -93,12 +96,6 @@ class PriorityBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     priority: Priority
-
-
-class LogsView(BaseModel):
-    """The output of each node of each attempt."""
-
-    logs: dict[str, str]
 
 
 class DaemonReports(StoreReports):
@@ -125,6 +122,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     body_timeout_seconds: float = DEFAULT_BODY_TIMEOUT_SECONDS,
     wall: Clock = WALL,
+    log_keep_bytes: int = DEFAULT_KEEP_BYTES,
 ) -> FastAPI:
     """The API over what ``reader`` reads, guarded by ``token``; agents use their own tokens.
 
@@ -134,6 +132,8 @@ def create_app(
     one not all there within ``body_timeout_seconds`` (``[daemon]
     body_timeout_seconds``) 408. ``wall`` is the real clock (how old the prices are,
     the dashboard's sessions), which the daemon's, on a simulated market, is not.
+    The nodes' output the agents ship is kept in the store, the newest
+    ``log_keep_bytes`` of each job (``[agent] log_keep_bytes``).
     """
     app = FastAPI(title="spotd", version=__version__)
     install_problem_handlers(app)
@@ -148,7 +148,8 @@ def create_app(
 
     held = dict(secrets or {})
     reports = DaemonReports(reader.store, held)
-    app.include_router(create_agent_router(token, reports, attempt_token_of))
+    kept_logs = JobLogRows.of(reader.store, keep_bytes=log_keep_bytes)
+    app.include_router(create_agent_router(token, reports, attempt_token_of, kept_logs))
 
     guarded = checked_first(token_check(token))
     # Spend figures are not for anyone on the host: Prometheus sends the
@@ -213,9 +214,9 @@ def create_jobs_router(
         job = reader.submit(spec, idempotency_key=idempotency_key)
         if job.spec != spec:  # a racing submit of the same key stored another spec first
             return _repeated(reader, job, spec, idempotency_key)
-        view = job_view(job, reader.store.attempts(job.id), reader.clock.now())
-        warning = reader.planner.submit_warning(spec)
-        return view if warning is None else view.model_copy(update={"warnings": [warning]})
+        view = job_view(job, reader.store.attempts(job.id), reader.clock.now(), zone=reader.zone)
+        warnings = [warning_view(w) for w in reader.submit_warnings(spec)]
+        return view.model_copy(update={"warnings": warnings}) if warnings else view
 
     @router.get("/v1/prices")
     def prices() -> MarketView:
@@ -263,8 +264,22 @@ def create_jobs_router(
         return view(job.id)
 
     @router.get("/v1/jobs/{ref}/logs")
-    def logs(ref: str) -> LogsView:
-        return LogsView(logs=node_logs(reader, reader.store.find_job(ref)))
+    def logs(
+        ref: str,
+        attempt: Annotated[int | None, Query(ge=1)] = None,
+        node: Annotated[int | None, Query(ge=0)] = None,
+        after: str | None = None,
+    ) -> LogsView:
+        """Each node's output, oldest attempt first (of one ``attempt`` and one ``node``
+        rank, if given); ``after``: the ``cursor`` of an earlier answer, for only what
+        came since."""
+        try:
+            offsets = decode_cursor(after or "")
+        except ValueError as exc:
+            raise invalid_field("after", f"after: {exc}; pass back the `cursor` of an "
+                                "answer as it came") from exc  # fmt: skip
+        job = reader.store.find_job(ref)
+        return job_logs(reader, job, attempt=attempt, node=node, after=offsets)
 
     return router
 
@@ -286,7 +301,9 @@ def _job_page(
     attempts = reader.store.attempts_for(ids)
     ledger = reader.store.ledger_for(ids)
     now = reader.clock.now()
-    views = [job_view(j, attempts[j.id], now, ledger=ledger[j.id]) for j in page.jobs]
+    clock = clock_label(reader.clock)  # a list's times are on the clock as a job's are
+    views = [job_view(j, attempts[j.id], now, ledger=ledger[j.id], zone=reader.zone)
+             .model_copy(update={"clock": clock}) for j in page.jobs]  # fmt: skip
     return JobPageView(jobs=views, next=page.next)
 
 

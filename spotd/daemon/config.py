@@ -13,8 +13,10 @@ import socket
 import threading
 import tomllib
 from collections.abc import Mapping
+from datetime import tzinfo
+from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, NamedTuple
 
 import platformdirs
 from pydantic import (
@@ -24,6 +26,7 @@ from pydantic import (
     StringConstraints,
     ValidationError,
     create_model,
+    field_validator,
 )
 from pydantic_core import ErrorDetails
 from pydantic_settings import (
@@ -35,6 +38,7 @@ from pydantic_settings import (
 
 from spotd.core.errors import ConfigError, UnknownProviderKind
 from spotd.core.kinds import AnyKind
+from spotd.core.timefmt import zone_named
 from spotd.daemon.secrets import SecretsSettings
 from spotd.mail import EmailSettings
 from spotd.mail.webhook_settings import WebhookName, WebhookSettings
@@ -164,6 +168,9 @@ class AgentSettings(BaseModel):
     """Shell line a node runs before it pulls a job's image, to log in to a registry
     its cloud identity does not cover by itself (``aws ecr get-login-password ... |
     docker login ...``); empty: the engine's own credential helpers."""
+    log_keep_bytes: int = Field(default=4 * 1024 * 1024, ge=64 * 1024)
+    """The newest bytes of each job's output the daemons keep, of all its nodes and
+    attempts together, as the agents ship it (``spotd logs``); older ones are dropped."""
 
 
 class TeamSettings(BaseModel):
@@ -181,6 +188,27 @@ class TeamSettings(BaseModel):
     monthly_budget_usd: float | None = Field(default=None, ge=0)
     """What the team's jobs may spend in a calendar month (UTC) by the ledger before no
     more of them start; None: no limit."""
+
+
+class DisplaySettings(BaseModel):
+    """The ``[display]`` table: how times are shown to people."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    timezone: str = "UTC"
+    """The one zone every time is shown in (CLI, dashboard, reports, email, the daemon's
+    log): ``UTC`` or an IANA name such as ``Europe/Berlin``. Stored times stay UTC."""
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, name: str) -> str:
+        zone_named(name)  # raises ValueError, which pydantic reports with the key
+        return name
+
+    @property
+    def zone(self) -> tzinfo:
+        """The zone :attr:`timezone` names."""
+        return zone_named(self.timezone)
 
 
 TeamName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")]
@@ -209,6 +237,7 @@ class Settings(BaseSettings):
     email: EmailSettings = Field(default_factory=EmailSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     secrets: SecretsSettings = Field(default_factory=SecretsSettings)
+    display: DisplaySettings = Field(default_factory=DisplaySettings)
     teams: dict[TeamName, TeamSettings] = Field(default_factory=dict)
     """Per team name, the limits on its jobs (``[teams.<name>]``)."""
     webhooks: dict[WebhookName, WebhookSettings] = Field(default_factory=dict)
@@ -280,8 +309,63 @@ def find_config_file(explicit: Path | None = None) -> Path | None:
     return None
 
 
+class ProblemSource(Enum):
+    """Where the value of a :class:`ConfigProblem` came from, in the order sources win."""
+
+    GIVEN = "given"
+    """A keyword override of :func:`load_settings`."""
+    ENVIRONMENT = "environment"
+    FILE = "file"
+    DEFAULTS = "defaults"
+
+
+class ConfigProblem(NamedTuple):
+    """One key of a configuration that does not validate."""
+
+    loc: tuple[int | str, ...]
+    """The key's path (``("daemon", "port")``)."""
+    message: str
+    """What is wrong with it."""
+    source: ProblemSource
+    origin: str
+    """The overridden field, the environment variable, the file's path, or ``defaults``."""
+    unknown_key: bool
+    """The key is no setting (a typo, or a table of no installed provider kind)."""
+
+    @property
+    def key(self) -> str:
+        """The dotted key: ``daemon.port``."""
+        return ".".join(str(part) for part in self.loc)
+
+    @property
+    def where(self) -> str:
+        """The source as the message names it: ``environment variable SPOTD_X``, a path."""
+        if self.source is ProblemSource.GIVEN:
+            return f"given {self.origin}"
+        if self.source is ProblemSource.ENVIRONMENT:
+            return f"environment variable {self.origin}"
+        return self.origin
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.key}: {self.message}"
+
+
+class InvalidConfig(ConfigError):
+    """Settings that do not validate: ``problems`` has one per key, each with its source."""
+
+    error_code = "invalid-config"
+
+    def __init__(self, problems: list[ConfigProblem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("invalid configuration: " + "; ".join(str(p) for p in problems))
+
+
 def load_settings(config: Path | None = None, **overrides: object) -> Settings:
-    """Read the configuration; ``overrides`` (field=value) beat file and environment."""
+    """Read the configuration; ``overrides`` (field=value) beat file and environment.
+
+    Raises :class:`InvalidConfig` for values that do not validate, and
+    :class:`ConfigError` for a file or variable that cannot be parsed at all.
+    """
     path = find_config_file(config)
     with _load_lock:
         Settings._toml_path = path
@@ -289,10 +373,8 @@ def load_settings(config: Path | None = None, **overrides: object) -> Settings:
             return Settings(**overrides)  # type: ignore[arg-type]
         except ValidationError as exc:
             written = _read_toml(path)
-            problems = [
-                _problem(e["loc"], _message(e), path, written, overrides) for e in exc.errors()
-            ]
-            raise ConfigError("invalid configuration: " + "; ".join(problems)) from exc
+            problems = [_problem(e, path, written, overrides) for e in exc.errors()]
+            raise InvalidConfig(problems) from exc
         except (OSError, ValueError) as exc:
             raise ConfigError(f"{path or 'environment'}: {exc}") from exc
         finally:
@@ -309,29 +391,42 @@ def _message(error: ErrorDetails) -> str:
 
 
 def _problem(
-    loc: tuple[int | str, ...],
-    msg: str,
+    error: ErrorDetails,
     path: Path | None,
     written: Mapping[str, object],
     overrides: Mapping[str, object],
-) -> str:
-    """One problem, named by its source, in the order sources win: a value given in
+) -> ConfigProblem:
+    """One problem with its source."""
+    loc = error["loc"]
+    source, origin = _problem_source(loc, path, written, overrides)
+    unknown = error["type"] == "extra_forbidden"
+    return ConfigProblem(loc, _message(error), source, origin, unknown)
+
+
+def _problem_source(
+    loc: tuple[int | str, ...],
+    path: Path | None,
+    written: Mapping[str, object],
+    overrides: Mapping[str, object],
+) -> tuple[ProblemSource, str]:
+    """The source of the value at ``loc``, in the order sources win: a value given in
     code, the environment variable of the field, the file, an environment variable
     holding the field's whole table as JSON, else the defaults."""
-    field = ".".join(str(part) for part in loc)
     if loc and loc[0] in overrides:
-        return f"given {loc[0]}: {field}: {msg}"
+        return ProblemSource.GIVEN, str(loc[0])
     names = {key.upper(): key for key in os.environ}
     variable = "SPOTD_" + "__".join(str(part) for part in loc).upper()
     if variable in names:
-        return f"environment variable {names[variable]}: {field}: {msg}"
+        return ProblemSource.ENVIRONMENT, names[variable]
     if _holds(written, loc):
-        return f"{path}: {field}: {msg}"
+        return ProblemSource.FILE, str(path)
     for depth in range(len(loc) - 1, 0, -1):
         table = "SPOTD_" + "__".join(str(part) for part in loc[:depth]).upper()
         if table in names:
-            return f"environment variable {names[table]}: {field}: {msg}"
-    return f"{path or 'defaults'}: {field}: {msg}"
+            return ProblemSource.ENVIRONMENT, names[table]
+    if path is not None:
+        return ProblemSource.FILE, str(path)
+    return ProblemSource.DEFAULTS, "defaults"
 
 
 def _holds(data: object, loc: tuple[int | str, ...]) -> bool:

@@ -22,7 +22,8 @@ would be renamed ``exported_job``. Pools are labelled ``provider``,
 Fleet:
 
 ``spotd_spend_usd``                      spend so far over every job, by the ledger
-``spotd_savings_usd``                    the ledger's on-demand equivalent, less spend
+``spotd_savings_usd``                    the ledger's on-demand equivalent, less spend, of
+                                         jobs that neither failed nor were cancelled
 ``spotd_active_jobs{status}``            jobs in each active status
 ``spotd_preemptions_total``              attempts that ended in a preemption
 ``spotd_price_poll_age_seconds{provider}``  age of the last good price poll (+Inf: never)
@@ -80,6 +81,7 @@ from prometheus_client.registry import Collector
 
 from spotd.billing.ledger import ledger_so_far
 from spotd.billing.ledger import totals as ledger_totals
+from spotd.billing.savings import saving_of
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
 from spotd.core.states import ACTIVE, JobStatus
@@ -192,15 +194,13 @@ class StoreReading:
 
     def totals(self) -> FleetTotals:
         """Spend, savings and preemptions over every job."""
-        spend = sum(b.usd for b in self.billed.values())
-        on_demand = sum(b.on_demand_usd for b in self.billed.values())
-        fresh_spend, fresh_on_demand = ledger_totals(self.fresh)
-        spend += fresh_spend
-        on_demand += fresh_on_demand
+        spend = sum(b.usd for b in self.billed.values()) + ledger_totals(self.fresh)[0]
+        # Jobs that failed or were cancelled claim no saving (spotd.billing.savings).
+        saved = sum(b.saved_usd for b in self.billed.values()) + saving_of(self.fresh)[0]
         preempted = sum(
             n for (_, reason), n in self.reasons.items() if reason == AttemptEnd.PREEMPTED
         )
-        return FleetTotals(spent_usd=spend, savings_usd=on_demand - spend, preemptions=preempted)
+        return FleetTotals(spent_usd=spend, savings_usd=saved, preemptions=preempted)
 
     def pool_spend(self) -> dict[PoolMarket, float]:
         """Spend so far by pool and market: the stored lines plus the fresh ones."""

@@ -9,19 +9,23 @@ policy's context with :func:`spotd.engine.context.placement_context`.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from spotd.core.errors import SpotdError
 from spotd.core.fabric_env import fabric_environment
+from spotd.core.network import Fabric
+from spotd.core.outlook import CostBasis, DeadlineVerdict, outlook
 from spotd.core.spec import JobSpec
 from spotd.core.values import (
     Candidate,
     Decision,
     ExclusionKind,
     JobRecord,
+    JobStatus,
+    Market,
     Offering,
     PlacementContext,
 )
@@ -74,6 +78,44 @@ class ExclusionGroupView(BaseModel):
     """E.g. ``over the 5.00 USD budget (cheapest 7.20 USD)``."""
 
 
+class CoversView(BaseModel):
+    """What each candidate's expected cost pays for: compute hours on the job's
+    reference setup, which each offering does at its own speed."""
+
+    basis: CostBasis
+    compute_hours: float
+    """Compute hours covered: the work left, or 1 (``one-hour``)."""
+    reference_gpu: str
+    """The job's first GPU model: a compute hour is an hour on it."""
+    reference_fabric: str | None
+    """``infiniband`` for a multi-node job, the fabric a compute hour is taken on; None
+    for one node, where the fabric does not count."""
+    nodes: int
+    gpus_per_node: int
+
+
+class DeadlineView(BaseModel):
+    """The plan against ``deadline.finish_by`` (:mod:`spotd.core.outlook`)."""
+
+    finish_by: datetime
+    hours_left: float
+    """Hours from now (the market's clock) to ``finish_by``; negative once it passed."""
+    verdict: DeadlineVerdict | None
+    """None without ``deadline.compute_hours``: there is no work to weigh."""
+    slack_hours: float | None
+    """``hours_left`` less ``expected_hours``: negative, the hours it would be late by."""
+    expected_hours: float | None
+    """Wall hours the policy expects the work left to take on its choice (preemptions,
+    checkpoint writes, changeover and checkpoint move included); with no choice, the
+    work left at reference speed and a changeover."""
+    margin_hours: float | None
+    """Slack under which the verdict is ``at-risk``: one more changeover and, on spot,
+    a whole checkpoint interval lost to a preemption (the default policy's nets)."""
+    fails_at_once: bool = False
+    """A pending job whose ``compute_hours`` cannot end by ``finish_by`` even started now:
+    the engine fails it on its first pass (``deadline-impossible``)."""
+
+
 class PlanView(BaseModel):
     """The policy's choice (None when nothing passes) and every candidate, ranked.
 
@@ -94,6 +136,10 @@ class PlanView(BaseModel):
     """Where that floor comes from: ``spec``, ``fabric``, ``none`` (no floor) or ``disabled``."""
     exclusions: list[ExclusionGroupView] = []
     """The excluded candidates by kind of rule, most first (empty from an older daemon)."""
+    covers: CoversView | None = None
+    """What the expected figures are for (None from an older daemon)."""
+    deadline: DeadlineView | None = None
+    """The verdict on ``deadline.finish_by``; None without one (or from an older daemon)."""
 
 
 def candidate_view(c: Candidate) -> CandidateView:
@@ -120,10 +166,17 @@ def candidate_view(c: Candidate) -> CandidateView:
 
 
 def plan_view(
-    policy: str, ctx: PlacementContext, decision: Decision, cooling: Cooling | None = None
+    policy: str,
+    ctx: PlacementContext,
+    decision: Decision,
+    cooling: Cooling | None = None,
+    *,
+    pending: bool = False,
 ) -> PlanView:
     """The view of a decision, with the fabric environment and preflight floor of its
-    choice and its exclusions by kind (``cooling``: the job's cooldowns, with their ends)."""
+    choice, its exclusions by kind (``cooling``: the job's cooldowns, with their ends),
+    what its figures cover and its deadline verdict (``pending``: the job is yet to
+    start, so the engine's rule for an impossible deadline applies)."""
     spec = ctx.spec
     env: dict[str, str] | None = None
     threshold: float | None = None
@@ -151,7 +204,85 @@ def plan_view(
         preflight_min_busbw_gbps=threshold,
         preflight_threshold_source=source,
         exclusions=groups,
+        covers=covers_view(ctx),
+        deadline=deadline_view(ctx, decision.choice, pending=pending),
     )
+
+
+def work_left_hours(ctx: PlacementContext) -> float | None:
+    """Compute hours the job has left on its reference setup; None when the spec gives
+    no ``compute_hours`` (the policies then price one hour of work:
+    ``spotd_policies.costmodel.remaining_hours``)."""
+    deadline = ctx.spec.deadline
+    if deadline is None or deadline.compute_hours is None:
+        return None
+    return max(0.0, deadline.compute_hours - ctx.done_hours)
+
+
+def covers_view(ctx: PlacementContext) -> CoversView:
+    """What the plan's expected figures pay for."""
+    left = work_left_hours(ctx)
+    resources = ctx.spec.resources
+    return CoversView(
+        basis=CostBasis.ONE_HOUR if left is None else CostBasis.WORK_LEFT,
+        compute_hours=round(1.0 if left is None else left, 4),
+        reference_gpu=resources.gpus[0],
+        reference_fabric=str(Fabric.INFINIBAND) if resources.nodes > 1 else None,
+        nodes=resources.nodes,
+        gpus_per_node=resources.gpus_per_node,
+    )
+
+
+def deadline_view(
+    ctx: PlacementContext, choice: Candidate | None, *, pending: bool
+) -> DeadlineView | None:
+    """The plan's verdict on ``deadline.finish_by`` from the policy's figures for its
+    choice (:func:`spotd.core.outlook.outlook`); None without a ``finish_by``."""
+    deadline = ctx.spec.deadline
+    if deadline is None or deadline.finish_by is None:
+        return None
+    hours_left = (deadline.finish_by - ctx.now).total_seconds() / 3600
+    work = work_left_hours(ctx)
+    if work is None:
+        return DeadlineView(
+            finish_by=deadline.finish_by, hours_left=round(hours_left, 4), verdict=None,
+            slack_hours=None, expected_hours=None, margin_hours=None,
+        )  # fmt: skip
+    if choice is None:
+        expected = fastest = work + ctx.changeover_hours
+        margin = ctx.changeover_hours
+    else:
+        expected, fastest, margin = _choice_hours(choice, work, ctx.changeover_hours)
+    seen = outlook(hours_left=hours_left, expected_hours=expected, fastest_hours=fastest,
+                   margin_hours=margin, placed=choice is not None)  # fmt: skip
+    # The engine's own rule (spotd.engine.judge.deadline_impossible): a job yet to start
+    # whose compute hours do not fit before finish_by fails at once, whatever the choice.
+    fails = pending and hours_left < work
+    verdict = DeadlineVerdict.CANNOT_MEET if fails else seen.verdict
+    return DeadlineView(
+        finish_by=deadline.finish_by,
+        hours_left=round(hours_left, 4),
+        verdict=verdict,
+        slack_hours=round(seen.slack_hours, 4),
+        expected_hours=round(expected, 4),
+        margin_hours=round(margin, 4),
+        fails_at_once=fails,
+    )
+
+
+def _choice_hours(choice: Candidate, work: float, changeover: float) -> tuple[float, float, float]:
+    """(expected, fastest, margin) hours for the choice, from its breakdown: the
+    policy's expected hours, the same with no preemption, and the margin its nets keep.
+    A policy that gives fewer figures (``cheapest``: ``hours``) is read as far as it goes.
+    """
+    b = choice.breakdown
+    expected = b.get("expected_hours", b.get("hours", work))
+    fastest = expected
+    if "work_hours" in b:
+        fastest = b["work_hours"] + b.get("changeover_hours", 0.0) + b.get("migration_hours", 0.0)
+    spot = choice.market is Market.SPOT
+    margin = changeover + (b.get("checkpoint_interval_hours", 0.0) if spot else 0.0)
+    return expected, fastest, margin
 
 
 def preflight_floor(spec: JobSpec, offering: Offering) -> tuple[float | None, str]:
@@ -195,7 +326,7 @@ def plan_job(spec: JobSpec, settings: Settings, policy_name: str | None = None) 
         decision = policy.place(ctx, offerings)
     finally:
         store.close()
-    return plan_view(name, ctx, decision)
+    return plan_view(name, ctx, decision, pending=True)
 
 
 def plan_submitted(planner: Planner, job: JobRecord, policy_name: str | None = None) -> PlanView:
@@ -211,4 +342,5 @@ def plan_submitted(planner: Planner, job: JobRecord, policy_name: str | None = N
             "`spotd plan` of its job file asks as for a new job"
         )
     answer = planner.ask(job, policy_name)
-    return plan_view(answer.policy, answer.ctx, answer.decision, answer.cooling)
+    return plan_view(answer.policy, answer.ctx, answer.decision, answer.cooling,
+                     pending=job.status is JobStatus.PENDING)  # fmt: skip

@@ -24,7 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import make_url
 from starlette.types import ASGIApp
 
-from spotd.core.clock import WALL, DatabaseClock
+from spotd.core.clock import WALL, DatabaseClock, clock_note
 from spotd.core.contracts import AgentHost, Clock
 from spotd.core.errors import StoreError
 from spotd.daemon.api import create_app
@@ -70,7 +70,9 @@ def quiet_scheduler_log(verbose: bool = False) -> None:
     logging.getLogger("apscheduler").setLevel(logging.DEBUG if verbose else logging.ERROR)
 
 
-def start_summary(settings: Settings, config_file: Path | None, providers: list[str]) -> str:
+def start_summary(
+    settings: Settings, config_file: Path | None, providers: list[str], clock: Clock = WALL
+) -> str:
     """The line a daemon logs at start: what it read and what it will do."""
     source = str(config_file) if config_file else "no config file (defaults and SPOTD_* variables)"
     database = make_url(settings.db_url).render_as_string(hide_password=True)
@@ -79,7 +81,8 @@ def start_summary(settings: Settings, config_file: Path | None, providers: list[
     hooks = ", ".join(sorted(settings.webhooks)) or "none"
     return (
         f"config: {source}; database: {database}; providers: {', '.join(providers) or 'none'}; "
-        f"email: {email}; webhooks: {hooks}"
+        f"email: {email}; webhooks: {hooks}; clock: {clock_note(clock) or 'real time'}, "
+        f"times shown in {settings.display.timezone}"
     )
 
 
@@ -137,7 +140,8 @@ class Daemon:
         self._wall = wall
         self.config_file = config_file
         self.engine = engine or build_engine(settings)
-        self.reader = build_reader(self.engine)
+        self.reader = build_reader(self.engine, zone=settings.display.zone,
+                                   can_email=settings.email.enabled)
         """What the API and the dashboard read and ask through: never the engine."""
         self.mailer = build_mailer_for(settings, self.engine)
         if self.mailer is not None:
@@ -184,6 +188,7 @@ class Daemon:
             self.reader, token, outbox=outbox, secrets=load_secrets(self.settings.secrets),
             max_body_bytes=self.settings.daemon.max_body_bytes,
             body_timeout_seconds=self.settings.daemon.body_timeout_seconds, wall=self._wall,
+            log_keep_bytes=self.settings.agent.log_keep_bytes,
         )  # fmt: skip
         self._server = _ThreadServer(api_server_config(app))
         self._server_thread = threading.Thread(
@@ -198,7 +203,8 @@ class Daemon:
             every = self.settings.daemon.tick_seconds
             schedule_webhooks(self.scheduler, self.webhooks, seconds=every)
         self.scheduler.start()
-        log.info(start_summary(self.settings, self.config_file, sorted(self.engine.providers)))
+        log.info(start_summary(self.settings, self.config_file, sorted(self.engine.providers),
+                               self.engine.clock))  # fmt: skip
         log.info("spotd daemon listening on %s:%d", self.settings.daemon.host, self.port)
         # Last: clients (and tests) take the address file as the sign the daemon is up,
         # its start lines logged and its scheduled work running.
@@ -214,7 +220,8 @@ class Daemon:
             self._server_thread.join(timeout=drain)
         if self.webhooks is not None:
             self.webhooks.stop()
-        self.scheduler.shutdown(wait=False)
+        if self.scheduler.running:  # not yet, when Ctrl-C cut start() short
+            self.scheduler.shutdown(wait=False)
         # Bounded wait for the pass in flight: each step is short and safe to
         # cut (the next start repeats it), so a stuck provider call must not
         # hold the shutdown hostage.
@@ -226,7 +233,9 @@ class Daemon:
             self.settings.address_file.unlink()
         self.coordinator.release()
         self.engine.store.close()
-        log.info("spotd daemon stopped")
+        # The line an operator looks for after Ctrl-C or SIGTERM: what stopped, what did not.
+        log.info("stopped: the API is closed and no pass runs; instances keep running, "
+                 "and the next start picks them up")  # fmt: skip
 
     def run_forever(self) -> None:
         """Start, then block until SIGTERM or SIGINT, then drain."""

@@ -15,19 +15,25 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta, tzinfo
 
 from spotd.billing.ledger import spend_so_far
 from spotd.core.contracts import Clock, EngineStore, Policy, Provider
 from spotd.core.intents import IntentKind, IntentRecord
 from spotd.core.spec import JobSpec
-from spotd.core.values import Decision, JobRecord, PlacementContext
+from spotd.core.values import (
+    Decision,
+    JobRecord,
+    PlacementContext,
+    SubmitWarning,
+    SubmitWarningKind,
+)
 from spotd.daemon.views import JobView, job_view
 from spotd.engine.attempts import cooling_until
 from spotd.engine.context import placement_context
 from spotd.engine.placing import shown_to
 from spotd.engine.settings import EngineSettings
-from spotd.engine.submission import submit
+from spotd.engine.submission import notify_warnings, submit
 from spotd.engine.waiting import Cooling, submit_warning
 from spotd.market.cache import MarketCache
 from spotd.market.stats import HistoryStats
@@ -118,7 +124,8 @@ class Planner:
 class Reader:
     """The parts the readers and the writers of intents share with the loop, none of
     them the loop's own: the store, the polled market, the clock, the settings, the
-    providers (for the nodes' logs) and a :class:`Planner`."""
+    providers (for the nodes' logs) and a :class:`Planner`; and the zone times are
+    shown to people in (``[display] timezone``)."""
 
     store: EngineStore
     market: MarketCache
@@ -126,6 +133,9 @@ class Reader:
     settings: EngineSettings
     providers: Mapping[str, Provider]
     planner: Planner
+    zone: tzinfo = UTC
+    can_email: bool = False
+    """Whether the daemon sends email (its ``[email]`` names an SMTP host)."""
 
     def submit(self, spec: JobSpec, *, idempotency_key: str | None = None) -> JobRecord:
         """Store a new job, pending: the next pass of a daemon places it.
@@ -134,12 +144,23 @@ class Reader:
         return submit(self.store, spec, now=self.clock.now(), offered=self.market.offered_gpus(),
                       idempotency_key=idempotency_key)  # fmt: skip
 
+    def submit_warnings(self, spec: JobSpec) -> list[SubmitWarning]:
+        """What a stored job asks that will not happen as asked: no offering of the
+        market can run it (:meth:`Planner.submit_warning`), or its ``notify`` cannot be
+        carried out here (:func:`spotd.engine.submission.notify_warnings`)."""
+        found = notify_warnings(spec, can_email=self.can_email)
+        market = self.planner.submit_warning(spec)
+        if market is not None:
+            found.insert(0, SubmitWarning(SubmitWarningKind.MARKET, market))
+        return found
+
     def view(self, job: JobRecord) -> JobView:
         """The job as stored: attempts, reports, ledger, and what is asked of it still."""
         store = self.store
         return job_view(
             job, store.attempts(job.id), self.clock.now(), store.reports(job.id),
             ledger=store.ledger(job_id=job.id), asked=store.open_intents([job.id]).get(job.id, ()),
+            zone=self.zone,
         )  # fmt: skip
 
     def ask(self, job: JobRecord, kind: IntentKind, *, priority: int | None = None) -> IntentRecord:

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from spotd.billing.ledger import ledger_so_far, spend_by_attempt
 from spotd.core.agent_wire import GpuReading, PreflightFigures
-from spotd.core.clock import DatabaseClock, WallClock
+from spotd.core.clock import clock_note
 from spotd.core.contracts import Clock
+from spotd.core.failures import exit_sentence, failure_sentence
 from spotd.core.intents import IntentRecord
 from spotd.core.progress import job_done_hours, reported_steps, running_rate
 from spotd.core.states import ACTIVE, TERMINAL, FailureCause, JobStatus
@@ -25,6 +26,8 @@ from spotd.core.values import (
     JobRecord,
     LedgerEntry,
     Offering,
+    SubmitWarning,
+    SubmitWarningKind,
     attempt_reports,
 )
 from spotd.engine.attempts import error_exits
@@ -119,6 +122,16 @@ class EventFactsView(BaseModel):
     provider: str | None = None
     provider_code: str | None = None
     """The provider's own error code (``InsufficientInstanceCapacity``)."""
+    exit_cause: str | None = None
+    """How the command failed (:class:`~spotd.core.values.ExitCause`): ``not-found``,
+    ``not-executable``, ``out-of-memory``, ``signal`` or ``error``."""
+    oom_kills: int | None = None
+    """Processes of the job the kernel's OOM killer killed while it ran (its agent's count)."""
+    check: str | None = None
+    """The preflight check that failed."""
+    exit_said: str | None = None
+    """How the command ended, in a few words (``command not found (exit 127)``):
+    :func:`spotd.core.failures.exit_sentence` of these facts."""
 
 
 class EventView(BaseModel):
@@ -130,7 +143,7 @@ class EventView(BaseModel):
     cause: str
     detail: str
     clock: str | None = None
-    """What clock ``at`` is on when it is not the wall's: ``simulated, 600x real time``."""
+    """What clock ``at`` is on when it is not the wall's: ``simulated clock, 600x real time``."""
     facts: EventFactsView = Field(default_factory=EventFactsView)
     """What the event says beside its cause; all None from an older daemon."""
 
@@ -161,6 +174,28 @@ class ProgressView(BaseModel):
     """``done_hours`` is the job's own count (steps done of its total), not an estimate."""
 
 
+class WarningView(BaseModel):
+    """A warning given with a stored job (:class:`~spotd.core.values.SubmitWarning`)."""
+
+    kind: str
+    """:class:`~spotd.core.values.SubmitWarningKind`: ``market``, ``no-email`` or
+    ``no-address``."""
+    detail: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, data: Any) -> Any:
+        # An older daemon gave its one kind of warning (the market's) as a bare string.
+        if isinstance(data, str):
+            return {"kind": str(SubmitWarningKind.MARKET), "detail": data}
+        return data
+
+
+def warning_view(warning: SubmitWarning) -> WarningView:
+    """The view of a submit warning."""
+    return WarningView(kind=str(warning.kind), detail=warning.detail)
+
+
 class IntentView(BaseModel):
     """What a user asked of the job that its daemon has yet to do
     (:mod:`spotd.core.intents`)."""
@@ -179,6 +214,12 @@ class JobView(BaseModel):
     name: str
     status: str
     failure: str | None
+    failure_reason: str | None = None
+    """Why the failed job failed, in a few words (``command not found (exit 127)``,
+    ``over budget: spent 16.39 of 15.00 USD``): :func:`spotd.core.failures.failure_sentence`
+    of ``failure`` and ``failure_facts``. None for a job that did not fail."""
+    failure_facts: EventFactsView | None = None
+    """The facts of the event that failed the job (exit code, signal, node...)."""
     submitted_at: datetime
     updated_at: datetime
     preemptions: int
@@ -202,9 +243,11 @@ class JobView(BaseModel):
     waiting: str | None = None
     """Why the pending or recovering job is placed nowhere yet (``spotd.engine.waiting``);
     None once placed, before the engine's first pass over it, or from an older daemon."""
-    warnings: list[str] = Field(default_factory=list)
-    """At submit only: why no offering of the market as it stands can ever run the job
-    (:meth:`spotd.daemon.reader.Planner.submit_warning`). The job is stored all the same."""
+    warnings: list[WarningView] = Field(default_factory=list)
+    """At submit only: what the job asks that will not happen as asked
+    (:meth:`spotd.daemon.reader.Reader.submit_warnings`): no offering of the market as it
+    stands can ever run it, or its ``notify`` cannot be carried out. The job is stored
+    all the same."""
     asked: list[IntentView] = Field(default_factory=list)
     """What users asked of the job (a cancel, a priority) that its daemon has yet to do."""
 
@@ -291,6 +334,7 @@ def job_view(
     *,
     ledger: Sequence[LedgerEntry] = (),
     asked: Sequence[IntentRecord] = (),
+    zone: tzinfo = UTC,
 ) -> JobView:
     """The view of a job and its attempts (with what their agents reported), and its
     open intents (``asked``).
@@ -298,19 +342,24 @@ def job_view(
     Costs are the job's ledger: ``ledger`` holds its stored lines
     (``store.ledger(job_id=...)``), the attempts they do not cover are billed
     up to ``now`` by the same rules (:func:`spotd.billing.ledger.ledger_so_far`).
+    ``zone``: the zone times in its sentences are shown in.
     """
     spend = spend_by_attempt(ledger_so_far(job, attempts, ledger, now))
     views = [attempt_view(a, spend.get(a.seq, 0.0), reports) for a in attempts]
+    cost = round(sum(spend.values()), 6)
     return JobView(
         id=job.id,
         name=job.name,
         status=str(job.status),
         failure=str(job.failure) if job.failure else None,
+        failure_reason=failure_sentence(job.failure, job.failure_facts, job.spec,
+                                        spent_usd=cost, zone=zone) if job.failure else None,
+        failure_facts=event_facts_view(job.failure_facts) if job.failure else None,
         submitted_at=job.submitted_at,
         updated_at=job.updated_at,
         preemptions=sum(a.end_reason is AttemptEnd.PREEMPTED for a in attempts),
         providers=sorted({a.pool.provider for a in attempts if a.running_at is not None}),
-        cost_usd=round(sum(spend.values()), 6),
+        cost_usd=cost,
         attempts=views,
         spec=job.spec.model_dump(mode="json"),
         progress=progress_view(job, attempts, now, reports),
@@ -405,16 +454,15 @@ def event_facts_view(facts: EventFacts) -> EventFactsView:
         exit_code=facts.exit_code, signal=facts.signal, signal_name=facts.signal_name,
         node=facts.node, rank=facts.rank, error_class=facts.error_class,
         error_code=facts.error_code, provider=facts.provider, provider_code=facts.provider_code,
+        exit_cause=str(facts.exit_cause) if facts.exit_cause else None,
+        oom_kills=facts.oom_kills, check=facts.check, exit_said=exit_sentence(facts),
     )  # fmt: skip
 
 
 def clock_label(clock: Clock) -> str | None:
-    """``simulated, 600x real time`` for a clock other than the wall's (the simulated
-    market's, whose hours pass in seconds), so that a reader does not take its times
-    for real ones; None for the wall's."""
-    if isinstance(clock, WallClock | DatabaseClock):
-        return None
-    return f"simulated, {1.0 / clock.seconds_to_real(1.0):g}x real time"
+    """:func:`spotd.core.clock.clock_note`: what clock the times are on when it does
+    not run at real speed; None when it does."""
+    return clock_note(clock)
 
 
 class OfferingView(BaseModel):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, tzinfo
 from typing import TYPE_CHECKING
 
-from spotd.core.clock import DatabaseClock, WallClock
+from spotd.core.clock import DatabaseClock, WallClock, clock_note
 from spotd.core.contracts import Clock, Provider, ProviderContext
 from spotd.core.errors import ConfigError
 from spotd.core.kinds import AnyKind
@@ -37,13 +38,7 @@ def build_providers(
     real speed, and only one kind may bring one. ``wall`` is the reference
     for real time such a clock runs on (default: this host's clock).
     """
-    enabled = settings.providers.enabled_kinds()
-    if not enabled:
-        tables = ", ".join(f"[providers.{name}]" for name in kind_names())
-        raise ConfigError(f"no provider is enabled: enable one of {tables}")
-    for kind, _ in enabled:
-        require_sdk(kind)  # before any other complaint: nothing else helps without it
-    _check_clocks(enabled)
+    enabled = check_kinds(settings)
     script = _boot_scripts(settings, [kind for kind, _ in enabled if kind.boot is not None])
     clock: Clock | None = None
     providers: dict[str, Provider] = {}
@@ -70,6 +65,20 @@ def build_providers(
                 raise ConfigError(f"two enabled kinds build a provider named {provider.name!r}")
             providers[provider.name] = provider
     return clock or WallClock(), providers
+
+
+def check_kinds(settings: Settings) -> list[tuple[AnyKind, BaseModel]]:
+    """The enabled provider kinds with their tables, once they can make one daemon:
+    at least one, each with its SDK installed, their clocks able to be one. Builds
+    nothing (``spotd config check`` asks it too); :class:`ConfigError` otherwise."""
+    enabled = settings.providers.enabled_kinds()
+    if not enabled:
+        tables = ", ".join(f"[providers.{name}]" for name in kind_names())
+        raise ConfigError(f"no provider is enabled: enable one of {tables}")
+    for kind, _ in enabled:
+        require_sdk(kind)  # before any other complaint: nothing else helps without it
+    _check_clocks(enabled)
+    return enabled
 
 
 def _check_clocks(enabled: list[tuple[AnyKind, BaseModel]]) -> None:
@@ -168,15 +177,19 @@ def build_engine(settings: Settings) -> Engine:
     return Engine(store, providers, load_policy(settings.scheduling.policy), clock, engine_settings)
 
 
-def build_reader(engine: Engine, policy_name: str | None = None) -> Reader:
+def build_reader(
+    engine: Engine, policy_name: str | None = None, *, zone: tzinfo = UTC, can_email: bool = False
+) -> Reader:
     """The read model beside ``engine``: the parts it shares with the loop (store, polled
-    market, clock, settings, providers; each safe to read from another thread) and a
+    market, clock, settings, providers; each safe to read from another thread), a
     :class:`~spotd.daemon.reader.Planner` with a policy instance of its own
-    (``policy_name``, the engine's by default)."""
+    (``policy_name``, the engine's by default), the ``zone`` times are shown in, and
+    whether the daemon sends email (``can_email``: its submits warn of email asked in
+    vain)."""
     policy = load_policy(policy_name or engine.policy.name)
     planner = Planner(policy, engine.store, engine.market, engine.clock, engine.settings)
     return Reader(engine.store, engine.market, engine.clock, engine.settings,
-                  engine.providers, planner)  # fmt: skip
+                  engine.providers, planner, zone, can_email)  # fmt: skip
 
 
 def build_mailer_for(settings: Settings, engine: Engine) -> Mailer | None:
@@ -189,7 +202,8 @@ def build_mailer_for(settings: Settings, engine: Engine) -> Mailer | None:
     from spotd.mail import ReportKit, build_mailer
 
     kit = ReportKit(
-        partial(reports.build_report, engine.store),
+        partial(reports.build_report, engine.store, zone=settings.display.timezone,
+                clock_note=clock_note(engine.clock), clock=engine.clock),
         reports.render_text,
         reports.render_html,
         charts.render_charts,
@@ -201,4 +215,5 @@ def build_mailer_for(settings: Settings, engine: Engine) -> Mailer | None:
         clock=engine.clock,
         claim=lambda key: engine.store.claim_notification(key, at=engine.clock.now()),
         reports=kit,
+        zone=settings.display.zone,
     )

@@ -157,9 +157,10 @@ def with_report(instance: Instance | None, report: InstanceReport | None) -> Ins
         noticed = instance.state is InstanceState.NOTICE or (
             report.notice_at is not None and report.notice_kind != "rebalance"
         )
-        if noticed and report.exit_code != 0:
-            return replace(instance, state=InstanceState.PREEMPTED, exit_code=report.exit_code)
-        return replace(instance, state=InstanceState.EXITED, exit_code=report.exit_code)
+        preempted = noticed and report.exit_code != 0
+        state = InstanceState.PREEMPTED if preempted else InstanceState.EXITED
+        return replace(instance, state=state, exit_code=report.exit_code,
+                       oom_kills=report.oom_kills)  # fmt: skip
     if instance.ended:
         return instance
     if report.notice_at is not None and report.notice_kind != "rebalance":
@@ -174,14 +175,14 @@ def with_kept_exit(instance: Instance, kept: KeptExit) -> Instance:
     with no notice and no stop passed on to the job is the job's own ending even on a
     node the provider shows preempted: the market took it back after the job ended.
     """
-    code = kept.exit.exit_code
+    code, oom_kills = kept.exit.exit_code, kept.exit.oom_kills
     if kept.notice is None and not kept.stopped:
-        return replace(instance, state=InstanceState.EXITED, exit_code=code)
+        return replace(instance, state=InstanceState.EXITED, exit_code=code, oom_kills=oom_kills)
     notice = kept.notice
     report = InstanceReport(
         instance.id, instance.pool.provider, kept.exit.job_id, kept.exit.attempt,
         exit_code=code, notice_at=notice.at if notice else None,
-        notice_kind=notice.kind if notice else None,
+        notice_kind=notice.kind if notice else None, oom_kills=oom_kills,
     )  # fmt: skip
     return with_report(instance, report)
 

@@ -31,10 +31,11 @@ from spotd.core.values import (
     JobStatus,
     Market,
     Pool,
+    exit_cause_of,
     signal_of_exit,
 )
 from spotd.engine.attempts import error_exits, failed_launches, restartable
-from spotd.engine.gang import GangState, assembly_seconds, preflight_summary
+from spotd.engine.gang import JOB_CHECKS, GangState, assembly_seconds, preflight_summary
 from spotd.engine.verdicts import Checkpoint, Defer, End, Replan, Running, Stay, Verdict
 
 # -- limits that end a job wherever it is -------------------------------------
@@ -137,15 +138,21 @@ def error_facts(attempt: AttemptRecord, exc: ProviderError) -> EventFacts:
 
 
 def node_facts(
-    attempt: AttemptRecord, instance_id: str, exit_code: int | None = None
+    attempt: AttemptRecord,
+    instance_id: str,
+    exit_code: int | None = None,
+    oom_kills: int | None = None,
 ) -> EventFacts:
     """The facts of an event about one node of ``attempt``: its id, its rank in a gang
-    (its place in the attempt's instance ids), and the exit code it ended with."""
+    (its place in the attempt's instance ids), the exit code it ended with, and how that
+    exit failed (:func:`~spotd.core.values.exit_cause_of`, with the agent's count of OOM
+    kills as the only evidence of running out of memory)."""
     rank = None
     if attempt.nodes > 1 and instance_id in attempt.instance_ids:
         rank = attempt.instance_ids.index(instance_id)
     return EventFacts(exit_code=exit_code, signal=signal_of_exit(exit_code), node=instance_id,
-                      rank=rank)  # fmt: skip
+                      rank=rank, exit_cause=exit_cause_of(exit_code, oom_kills),
+                      oom_kills=oom_kills)  # fmt: skip
 
 
 # -- a watched attempt ------------------------------------------------------------
@@ -256,7 +263,7 @@ def setup_failed(
         detail = f"setup on {report.instance_id} exited with {report.exit_code}"
         if report.exit_detail:
             detail += f": {report.exit_detail}"
-        facts = node_facts(attempt, report.instance_id, report.exit_code)
+        facts = node_facts(attempt, report.instance_id, report.exit_code, report.oom_kills)
     failed_before = sum(1 for a in attempts if a.end_reason is AttemptEnd.SETUP_FAILED)
     if failed_before >= job.spec.retry.setup_failures:
         return End.attempt_ended(attempt, JobStatus.FAILED, AttemptEnd.SETUP_FAILED, detail,
@@ -274,10 +281,15 @@ def preflight_failed(attempt: AttemptRecord, gang: GangState) -> End:
     if gang.preflight is not None:
         summary = preflight_summary(gang.preflight)
     detail = f"{attempt.pool}: {summary}"
+    # The check that failed, the job's own first (it is why the job fails, if it does).
+    checks = gang.preflight.checks if gang.preflight else ()
+    failed = sorted((c.name for c in checks if not c.ok), key=lambda n: n not in JOB_CHECKS)
+    facts = EventFacts(check=failed[0]) if failed else EMPTY_FACTS
     if gang.job_at_fault:
         return End.attempt_ended(attempt, JobStatus.FAILED, AttemptEnd.PREFLIGHT_FAILED, detail,
-                                 failure=FailureCause.INVALID_SPEC)  # fmt: skip
-    return End.attempt_ended(attempt, JobStatus.RECOVERING, AttemptEnd.PREFLIGHT_FAILED, detail)
+                                 failure=FailureCause.INVALID_SPEC, facts=facts)  # fmt: skip
+    return End.attempt_ended(attempt, JobStatus.RECOVERING, AttemptEnd.PREFLIGHT_FAILED, detail,
+                             facts=facts)  # fmt: skip
 
 
 def attempt_ended(
@@ -343,7 +355,7 @@ def command_failed(
     retry = job.spec.retry
     exits = [i.exit_code for i in failed if i.exit_code is not None]
     first = exits[0] if exits else None
-    facts = node_facts(attempt, failed[0].id, first) if failed else EMPTY_FACTS
+    facts = node_facts(attempt, failed[0].id, first, failed[0].oom_kills) if failed else EMPTY_FACTS
     restarted = error_exits(attempts)  # the open attempt is not counted
     if retry.max_restarts_on_errors > 0:
         if not restartable(exits, retry.restart_on_exit_codes):

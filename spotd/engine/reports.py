@@ -93,7 +93,8 @@ class StoreReports:
         """The job (or the agent before it) ended on this node."""
         self._store.save_report(
             _base(report, exit_code=report.exit_code, exited_at=report.at,
-                  exit_phase=report.phase, exit_detail=report.detail or None)
+                  exit_phase=report.phase, exit_detail=report.detail or None,
+                  oom_kills=report.oom_kills)
         )  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from spotd.core.contracts import JobStore
 from spotd.core.errors import CheckpointError, SubmitRefused
 from spotd.core.spec import JobSpec
 from spotd.core.spec_io import passed_deadline, relative_paths
-from spotd.core.values import JobRecord
+from spotd.core.values import JobRecord, SubmitWarning, SubmitWarningKind
 from spotd.market.cache import unoffered_gpus
 
 
@@ -39,6 +39,27 @@ def refusal(spec: JobSpec, now: datetime, offered_gpus: frozenset[str] | None) -
     problem = unoffered_gpus(spec.resources.gpus, offered_gpus)
     if problem is not None:
         raise SubmitRefused(f"resources.gpus: {problem}", field="resources.gpus")
+
+
+def notify_warnings(spec: JobSpec, *, can_email: bool) -> list[SubmitWarning]:
+    """What ``notify`` asks that will not happen, said at submit rather than left a
+    silent no-op: email asked of a daemon that has no ``[email]`` (``can_email``), or a
+    job-end email with no address to send it to. The job is stored all the same."""
+    notify = spec.notify
+    if (notify.on_end or notify.email) and not can_email:
+        asked = "notify.on_end" if notify.on_end else "notify.email"
+        return [SubmitWarning(
+            SubmitWarningKind.NO_EMAIL,
+            f"{asked} asks for email, and this daemon has no [email] SMTP host: no job-end "
+            "email or budget alert is sent for this job",
+        )]  # fmt: skip
+    if notify.on_end and not notify.email:
+        return [SubmitWarning(
+            SubmitWarningKind.NO_ADDRESS,
+            "notify.on_end asks for the job-end email, and notify.email names no address "
+            "to send it to",
+        )]  # fmt: skip
+    return []
 
 
 def submit(

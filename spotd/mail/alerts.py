@@ -6,12 +6,15 @@ import html as html_lib
 import logging
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 
 import jinja2
 
 from spotd.billing.ledger import ledger_so_far, spend_by_attempt, totals
+from spotd.billing.savings import claims_saving
+from spotd.core.failures import failure_sentence
 from spotd.core.states import FailureCause
+from spotd.core.timefmt import Precision, shown
 from spotd.core.values import AttemptEnd, AttemptRecord, EventRecord, JobRecord, LedgerEntry
 from spotd.mail.message import Composed
 
@@ -106,6 +109,8 @@ def job_end_email(
     now: datetime,
     last_event: EventRecord | None = None,
     ledger: Sequence[LedgerEntry] = (),
+    zone: tzinfo = UTC,
+    clock_note: str | None = None,
 ) -> Composed:
     """The email of a job that ended, from the job-end templates.
 
@@ -113,7 +118,8 @@ def job_end_email(
     once the engine billed the job's last attempt: the cost, the on-demand
     equivalent and the saving are its sums (:func:`spotd.billing.ledger.ledger_so_far`),
     as ``spotd report`` and ``spotd status`` show them. The attempts say
-    where the job ran and how each ended, with what each cost.
+    where the job ran and how each ended, with what each cost. Its times are shown
+    in ``zone``, with ``clock_note`` when the engine's clock is not at real speed.
     """
     ended = job.updated_at if job.status.terminal else now
     entries = ledger_so_far(job, attempts, ledger, now)
@@ -123,18 +129,21 @@ def job_end_email(
     context = {
         "job": job,
         "status": str(job.status),
-        "failure": str(job.failure) if job.failure else None,
+        "failure": failure_sentence(job.failure, job.failure_facts, job.spec, spent_usd=spend,
+                                    zone=zone) if job.failure else None,
         "detail": last_event.detail if last_event else "",
         "cost_usd": spend,
         "on_demand_usd": on_demand,
-        "savings_usd": saved,
+        # A job that failed or was cancelled claims no saving: its spend is shown alone.
+        "savings_usd": saved if claims_saving(job.status) else None,
         "savings_pct": saved / on_demand * 100 if on_demand > 0 else 0.0,
         "egress_usd": sum(e.usd for e in entries if e.kind == "egress"),
         "runs": [_attempt_row(a, by_attempt.get(a.seq, 0.0)) for a in attempts],
         "attempts": len(attempts),
         "preemptions": sum(a.end_reason is AttemptEnd.PREEMPTED for a in attempts),
-        "submitted_at": f"{job.submitted_at:%Y-%m-%d %H:%M} UTC",
-        "ended_at": f"{ended:%Y-%m-%d %H:%M} UTC",
+        "submitted_at": shown(job.submitted_at, zone, Precision.MINUTE),
+        "ended_at": shown(ended, zone, Precision.MINUTE),
+        "clock_note": clock_note,
         "elapsed": _hours(ended - job.submitted_at),
     }
     subject = f"spotd: job {job.name} {job.status}"

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from typing import Any
 
 from spotd.billing.ledger import spend_so_far
-from spotd.core.clock import WALL
+from spotd.core.clock import WALL, clock_note
 from spotd.core.contracts import Clock, JobSource
 from spotd.core.errors import MailError
 from spotd.core.states import ACTIVE
+from spotd.core.timefmt import Precision, shown
 from spotd.core.values import JobRecord
 from spotd.mail.alerts import BudgetAlert, budget_alerts, budget_email, job_end_email
 from spotd.mail.compose import ReportComposer
@@ -34,6 +35,7 @@ class Mailer:
     first time a key is claimed, across every daemon on the database.
     ``clock`` is the engine's (report windows, spend); ``wall`` the real one
     (the messages' dates, the cron firings), which a simulated market's is not.
+    ``zone`` is the one times are shown in (``[display] timezone``).
     """
 
     def __init__(
@@ -47,8 +49,10 @@ class Mailer:
         claim: Callable[[str], bool],
         reports: ReportComposer | None = None,
         wall: Clock = WALL,
+        zone: tzinfo = UTC,
     ) -> None:
         self.settings = settings
+        self.zone = zone
         self.outbox = outbox
         self.transport = transport
         self._store = store
@@ -113,7 +117,7 @@ class Mailer:
         """
         if self._reports is None:
             raise MailError("no report renderers are wired into the mailer")
-        title = subject or f"spotd report, {_span(since, until)}"
+        title = subject or f"spotd report, {_span(since, until, self.zone)}"
         composed = self._reports.compose(since=since, until=until, subject=title, job_id=job_id)
         path = self.queue(composed, to)
         if path is None:
@@ -133,7 +137,7 @@ class Mailer:
             self.email_report(
                 since=since,
                 until=until,
-                subject=f"spotd {schedule} report, {_span(since, until)}",
+                subject=f"spotd {schedule} report, {_span(since, until, self.zone)}",
             )
         except Exception:
             log.exception("the %s report could not be composed or queued", schedule)
@@ -198,7 +202,8 @@ class Mailer:
         events = self._store.events(job.id)
         return job_end_email(
             job, attempts, now=self._clock.now(), last_event=events[-1] if events else None,
-            ledger=self._store.ledger(job_id=job.id),
+            ledger=self._store.ledger(job_id=job.id), zone=self.zone,
+            clock_note=clock_note(self._clock),
         )  # fmt: skip
 
     def _claimed(self, key: str) -> bool:
@@ -209,8 +214,8 @@ class Mailer:
             return False
 
 
-def _span(since: datetime, until: datetime) -> str:
-    return f"{since.astimezone(UTC):%Y-%m-%d %H:%M} to {until.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
+def _span(since: datetime, until: datetime, zone: tzinfo) -> str:
+    return f"{shown(since, zone, Precision.MINUTE)} to {shown(until, zone, Precision.MINUTE)}"
 
 
 def schedule_mail(scheduler: Any, mailer: Mailer) -> list[str]:
@@ -260,6 +265,7 @@ def build_mailer(
     claim: Callable[[str], bool],
     reports: ReportComposer | None = None,
     wall: Clock = WALL,
+    zone: tzinfo = UTC,
 ) -> Mailer:
     """A mailer with SMTP transport and the outbox under ``<data_dir>/outbox``."""
     outbox = Outbox(
@@ -277,4 +283,5 @@ def build_mailer(
         claim=claim,
         reports=reports,
         wall=wall,
+        zone=zone,
     )

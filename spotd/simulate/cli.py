@@ -7,21 +7,25 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TimeElapsedColumn
 from rich.table import Table
 
 from spotd.core.errors import SpotdError
+from spotd.core.exit_codes import ExitCode, exit_code
 
 if TYPE_CHECKING:
     from spotd.simulate.metrics import PolicyMetrics
-    from spotd.simulate.runner import JobReport, ScenarioReport
+    from spotd.simulate.runner import JobReport, OnStep, ScenarioReport, Step
 
-__all__ = ["COLUMNS", "simulate", "table_rows"]
+__all__ = ["COLUMNS", "replay_progress", "simulate", "table_rows"]
 
 COLUMNS = (
     "policy", "cost", "p75", "saved", "misses", "gap", "spot", "preempt/job",
@@ -130,6 +134,39 @@ def _print_tables(report: ScenarioReport, out: Console) -> None:
     out.print(f"[dim]{escape(str(where))}: {report.seconds:.1f} s[/dim]")
 
 
+@contextmanager
+def replay_progress(console: Console) -> Iterator[OnStep]:
+    """A progress bar per job on ``console`` while the block replays them, told by the
+    :data:`~spotd.simulate.runner.OnStep` it yields; gone when the block ends. Only
+    on a terminal: a pipe or a log file gets no bar, and stdout (``--json``) none ever."""
+    bars = Progress(
+        "[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=console, transient=True,
+        disable=not console.is_terminal,
+    )  # fmt: skip
+    tasks: dict[str, TaskID] = {}
+
+    def on_step(step: Step) -> None:
+        if step.job not in tasks:
+            tasks[step.job] = bars.add_task("", total=step.total)
+        what = f"{escape(step.job)}: {escape(step.policy)}"
+        bars.update(tasks[step.job], completed=step.done, description=what)
+
+    with bars:
+        yield on_step
+
+
+def _usage(message: str) -> NoReturn:
+    _error(message)
+    raise typer.Exit(ExitCode.BAD_INPUT)
+
+
+def _error(message: str) -> None:
+    # soft_wrap: a path in the message is never broken mid-word at the terminal's width.
+    Console(stderr=True).print(f"[red]error:[/red] {escape(message)}", highlight=False,
+                               soft_wrap=True)  # fmt: skip
+
+
 def simulate(
     scenario: ScenarioOpt = None,
     *,
@@ -155,28 +192,28 @@ def simulate(
     err = Console(stderr=True)
     job = {"compute_hours": compute_hours, "deadline_fraction": deadline_fraction,
            "nodes": nodes, "tick_seconds": tick_seconds}  # fmt: skip
+    if (scenario is None) == (not trace):
+        _usage("give either --scenario FILE or one or more --trace FILE")
+    if trace and traces is not None:
+        _usage("--traces: for --scenario only; give --trace the files' own paths")
+    given = [f"--{name.replace('_', '-')}" for name, v in job.items() if v is not None]
+    if scenario is not None and given:
+        _usage(f"{', '.join(given)}: for --trace only; a scenario sets its jobs and tick in "
+               "its file")  # fmt: skip
     try:
-        if (scenario is None) == (not trace):
-            raise SpotdError("give either --scenario FILE or one or more --trace FILE")
-        if trace and traces is not None:
-            raise SpotdError("--traces: for --scenario only; give --trace the files' own paths")
-        if scenario is not None:
-            given = [f"--{name.replace('_', '-')}" for name, v in job.items() if v is not None]
-            if given:
-                raise SpotdError(f"{', '.join(given)}: for --trace only; a scenario sets "
-                                 "its jobs and tick in its file")
-            report = run_scenario(
-                scenario, policy or [], traces=traces, starts=starts, seed=seed,
-                hindsight=hindsight_stats,
-            )
-        else:
-            made = scenario_from_traces(
-                trace or [], compute_hours=compute_hours, deadline_fraction=deadline_fraction,
-                nodes=nodes, tick_seconds=tick_seconds,
-            )
-            report = run_scenario(
-                made, policy or [], starts=starts, seed=seed, hindsight=hindsight_stats
-            )
+        with replay_progress(err) as on_step:
+            if scenario is not None:
+                report = run_scenario(
+                    scenario, policy or [], traces=traces, starts=starts, seed=seed,
+                    hindsight=hindsight_stats, on_step=on_step,
+                )
+            else:
+                made = scenario_from_traces(
+                    trace or [], compute_hours=compute_hours,
+                    deadline_fraction=deadline_fraction, nodes=nodes, tick_seconds=tick_seconds,
+                )
+                report = run_scenario(made, policy or [], starts=starts, seed=seed,
+                                      hindsight=hindsight_stats, on_step=on_step)  # fmt: skip
         if plot is not None:
             from spotd.simulate.plots import plot_report
 
@@ -184,9 +221,12 @@ def simulate(
             if not as_json:
                 err.print(f"wrote {len(written)} plots into {escape(str(plot))}")
     except SpotdError as exc:
-        # soft_wrap: a path in the message is never broken mid-word at the terminal's width.
-        err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from exc
+        _error(str(exc))
+        raise typer.Exit(exit_code(exc)) from exc
+    except KeyboardInterrupt:
+        err.print("[yellow]stopped:[/yellow] interrupted before the results were printed",
+                  highlight=False)  # fmt: skip
+        raise typer.Exit(ExitCode.INTERRUPTED) from None
     if as_json:
         sys.stdout.write(json.dumps(report_json(report), indent=2) + "\n")
     else:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,9 @@ from spotd.simulate.scenario import TRACES_SOURCE, Scenario, load_scenario
 from spotd.simulate.timeline import build_timeline
 from spotd.simulate.world import Prepared, prepare
 
-__all__ = ["JobReport", "ScenarioReport", "report_json", "run_job", "run_scenario"]
+__all__ = [
+    "JobReport", "OnStep", "ScenarioReport", "Step", "report_json", "run_job", "run_scenario",
+]  # fmt: skip
 
 _DP_CHUNK = 250
 """Start points per DP batch: bounds memory on long jobs and fine progress grids."""
@@ -50,13 +52,31 @@ class ScenarioReport:
     """The trace files read, in the scenario's offering order."""
 
 
-def _simulate(policy: SimPolicy, prepared: Prepared) -> PolicyRun:
-    # The first start point keeps its tick-by-tick modes, for the timeline plot.
-    outs = tuple(
-        run_policy(policy, prepared.world, s, record=i == 0)
-        for i, s in enumerate(prepared.starts)
-    )
-    return PolicyRun(policy.name, np.array([o.cost for o in outs]), outs)
+@dataclass(frozen=True, slots=True)
+class Step:
+    """How far the replay of one job has got, for a progress bar: ``done`` of ``total``
+    runs, a run being one policy (the omniscient optimum too) from one start point."""
+
+    job: str
+    policy: str
+    """The policy replayed now."""
+    done: int
+    total: int
+
+
+OnStep = Callable[[Step], None]
+"""Told after each run of a job's replay (:class:`Step`)."""
+
+
+def _simulate(
+    policy: SimPolicy, prepared: Prepared, tell: Callable[[str, int], None]
+) -> PolicyRun:
+    outs = []
+    for i, s in enumerate(prepared.starts):
+        # The first start point keeps its tick-by-tick modes, for the timeline plot.
+        outs.append(run_policy(policy, prepared.world, s, record=i == 0))
+        tell(policy.name, 1)
+    return PolicyRun(policy.name, np.array([o.cost for o in outs]), tuple(outs))
 
 
 def run_job(
@@ -65,21 +85,32 @@ def run_job(
     *,
     hindsight: bool = False,
     clock: Clock = WALL,
+    on_step: OnStep | None = None,
 ) -> JobReport:
     """Replay one prepared job under the baselines, ``policies`` and the omniscient DP;
     with ``hindsight``, ``policies`` again shown the whole trace's statistics. ``clock``
-    times the replay."""
+    times the replay; ``on_step`` is told after each run (:class:`Step`)."""
     began = clock.monotonic()
     world, starts = prepared.world, prepared.starts
     sims: list[SimPolicy] = [*baselines_for(world)]
     sims += [PolicyAdapter(p, prepared) for p in policies]
     if hindsight:
         sims += [PolicyAdapter(p, prepared, hindsight=True) for p in policies]
-    runs = [_simulate(p, prepared) for p in sims]
-    opt = np.concatenate([
-        omniscient_costs(world, starts[i : i + _DP_CHUNK])
-        for i in range(0, len(starts), _DP_CHUNK)
-    ])
+    total = (len(sims) + 1) * len(starts)
+    done = 0
+
+    def tell(policy: str, runs: int) -> None:
+        nonlocal done
+        done += runs
+        if on_step is not None:
+            on_step(Step(prepared.job.name, policy, done, total))
+
+    runs = [_simulate(p, prepared, tell) for p in sims]
+    chunks = []
+    for i in range(0, len(starts), _DP_CHUNK):
+        chunks.append(omniscient_costs(world, starts[i : i + _DP_CHUNK]))
+        tell(OMNISCIENT, len(chunks[-1]))
+    opt = np.concatenate(chunks)
     runs.append(PolicyRun(OMNISCIENT, opt, None))
     od = runs[0].costs  # on-demand only comes first: every cost is normalised by it
     metrics = tuple(summarize(r, od, opt) for r in runs)
@@ -95,6 +126,7 @@ def run_scenario(
     seed: int | None = None,
     hindsight: bool = False,
     clock: Clock = WALL,
+    on_step: OnStep | None = None,
 ) -> ScenarioReport:
     """Run every job of a scenario file, or of a scenario made from trace files alone
     (:func:`~spotd.simulate.scenario.scenario_from_traces`).
@@ -102,7 +134,8 @@ def run_scenario(
     ``policies`` are product policies, by entry-point name or as objects;
     ``starts`` and ``seed`` override every job's own; ``hindsight`` replays the
     policies a second time on the whole trace's statistics (see
-    :class:`~spotd.simulate.adapter.PolicyAdapter`); ``clock`` times the runs.
+    :class:`~spotd.simulate.adapter.PolicyAdapter`); ``clock`` times the runs;
+    ``on_step`` is told how far each job's replay has got (:class:`Step`).
     """
     began = clock.monotonic()
     path = scenario if isinstance(scenario, Path) else None
@@ -118,6 +151,7 @@ def run_scenario(
             loaded,
             hindsight=hindsight,
             clock=clock,
+            on_step=on_step,
         )
         for job in scenario.jobs
     )

@@ -46,6 +46,8 @@ NonNegative = Annotated[float, Ge(0)]
 class ScenarioError(SpotdError):
     """A scenario file is unreadable or invalid; the message names the file and field."""
 
+    bad_input = True
+
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source = source
         self.problems = problems

@@ -36,6 +36,8 @@ IntArray = npt.NDArray[np.int64]
 class TraceMissingError(SpotdError):
     """A trace file of a scenario is not where it was looked for."""
 
+    bad_input = True
+
 
 @dataclass(frozen=True, slots=True)
 class Timeline:

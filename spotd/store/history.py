@@ -35,6 +35,7 @@ REPORT_FIELDS = (
     "command_at",
     "exit_phase",
     "exit_detail",
+    "oom_kills",
     "preflight",
     "step",
     "total_steps",

@@ -143,6 +143,8 @@ def guarded_status_update(conn: Connection, change: Transition, now: datetime) -
         .values(
             status=change.new.value,
             failure=change.failure.value if change.failure is not None else None,
+            # Why it failed, as typed facts (those of its event), kept with the job.
+            failure_facts=(change.facts.to_json() or None) if change.failure is not None else None,
             updated_at=now,
             version=JOBS.c.version + 1,
             # A job that moves on waits no more for what it waited for.

@@ -61,6 +61,9 @@ class Billed:
 
     usd: float
     on_demand_usd: float
+    saved_usd: float = 0.0
+    """On-demand equivalent less spend, of the lines of jobs that neither failed nor were
+    cancelled (theirs claim no saving: :mod:`spotd.billing.savings`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +177,14 @@ class MetricQueries:
             LEDGER.c.market,
         )
         closed_lines = LEDGER.join(ATTEMPTS, _line_of_attempt())
+        saving = case(
+            (LEDGER.c.job_status.in_(["failed", "cancelled"]), literal(0.0)),
+            else_=LEDGER.c.on_demand_usd - LEDGER.c.usd,
+        )
         pools = (
-            select(*keys, func.sum(LEDGER.c.usd), func.sum(LEDGER.c.on_demand_usd))
+            select(
+                *keys, func.sum(LEDGER.c.usd), func.sum(LEDGER.c.on_demand_usd), func.sum(saving)
+            )
             .select_from(closed_lines)
             .where(ATTEMPTS.c.ended_at.is_not(None))
             .group_by(*keys)
@@ -183,7 +192,9 @@ class MetricQueries:
         by_attempt: dict[str, dict[int, Billed]] = {}
         with self._read() as conn:
             by_pool = {
-                PoolMarket(Pool(r[0], r[1], r[2], r[3]), r[4]): Billed(float(r[5]), float(r[6]))
+                PoolMarket(Pool(r[0], r[1], r[2], r[3]), r[4]): Billed(
+                    float(r[5]), float(r[6]), float(r[7])
+                )
                 for r in conn.execute(pools)
             }
             for chunk in chunks(list(job_ids)):

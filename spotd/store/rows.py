@@ -15,6 +15,7 @@ from spotd.core.spec import JobSpec
 from spotd.core.spec_io import spec_from_json
 from spotd.core.states import FailureCause, JobStatus
 from spotd.core.values import (
+    EMPTY_FACTS,
     AttemptEnd,
     AttemptRecord,
     EventFacts,
@@ -56,7 +57,17 @@ def job_record(row: Row[Any]) -> JobRecord:
         lease_until=row.lease_until,
         version=row.version,
         waiting=row.waiting,
+        failure_facts=_failure_facts(row),
     )
+
+
+def _failure_facts(row: Row[Any]) -> EventFacts:
+    """A failed job's facts; none for facts this spotd cannot read (a newer one's): the
+    job reads all the same, its ``failure`` says why it failed."""
+    try:
+        return EventFacts.from_json(row.failure_facts)
+    except ValueError:
+        return EMPTY_FACTS
 
 
 def event_record(row: Row[Any]) -> EventRecord:

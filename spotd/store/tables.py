@@ -101,6 +101,9 @@ class JobTable(SQLModel, table=True):
     """The submitter's ``Idempotency-Key``: a retried submit finds its job by it."""
     waiting: str | None = Field(default=None, sa_type=Text)
     """Why the engine places the pending or recovering job nowhere yet; null once placed."""
+    failure_facts: dict[str, Any] | None = Field(default=None, sa_type=JSON)
+    """A failed job's :class:`~spotd.core.values.EventFacts`: those of the event that
+    failed it, as a JSON object; null for any other job (and one failed before)."""
 
 
 class EventRow(SQLModel, table=True):
@@ -204,6 +207,9 @@ class InstanceReportRow(SQLModel, table=True):
     command_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
     exit_phase: str | None = None
     exit_detail: str | None = Field(default=None, sa_type=Text)
+    oom_kills: int | None = None
+    """Processes the kernel's OOM killer killed while the job's command ran (the agent's
+    count); null where it could not tell."""
     preflight: str | None = Field(default=None, sa_type=Text)
     step: int | None = None
     total_steps: int | None = None
@@ -328,3 +334,40 @@ NOTIFICATIONS = _table("notifications")
 """Core view of :class:`NotificationRow`."""
 INTENTS = _table("intents")
 """Core view of :class:`IntentRow`."""
+
+
+class LogHeadRow(SQLModel, table=True):
+    """How much of one node's output its agent shipped (:mod:`spotd.store.joblogs`): the
+    offset the next chunk must start at, kept when the oldest bytes are trimmed."""
+
+    __tablename__ = "log_heads"
+
+    job_id: str = Field(primary_key=True, sa_column_args=[_job_fk("log_heads")])
+    attempt: int = Field(primary_key=True)
+    instance_id: str = Field(primary_key=True)
+    shipped: int = Field(sa_type=BigInteger)
+
+
+class LogChunkRow(SQLModel, table=True):
+    """Bytes ``[start, start + size)`` of one node's shipped output; a job keeps its
+    newest ones, up to ``[agent] log_keep_bytes`` in all."""
+
+    __tablename__ = "log_chunks"
+    __table_args__ = (
+        # A node's output is read in order, from some offset on.
+        Index("ix_log_chunks_node", "job_id", "attempt", "instance_id", "start"),
+    )
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: str = Field(sa_column_args=[_job_fk("log_chunks")], index=True)
+    attempt: int
+    instance_id: str
+    start: int = Field(sa_type=BigInteger)
+    size: int
+    data: bytes = Field(sa_type=LargeBinary)
+
+
+LOG_HEADS = _table("log_heads")
+"""Core view of :class:`LogHeadRow`."""
+LOG_CHUNKS = _table("log_chunks")
+"""Core view of :class:`LogChunkRow`."""

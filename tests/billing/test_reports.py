@@ -28,7 +28,8 @@ from spotd.billing.reports import (
     render_json,
     render_text,
 )
-from spotd.core.states import JobStatus, Transition
+from spotd.core.clock import ManualClock
+from spotd.core.states import FailureCause, JobStatus, Transition
 from spotd.core.values import AttemptClose, AttemptEnd, LedgerEntry, Market, NewAttempt, Pool
 from spotd.store import SqlStore
 
@@ -247,4 +248,81 @@ def test_the_text_header_gives_the_period_to_the_minute(filled: SqlStore) -> Non
     # A window back from "now" (spotd report --since 1d) starts and ends mid-second.
     odd = timedelta(seconds=12, microseconds=345_678)
     text = render_text(build_report(filled, since=SINCE + odd, until=UNTIL + odd))
-    assert text.splitlines()[0] == "spotd report 2026-03-02 00:00 to 2026-03-09 00:00 UTC"
+    assert text.splitlines()[0] == "spotd report 2026-03-02 00:00Z to 2026-03-09 00:00Z"
+
+
+def test_a_report_shows_its_times_in_the_display_zone_and_says_a_fast_clock(
+    filled: SqlStore,
+) -> None:
+    note = "simulated clock, 60x real time"
+    built = build_report(filled, since=SINCE, until=UNTIL, zone="America/New_York",
+                         clock_note=note)  # fmt: skip
+    lines = render_text(built).splitlines()
+    # New York moved its clocks on 2026-03-08, inside the week: each end has its offset.
+    assert lines[0] == "spotd report 2026-03-01 19:00-05:00 to 2026-03-08 20:00-04:00"
+    faster = "the simulated market's hours pass faster than real ones."
+    assert lines[1] == f"Times are on the {note}: {faster}"
+    html = render_html(built, {})
+    assert "2026-03-01 19:00-05:00 to 2026-03-08 20:00-04:00" in html
+    assert f"Times are on the {note}" in html
+    real = render_text(build_report(filled, since=SINCE, until=UNTIL))
+    assert "Times are on the" not in real, "no note on real time"
+
+
+# -- honest money: no saving for a failed job, a running job's spend so far ----------------
+
+
+def test_a_failed_jobs_spend_counts_with_no_saving_and_a_running_ones_so_far(
+    filled: SqlStore,
+) -> None:
+    """A failed job's hours bought nothing kept: its spend is in every spend figure and in
+    no saving. A running job's open attempt, which the stored ledger does not hold yet, is
+    priced to the clock's now and marked so far; without a clock it is left out."""
+    broken = filled.create_job(spec(name="broken"), now=T0)
+    _move(filled, broken.id, S.PENDING, S.PROVISIONING, h(1),
+          open_attempt=NewAttempt(EAST, Market.SPOT, 1, 12.0, resume_from=None))  # fmt: skip
+    opened = filled.attempts(broken.id)[-1]
+    filled.set_attempt_instances(opened.id, ["i-broken"])
+    filled.mark_attempt_running(opened.id, at=h(1.1))
+    _move(filled, broken.id, S.PROVISIONING, S.FAILED, h(3),
+          failure=FailureCause.USER_COMMAND_FAILED,
+          close_attempt=AttemptClose(opened.id, AttemptEnd.USER_FAILED, exit_code=127))  # fmt: skip
+    record_ledger(filled, filled.get_job(broken.id), h(3), on_demand_prices=ON_DEMAND)
+    long = filled.create_job(spec(name="long"), now=T0)
+    _move(filled, long.id, S.PENDING, S.PROVISIONING, h(40),
+          open_attempt=NewAttempt(GCP, Market.SPOT, 1, 20.0, resume_from=None))  # fmt: skip
+    running = filled.attempts(long.id)[-1]
+    filled.set_attempt_instances(running.id, ["i-long"])
+    filled.mark_attempt_running(running.id, at=h(40.1))
+    _move(filled, long.id, S.PROVISIONING, S.RUNNING, h(40.1))
+
+    stored = build_report(filled, since=SINCE, until=UNTIL)
+    assert long.id not in {j.job_id for j in stored.jobs}, "no clock: the stored ledger only"
+    report = build_report(filled, since=SINCE, until=UNTIL, clock=ManualClock(h(42)))
+    rows = {j.job_id: j for j in report.jobs}
+    failed, so_far = rows[broken.id], rows[long.id]
+    assert failed.savings_usd is None and failed.spend_usd == pytest.approx(12.0 * 2, rel=0.01)
+    assert so_far.so_far and so_far.status_shown == "running, so far"
+    assert so_far.spend_usd == pytest.approx(20.0 * 2, rel=0.01), "2 h at 20 USD/h so far"
+    t = report.totals
+    assert t.no_saving_usd == pytest.approx(failed.spend_usd)
+    assert t.running_usd == pytest.approx(so_far.spend_usd)
+    assert t.spend_usd == pytest.approx(stored.totals.spend_usd + so_far.spend_usd)
+    claimed = [j.savings_usd for j in report.jobs if j.savings_usd is not None]
+    assert t.savings_usd == pytest.approx(sum(claimed))
+    east = next(r for r in report.by_provider if r.key == "aws")
+    assert east.savings_usd < east.on_demand_usd - east.spend_usd, "the failed job's is left out"
+    said = report.findings[0]
+    assert f"{usd(t.no_saving_usd)} USD went to jobs that failed or were cancelled" in said
+    assert f"{usd(t.running_usd)} USD is running jobs' spend so far" in said
+    text = render_text(report)
+    assert re.search(rf"{broken.id}\s+broken\s+failed\s+[\d.,]+\s+–", text), text
+    assert re.search(rf"{long.id}\s+long\s+running, so far", text), text
+    assert "Of which failed or cancelled jobs" in text and "Of which running jobs" in text
+    lines = {r["job_id"]: r for r in csv.DictReader(io.StringIO(render_csv(report)))}
+    assert (lines[broken.id]["savings_usd"], lines[broken.id]["savings_pct"]) == ("", "")
+    assert lines[long.id]["status"] == "running, so far"
+    html = render_html(report, {})
+    assert 'data-total="no_saving_usd"' in html and 'data-total="running_usd"' in html
+    dumped = {j["job_id"]: j for j in json.loads(render_json(report))["jobs"]}
+    assert (dumped[broken.id]["savings_usd"], dumped[long.id]["so_far"]) == (None, True)

@@ -82,8 +82,9 @@ def test_plan_shows_the_usable_offerings_and_counts_the_rest_by_kind(tmp_path: P
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     head = next(i for i, line in enumerate(lines) if line.startswith("OFFERING"))
-    assert lines[head].split() == ["OFFERING", "FABRIC", "MARKET", "USD/H", "EFF", "LOSS", "H",
-                                   "EXPECTED"]  # fmt: skip
+    # Each figure's name, and its unit on the line below.
+    assert lines[head - 1].split() == ["FABRIC", "PRICE", "SPEED", "LOSS", "EXPECTED"]
+    assert lines[head].split() == ["OFFERING", "Gbps/GPU", "MARKET", "USD/h", "×", "h", "USD"]
     rows = lines[head + 1 : head + 4]
     assert all(row.startswith("sim-") and len(row) <= 80 for row in rows), "3 rows in 80 columns"
     summary = next(i for i, line in enumerate(lines) if "candidates excluded" in line)

@@ -88,6 +88,13 @@ def test_events_show_their_facts_in_a_column_of_their_own() -> None:
     with_facts = shown([plain, killed, refused])
     assert "FACTS" in with_facts and "exit 137 SIGKILL, node i-7 rank 1" in with_facts
     assert "FACTS" not in shown([plain])
+    # From a daemon that says how the command ended, its words; a failed check by name.
+    said = EventFactsView(exit_code=127, exit_cause="not-found", node="i-7",
+                          exit_said="command not found (exit 127)")  # fmt: skip
+    assert facts_text(said) == "command not found (exit 127), node i-7"
+    assert facts_text(EventFactsView(check="checkpoint_writable")) == (
+        "check checkpoint_writable failed"
+    )
 
 
 def test_flags_show_no_value_type_and_daemon_takes_a_plain_verbose() -> None:
@@ -138,14 +145,16 @@ def test_job_ids_are_whole_and_times_say_their_clock(daemon: Setup) -> None:
     listed = runner.invoke(app, ["status", "--all", *config])
     assert listed.exit_code == 0, listed.output
     assert job["id"] in listed.stdout, listed.stdout
+    # The list is headed by the clock's note, above the table.
+    assert listed.stdout.startswith("times on the simulated clock, 600x real time\n"), listed.stdout
     shown = runner.invoke(app, ["status", job["id"], *config]).stdout
-    assert "attempts (times: simulated, 600x real time)" in shown, shown
+    assert "attempts (times: simulated clock, 600x real time)" in shown, shown
     assert job["id"] in shown
     events = runner.invoke(app, ["events", job["id"], *config]).stdout
-    assert "events (times: simulated, 600x real time)" in events, events
-    assert re.search(r"^ *2026-02-02 \d\d:\d\d:\d\d ", events, re.MULTILINE), events
+    assert "events (times: simulated clock, 600x real time)" in events, events
+    assert re.search(r"^ *2026-02-02 \d\d:\d\d:\d\dZ ", events, re.MULTILINE), events
     as_json = json.loads(runner.invoke(app, ["events", job["id"], "--json", *config]).stdout)
-    assert {e["clock"] for e in as_json} == {"simulated, 600x real time"}
+    assert {e["clock"] for e in as_json} == {"simulated clock, 600x real time"}
 
 
 def test_a_wall_clock_daemon_labels_no_times(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,26 @@ def test_two_daemons_two_hours_apart_agree_on_the_servers_time(pg_url: str) -> N
     behind = DatabaseClock(server, local=lambda: datetime.now(UTC) - timedelta(hours=2))
     assert abs(ahead.now() - behind.now()) < timedelta(seconds=1)
     assert abs(ahead.now() - server()) < timedelta(seconds=1)
+
+
+def test_a_clock_at_real_speed_needs_no_note() -> None:
+    from spotd.core.clock import WALL, ManualClock, clock_note
+
+    assert clock_note(WALL) is None
+    assert clock_note(ManualClock(datetime(2026, 1, 1, tzinfo=UTC))) is None
+
+
+@pytest.mark.parametrize(("speed", "note"), [
+    (1.0, None),
+    (60.0, "simulated clock, 60x real time"),
+    (0.5, "simulated clock, 0.5x real time"),
+])  # fmt: skip
+def test_a_simulated_clock_says_its_speed_unless_it_is_real(
+    tmp_path: Path, speed: float, note: str | None
+) -> None:
+    from spotd.core.clock import clock_note, speed_of
+    from spotd_sim import SimClock
+
+    clock = SimClock(tmp_path, speed, wall=lambda: 1000.0)
+    assert speed_of(clock) == pytest.approx(speed)
+    assert clock_note(clock) == note

@@ -9,6 +9,7 @@ from spotd.core.values import (
     AttemptEnd,
     EventCause,
     EventFacts,
+    ExitCause,
     event_cause,
     signal_of_exit,
 )
@@ -55,3 +56,17 @@ def test_a_signal_is_named_where_python_names_it() -> None:
     assert EventFacts(signal=9).signal_name == "SIGKILL"
     assert EventFacts(signal=63).signal_name is None
     assert EMPTY_FACTS.signal_name is None
+
+
+def test_how_a_command_failed_is_kept_as_its_enum_and_an_unknown_one_skipped() -> None:
+    facts = EventFacts(exit_code=127, exit_cause=ExitCause.NOT_FOUND, oom_kills=0, check="disk")
+    dumped = facts.to_json()
+    assert dumped == {"exit_code": 127, "exit_cause": "not-found", "oom_kills": 0, "check": "disk"}
+    loaded = EventFacts.from_json(dumped)
+    assert loaded == facts and loaded.exit_cause is ExitCause.NOT_FOUND
+    # A cause a newer spotd wrote is skipped like a key this one does not know.
+    assert EventFacts.from_json({"exit_code": 1, "exit_cause": "cosmic-ray"}) == EventFacts(
+        exit_code=1
+    )
+    with pytest.raises(ValueError, match="exit_cause is 7, expected ExitCause"):
+        EventFacts.from_json({"exit_cause": 7})

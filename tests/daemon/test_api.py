@@ -379,6 +379,9 @@ def test_events_carry_their_facts_as_typed_fields(engine: Engine) -> None:
     assert failed["facts"] == {
         "exit_code": 137, "signal": 9, "signal_name": "SIGKILL", "node": "i-7", "rank": 1,
         "error_class": None, "error_code": None, "provider": "fake", "provider_code": None,
+        # Said from the code where the event names no cause of its own (an older one).
+        "exit_cause": None, "oom_kills": None, "check": None,
+        "exit_said": "killed by SIGKILL (exit 137)",
     }  # fmt: skip
     (parsed,) = TypeAdapter(list[EventView]).validate_python([failed])
     assert (parsed.facts.exit_code, parsed.facts.node, parsed.facts.rank) == (137, "i-7", 1)

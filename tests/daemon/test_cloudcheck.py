@@ -84,7 +84,7 @@ def test_a_job_no_offering_fits_fails_with_a_clear_line(tmp_path: Path) -> None:
 def test_an_unknown_provider_is_named_with_the_enabled_ones(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["check-cloud", "--provider", "aws",
                                       "-c", str(_config(tmp_path))])  # fmt: skip
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a bad argument
     assert "no enabled provider matches 'aws' (enabled: sim-aws, sim-azure, sim-gcp)" in (
         result.stderr
     )

@@ -256,7 +256,9 @@ def test_status_and_events_say_why_a_job_waits(tmp_path: Path) -> None:
                                                             "gpus_per_node = 3"))  # fmt: skip
         # Stored all the same, with a warning: no offering has three A100s a node.
         shown = json.loads(setup.cli("submit", str(three), "--json").stdout)
-        (warning,) = shown["warnings"]
+        (given,) = shown["warnings"]
+        assert given["kind"] == "market"
+        warning = given["detail"]
         assert warning.startswith("no offering has 3 A100 GPUs per node (offered: ")
         job_id = shown["id"]
         said = setup.cli("submit", str(three))
@@ -309,7 +311,7 @@ def test_a_second_daemon_on_the_same_data_dir_is_refused(setup: Setup) -> None:
             capture_output=True, text=True, timeout=60, check=False,
         )
         said = " ".join(second.stderr.split())  # rich folds long lines
-        assert second.returncode == 1
+        assert second.returncode == 2  # its configuration names a data_dir in use
         assert f"another spotd daemon is running on data_dir {setup.root}" in said
         assert f"(pid {daemon.proc.pid}, lock {setup.root / 'daemon.lock'})" in said
     finally:

@@ -76,7 +76,7 @@ def dashboard_gets(job: str) -> tuple[list[str], list[str]]:
     """Every GET route of the dashboard but the login and static files, with its path
     filled in: (pages, parts). Read from the app, so a route added later is covered."""
     # Only the routes are read: an engine with a clock is enough to build them.
-    engine: Any = SimpleNamespace(clock=WallClock())
+    engine: Any = SimpleNamespace(clock=WallClock(), zone=UTC)
     routes = create_pages_routers(engine, Sessions("x", Unasked()))
     fill = {"{ref}": job, "{name}": "daily"}
     pool = "?provider=sim-aws&region=us-east-1&zone=us-east-1a&instance_type=g5.xlarge"
@@ -130,6 +130,11 @@ def test_with_the_session_every_page_answers_and_none_shows_a_token_or_secret(
         assert reply.status_code in (200, 303), (path, reply.status_code, reply.text[:300])
         bodies[path] = reply.content
     assert b"tiny" in bodies["/dashboard/jobs"], "the job is listed"
+    # The daemon's market runs faster than real time: every page says so, and names the
+    # one zone its times are in (its script shows "live" in that zone too).
+    jobs_page = bodies["/dashboard/jobs"].decode()
+    assert 'role="status">Times are on the simulated clock, 600x real time' in jobs_page
+    assert "times UTC, 24-hour" in jobs_page and 'data-zone="UTC"' in jobs_page
     assert job.encode() in bodies[f"/dashboard/jobs/{job}"]
     assert bodies["/dashboard/cost/daily.png"].startswith(b"\x89PNG")
     assert bodies[f"/dashboard/jobs/{job}/timeline.svg"].lstrip().startswith(b"<?xml")
@@ -311,7 +316,7 @@ def test_the_cost_window_from_the_form() -> None:
 def test_the_cost_page_keeps_a_windows_report_and_draws_its_charts_once(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     try:
-        engine: Any = SimpleNamespace(store=store, clock=WallClock())
+        engine: Any = SimpleNamespace(store=store, clock=WallClock(), zone=UTC)
         costs = CostReports(engine)
         window = window_of(None, None, engine.clock.now())
         first = costs.report(window)

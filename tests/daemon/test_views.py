@@ -4,14 +4,25 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
-from spotd.cli.render.jobs import progress_line
+from spotd.cli.render.jobs import failure_lines, progress_line, warning_line
 from spotd.core.spec import JobSpec
-from spotd.core.states import JobStatus
-from spotd.core.values import AttemptEnd, AttemptRecord, JobRecord, Market, Pool
-from spotd.daemon.views import JobView, job_view
+from spotd.core.states import FailureCause, JobStatus
+from spotd.core.values import (
+    AttemptEnd,
+    AttemptRecord,
+    EventFacts,
+    ExitCause,
+    JobRecord,
+    Market,
+    Pool,
+    SubmitWarning,
+    SubmitWarningKind,
+)
+from spotd.daemon.views import JobView, job_view, warning_view
 
 T0 = datetime(2026, 6, 1, tzinfo=UTC)
 
@@ -139,4 +150,40 @@ def test_status_shows_the_ledgers_cost_not_price_times_time() -> None:
     assert view.cost_usd == pytest.approx(2.81)
     assert job_view(job, [first, second], now).cost_usd == pytest.approx(2.06), (
         "nothing stored yet: the closed attempt is billed by the same rules too"
+    )
+
+
+def test_a_failed_job_says_why_from_its_typed_facts_and_an_older_daemons_reply_reads() -> None:
+    failed = replace(record(JobStatus.FAILED), failure=FailureCause.USER_COMMAND_FAILED,
+                     failure_facts=EventFacts(exit_code=137, signal=9, node="i-1",
+                                              exit_cause=ExitCause.SIGNAL))  # fmt: skip
+    view = job_view(failed, [], T0)
+    assert view.failure_reason == "killed by SIGKILL (exit 137)"
+    assert view.failure_facts is not None and view.failure_facts.exit_cause == "signal"
+    assert failure_lines([view], one=True) == ["[red]failed: killed by SIGKILL (exit 137)[/]"]
+    assert job_view(record(), [], T0).failure_reason is None
+    older = view.model_dump(mode="json")
+    del older["failure_reason"], older["failure_facts"]
+    assert failure_lines([JobView.model_validate(older)], one=False) == []
+
+
+def test_a_deadline_failure_is_said_in_the_daemons_zone() -> None:
+    late = replace(record(JobStatus.FAILED, deadline=due(10, 5)),
+                   failure=FailureCause.DEADLINE_IMPOSSIBLE)  # fmt: skip
+    berlin = ZoneInfo("Europe/Berlin")
+    said = job_view(late, [], T0, zone=berlin).failure_reason
+    assert said == "deadline impossible: 10 h of compute cannot end by 2026-06-01 07:00+02:00"
+
+
+def test_submit_warnings_are_typed_and_an_older_daemons_bare_strings_read_as_the_markets() -> (
+    None
+):
+    view = job_view(record(), [], T0).model_dump(mode="json")
+    view["warnings"] = ["no offering has 3 A100 GPUs per node"]
+    (old,) = JobView.model_validate(view).warnings
+    assert (old.kind, old.detail) == ("market", "no offering has 3 A100 GPUs per node")
+    given = warning_view(SubmitWarning(SubmitWarningKind.NO_EMAIL, "no [email] here"))
+    # Escaped for rich: the console prints "[email]" as it is written.
+    assert warning_line(given) == (
+        "[yellow]warning:[/yellow] no \\[email] here; the job is stored and runs without email"
     )

@@ -46,3 +46,21 @@ def test_the_start_line_names_the_config_and_hides_the_database_password(tmp_pat
     assert "s3cret" not in line and "spotd:***@db.internal" in line, line
     assert line.startswith("config: no config file (defaults and SPOTD_* variables);")
     assert "providers: aws, sim-gcp; email: on via smtp.example.com, to 1 address(es)" in line
+    assert line.endswith("clock: real time, times shown in UTC"), line
+
+
+def test_the_start_line_says_when_the_clock_is_not_real_time(tmp_path: Path) -> None:
+    from spotd.daemon.process import start_summary
+    from spotd_sim import SimClock
+
+    settings = load_settings(None, data_dir=tmp_path, display={"timezone": "Europe/Berlin"})
+    line = start_summary(settings, None, ["sim-aws"], SimClock(tmp_path / "sim", 60.0))
+    assert line.endswith("clock: simulated clock, 60x real time, times shown in Europe/Berlin")
+
+
+def test_the_embedded_default_runs_on_real_time(tmp_path: Path) -> None:
+    from spotd.core.clock import clock_note
+
+    settings = load_settings(None, data_dir=tmp_path)
+    assert settings.providers.sim.speed == 1.0
+    assert clock_note(records_clock(settings)) is None

@@ -6,8 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
+from spotd.core.agent_wire import ExitReport
 from spotd.core.values import Instance, InstanceReport, InstanceState, Market, Pool
-from spotd.engine.attempts import with_report
+from spotd.engine.attempts import with_kept_exit, with_report
+from spotd.exits import KeptExit
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 POOL = Pool("sim-aws", "us-east-1", "us-east-1a", "p4d.24xlarge")
@@ -51,3 +53,14 @@ def test_the_agents_word_over_the_providers(
 ) -> None:
     merged = with_report(node(state), report(**fields))
     assert merged is not None and merged.state is expected
+
+
+def test_the_agents_count_of_oom_kills_goes_with_its_exit() -> None:
+    merged = with_report(node(InstanceState.TERMINATED), report(exit_code=137, oom_kills=2))
+    assert (merged.state, merged.exit_code, merged.oom_kills) == (InstanceState.EXITED, 137, 2)
+    kept = with_kept_exit(node(InstanceState.TERMINATED), KeptExit(
+        exit=ExitReport(job_id="j-1", attempt=1, instance_id="i-1", provider="sim-aws",
+                        at=NOW, exit_code=137, oom_kills=1),
+        notice=None, stopped=False,
+    ))  # fmt: skip
+    assert (kept.exit_code, kept.oom_kills) == (137, 1)

@@ -903,7 +903,10 @@ def test_a_budget_is_enforced_at_the_ledgers_figure_not_price_times_time(
         assert [a.cost_usd for a in view.attempts] == [pytest.approx(0.06)]
         totals = store_totals(eng)()
         assert totals.spent_usd == pytest.approx(0.06)
-        assert totals.savings_usd == pytest.approx(0.15 - 0.06), "a minute on-demand at 9 USD/h"
+        # A minute on-demand at 9 USD/h would be 0.15 USD; but the job failed, and a failed
+        # job's spend claims no saving (spotd.billing.savings).
+        assert totals.savings_usd == pytest.approx(0.0)
+        assert view.failure_reason == "over budget: spent 0.06 of 0.05 USD"
     finally:
         store.close()
 

@@ -98,7 +98,7 @@ def test_every_node_gets_the_roster_its_rank_and_the_fabric_env(daemon: Daemon) 
     assert job.status == "succeeded", client.events(job.id)
     envs = [
         json.loads(line.removeprefix("ENV "))
-        for text in client.logs(job.id).values()
+        for text in client.logs(job.id).logs.values()
         for line in text.splitlines()
         if line.startswith("ENV ")
     ]
@@ -147,7 +147,7 @@ def test_a_node_that_never_boots_ends_the_gang_as_lost_and_it_is_relaunched(
     detail = next(e.detail for e in events if e.cause == "lost")
     assert "gang did not assemble in 38 s" in detail
     # Nothing ran on the partial gang: the healthy node's agent never started the command.
-    assert not any("ran" in text.splitlines() for text in client.logs(job.id).values())
+    assert not any("ran" in text.splitlines() for text in client.logs(job.id).logs.values())
     assert lost.gang is None or lost.gang.started == 0
     job = wait_for(client, job.id, ended, 90)
     assert job.status == "succeeded"

@@ -7,12 +7,14 @@ from datetime import timedelta
 
 import pytest
 
+from spotd.core.agent_wire import PreflightCheck, PreflightFigures
 from spotd.core.errors import CapacityError, InvalidRequestError, ProviderError, ThrottledError
 from spotd.core.values import (
     AttemptEnd,
     AttemptRecord,
     EventCause,
     EventFacts,
+    ExitCause,
     FailureCause,
     Instance,
     InstanceState,
@@ -163,7 +165,8 @@ def test_a_failed_launch(
     ("instances", "expected"),
     [
         pytest.param((node(0, S.RUNNING), node(1, S.EXITED, 137)),
-                     EventFacts(exit_code=137, signal=9, node="i-1", rank=1), id="killed"),
+                     EventFacts(exit_code=137, signal=9, node="i-1", rank=1,
+                                exit_cause=ExitCause.SIGNAL), id="killed"),
         pytest.param((node(0, S.EXITED, 0), node(1, S.EXITED, 0)),
                      EventFacts(exit_code=0), id="succeeded"),
         pytest.param((node(0, S.RUNNING), node(1, S.PREEMPTED)),
@@ -238,3 +241,31 @@ def test_limits_of_a_pending_job() -> None:
 def test_the_same_facts_give_the_same_verdict() -> None:
     f = facts(JobStatus.RUNNING, node(0, S.NOTICE), node(1, S.EXITED, 1))
     assert judge.watch(f) == judge.watch(f)
+
+
+def test_a_node_the_oom_killer_hit_fails_its_job_out_of_memory_on_that_evidence_only() -> None:
+    """The agent's count of OOM kills is the evidence: with it, exit 137 is out of memory;
+    without it, the same exit is a SIGKILL from anyone, and said as such."""
+    oom = replace(node(0, S.EXITED, 137), oom_kills=1)
+    verdict = judge.watch(facts(JobStatus.RUNNING, oom))
+    assert isinstance(verdict, End) and verdict.failure is FailureCause.USER_COMMAND_FAILED
+    assert (verdict.facts.exit_cause, verdict.facts.oom_kills) == (ExitCause.OUT_OF_MEMORY, 1)
+    killed = judge.watch(facts(JobStatus.RUNNING, node(0, S.EXITED, 137)))
+    assert isinstance(killed, End) and killed.facts.exit_cause is ExitCause.SIGNAL
+    lost = judge.watch(facts(JobStatus.RUNNING, node(0, S.EXITED, 127)))
+    assert isinstance(lost, End) and lost.facts.exit_cause is ExitCause.NOT_FOUND
+
+
+def test_a_failed_preflight_names_its_failed_check_the_jobs_own_first() -> None:
+    checks = (PreflightCheck(name="gpu_count", ok=False, detail="1 of 8"),
+              PreflightCheck(name="checkpoint_writable", ok=False, detail="read-only"))  # fmt: skip
+    failed = PreflightFigures(passed=False, checks=checks, reason="the nodes cannot write")
+    gang = GangState(joined=1, started=0, preflight=failed)
+    verdict = judge.watch(facts(JobStatus.PROVISIONING, node(0, S.RUNNING), gang=gang))
+    assert isinstance(verdict, End) and verdict.failure is FailureCause.INVALID_SPEC
+    assert verdict.facts.check == "checkpoint_writable"
+    pool_only = PreflightFigures(passed=False, checks=checks[:1], reason="a GPU is missing")
+    gang = GangState(joined=1, started=0, preflight=pool_only)
+    verdict = judge.watch(facts(JobStatus.PROVISIONING, node(0, S.RUNNING), gang=gang))
+    assert isinstance(verdict, End) and verdict.status is JobStatus.RECOVERING
+    assert verdict.facts.check == "gpu_count"

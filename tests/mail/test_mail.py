@@ -738,6 +738,22 @@ def test_job_end_email_carries_the_stored_ledger_and_its_savings(tmp_path: Path)
     assert "<td>10.00 USD</td>" in html_body and "20.00 USD (67 %)" in html_body
 
 
+def test_a_failed_jobs_end_email_says_why_and_shows_its_spend_with_no_saving() -> None:
+    from dataclasses import replace
+
+    from spotd.core.values import EventFacts, ExitCause
+    from spotd.mail import job_end_email
+
+    failed = replace(job(status=JobStatus.FAILED, failure=FailureCause.USER_COMMAND_FAILED),
+                     failure_facts=EventFacts(exit_code=127, exit_cause=ExitCause.NOT_FOUND))
+    ran = attempt("j1", 1.0, 3.0, end=AttemptEnd.USER_FAILED)
+    composed = job_end_email(failed, [ran], now=NOW, ledger=[billed(ran, 3.0, 10.0)])
+    assert "failed: command not found (exit 127)." in composed.text
+    assert "Cost:        3.00 USD" in composed.text
+    assert "Saved" not in composed.text and "On-demand" not in composed.text
+    assert "Saved" not in (composed.html or "")
+
+
 # --------------------------------------------------------------------------
 # Scheduled reports and settings
 # --------------------------------------------------------------------------
@@ -750,7 +766,7 @@ def test_scheduled_report_is_sent_once_per_firing(tmp_path: Path) -> None:
     mail.scheduled_report("weekly")
     mail.scheduled_report("weekly")  # another daemon on the same database, same minute
     (sent,) = mail.transport.sent  # type: ignore[attr-defined]
-    assert sent["Subject"] == "spotd weekly report, 2026-02-23 12:00 to 2026-03-02 12:00 UTC"
+    assert sent["Subject"] == "spotd weekly report, 2026-02-23 12:00Z to 2026-03-02 12:00Z"
     assert sent["To"] == "ops@example.com"
     assert store.claims == {"report:weekly:2026-03-02T12:00"}
 
@@ -842,3 +858,19 @@ def test_real_report_email_over_smtp(tmp_path: Path, smtp_server: SmtpServer) ->
         assert png.get_content().startswith(PNG_SIGNATURE)
         assert f"cid:{png['Content-ID'].strip('<>')}" in html_body
         matplotlib.image.imread(io.BytesIO(png.get_content()), format="png")
+
+
+def test_job_end_email_shows_times_in_the_display_zone_and_a_fast_clock() -> None:
+    from spotd.core.timefmt import zone_named
+    from spotd.mail import job_end_email
+
+    ended = job(status=JobStatus.SUCCEEDED)
+    composed = job_end_email(ended, [], now=NOW, zone=zone_named("Asia/Tokyo"),
+                             clock_note="simulated clock, 60x real time")  # fmt: skip
+    submitted = ended.submitted_at.astimezone(zone_named("Asia/Tokyo"))
+    assert f"Submitted:   {submitted:%Y-%m-%d %H:%M}+09:00" in composed.text, composed.text
+    assert "Times:       on the simulated clock, 60x real time" in composed.text
+    assert "on the simulated clock, 60x real time" in (composed.html or "")
+    plain = job_end_email(ended, [], now=NOW)
+    assert f"Submitted:   {ended.submitted_at:%Y-%m-%d %H:%M}Z" in plain.text
+    assert "Times:" not in plain.text

@@ -427,3 +427,37 @@ def test_a_waiting_job_hedges_on_demand_only_against_outages_seen_lately(
     ctx = PlacementContext("j7", spec, START, stats=stats, changeover_hours=0.3)
     choice = BalancedPolicy().place(ctx, offers).choice
     assert (choice and choice.market) is market
+
+
+@pytest.mark.parametrize("hours_left", [30.0, 400.0, 9000.0])
+def test_a_far_deadline_rides_spot_as_a_near_one_does(hours_left: float) -> None:
+    """A deadline a year out binds nothing yet: the plan looks no further than a few
+    times the work ahead, so its steps stay finer than a spot spell and it rides spot
+    (a plan to the deadline itself took on-demand at about 1,000 h)."""
+    steady = "1" * 40 + "0" * 2
+    market = [_offering("steady", "H100", spot=3.0, od=9.0)]
+    stats = _History({market[0].pool: _series(steady * 12 + "1" * 5, step_hours=0.25)})
+    spec = _deadline_job(["H100"], compute=10, hours_left=hours_left)
+    policy = BalancedPolicy()
+    choice = policy.place(PlacementContext("far", spec, START, stats=stats), market).choice
+    assert choice is not None and choice.market is Market.SPOT
+
+
+def test_a_plan_cut_short_of_its_deadline_is_solved_again_halfway() -> None:
+    """The nearer end a cut plan assumes never decides: half-way through its horizon
+    the plan no longer covers the job, and the next pass solves a new one."""
+    from spotd_policies import balanced
+
+    steady = "1" * 40 + "0" * 2
+    market = [_offering("steady", "H100", spot=3.0, od=9.0)]
+    stats = _History({market[0].pool: _series(steady * 12 + "1" * 5, step_hours=0.25)})
+    spec = _deadline_job(["H100"], compute=10, hours_left=9000)
+    policy = BalancedPolicy()
+    policy.place(PlacementContext("far", spec, START, stats=stats), market)
+    solved = policy._plans["far"]
+    horizon = balanced.HORIZON_WORKS * 10
+    assert solved.plan.steps * solved.plan.step_hours == pytest.approx(horizon, rel=0.05)
+    assert solved.holds_hours == pytest.approx(horizon / 2)
+    inside = PlacementContext("far", spec, START + timedelta(hours=horizon / 2 - 1))
+    past = PlacementContext("far", spec, START + timedelta(hours=horizon / 2 + 1))
+    assert balanced._covers(solved, inside) and not balanced._covers(solved, past)

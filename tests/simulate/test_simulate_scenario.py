@@ -372,7 +372,7 @@ def test_cli_trace_mode_errors(tiny: Path, args: list[str], message: str) -> Non
     paths = {"tiny": str(tiny), "trace": str(here / "t" / "a.json"),
              "missing": str(here / "nope.json"), "empty": str(here / "empty")}  # fmt: skip
     result = CliRunner().invoke(app, [a.format(**paths) for a in args])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output  # bad input
     assert message in " ".join(result.output.split()) and "Traceback" not in result.output
 
 

@@ -31,6 +31,7 @@ from spotd.core.values import (
     AttemptEnd,
     EventCause,
     EventFacts,
+    ExitCause,
     InstanceReport,
     JobRecord,
     Market,
@@ -875,7 +876,7 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 
 # -- schema ----------------------------------------------------------------------
 
-LATEST = "0003"
+LATEST = "0005"
 
 
 def test_the_migrations_make_the_schema_of_the_tables(empty_store_url: str) -> None:
@@ -974,6 +975,35 @@ def test_is_a_store(store: SqlStore) -> None:
     """mypy checks the assignment: SqlStore has every method of the Store protocol."""
     as_protocol: Store = store
     assert as_protocol is store
+
+
+def test_a_failed_job_keeps_the_facts_of_the_event_that_failed_it(store: SqlStore) -> None:
+    """Why it failed, typed, on the job itself (its status and the dashboard read it
+    without its events); any other job has none, and so does a job failed by a
+    transition without facts."""
+    job = store.create_job(make_spec(), now=T0)
+    facts = EventFacts(exit_code=127, exit_cause=ExitCause.NOT_FOUND, node="i-1",
+                       provider="aws")  # fmt: skip
+    move(store, job.id, S.PENDING, S.PROVISIONING, at(1), open_attempt=new_attempt(),
+         facts=EventFacts(provider="aws"))  # fmt: skip
+    assert store.get_job(job.id).failure_facts == EMPTY_FACTS
+    move(store, job.id, S.PROVISIONING, S.FAILED, at(2),
+         failure=FailureCause.USER_COMMAND_FAILED, facts=facts)  # fmt: skip
+    failed = store.get_job(job.id)
+    assert failed.failure_facts == facts and failed.failure_facts.exit_cause is ExitCause.NOT_FOUND
+    assert store.list_jobs([S.FAILED])[0].failure_facts == facts
+    bare = store.create_job(make_spec(), now=T0)
+    move(store, bare.id, S.PENDING, S.FAILED, at(1), failure=FailureCause.OVER_BUDGET)
+    assert store.get_job(bare.id).failure_facts == EMPTY_FACTS
+
+
+def test_an_exit_report_keeps_the_agents_count_of_oom_kills(store: SqlStore) -> None:
+    job = store.create_job(make_spec(), now=T0)
+    store.save_report(InstanceReport("i-1", "aws", job.id, 1, heartbeat_at=at(1)))
+    assert store.reports(job.id)[0].oom_kills is None
+    store.save_report(InstanceReport("i-1", "aws", job.id, 1, exit_code=137, oom_kills=1))
+    (kept,) = store.reports(job.id)
+    assert (kept.exit_code, kept.oom_kills, kept.heartbeat_at) == (137, 1, at(1))
 
 
 def test_gang_reports_merge_and_sum(store: SqlStore) -> None:

@@ -3,7 +3,6 @@ which spotd this is."""
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated
 
 import typer
@@ -11,7 +10,7 @@ from rich.markup import escape
 
 from spotd import __version__
 from spotd.cli.commands.options import ConfigOpt
-from spotd.cli.errors import error, guard
+from spotd.cli.errors import error, guard, stopped
 from spotd.cli.render.console import err, out
 from spotd.daemon.config import find_config_file, load_settings
 
@@ -27,19 +26,24 @@ def daemon(
         bool, typer.Option("--verbose", "-v", help="Log at DEBUG, the scheduler's runs included.")
     ] = False,
 ) -> None:
-    """Run the daemon: reconcile loop, price polls and the HTTP API, until SIGTERM."""
-    from spotd.daemon.process import Daemon, quiet_scheduler_log
+    """Run the daemon: reconcile loop, price polls and the HTTP API, until SIGTERM or
+    Ctrl-C."""
+    from spotd.daemon.log_setup import configure_daemon_log
+    from spotd.daemon.logtimes import use_zone_in_log
+    from spotd.daemon.process import Daemon
 
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    quiet_scheduler_log(verbose)
+    configure_daemon_log(verbose)
 
     def run() -> None:
-        Daemon(load_settings(config), config_file=find_config_file(config)).run_forever()
+        settings = load_settings(config)
+        use_zone_in_log(settings.display.zone)
+        Daemon(settings, config_file=find_config_file(config)).run_forever()
 
-    guard(run)
+    try:
+        guard(run)
+    except KeyboardInterrupt:
+        # Ctrl-C before the daemon took SIGINT over (reading its config, migrating).
+        stopped("interrupted before the daemon started; nothing was left running")
 
 
 def dashboard(
@@ -53,7 +57,7 @@ def dashboard(
 
     from spotd.cli.client import daemon_alive, daemon_url
 
-    settings = load_settings(config)
+    settings = guard(lambda: load_settings(config))
     url = f"{daemon_url(settings)}/dashboard/"
     out.print(url, highlight=False, soft_wrap=True)
     if not daemon_alive(settings.address_file):

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from spotd.cli.commands.options import JsonOpt
-from spotd.cli.errors import guard
+from spotd.cli.errors import ExitCode, guard, stopped
 from spotd.cli.render.console import err, out
 
 
@@ -35,10 +35,22 @@ def demo(
     ] = None,
     keep: Annotated[Path | None, typer.Option(help="Keep the demo's files in this folder.")] = None,
 ) -> None:
-    """Run an example job on the simulated market through preemptions, then summarise."""
-    if example is DemoExample.DDP:
-        _demo_ddp(as_json, steps, keep)
-        return
+    """Run an example job on the simulated market through preemptions, then summarise.
+
+    Ctrl-C stops it: its daemon and nodes are stopped, and its folder removed unless
+    --keep names one."""
+    try:
+        if example is DemoExample.DDP:
+            _demo_ddp(as_json, steps, keep)
+        else:
+            _demo_tiny(as_json, seed, steps, keep)
+    except KeyboardInterrupt:
+        # Each demo cleaned up on its way out (spotd.cli.demo.demo_folder, stop_daemon).
+        files = "its folder removed" if keep is None else f"its files kept in {keep}"
+        stopped(f"interrupted; the demo's daemon and nodes are stopped, {files}")
+
+
+def _demo_tiny(as_json: bool, seed: int, steps: int | None, keep: Path | None) -> None:
     from spotd.cli.demo import DemoOptions, run_demo
 
     options = DemoOptions(seed=seed, steps=steps or 300, keep=keep, quiet=as_json)
@@ -50,7 +62,7 @@ def demo(
 
         print_summary(summary, out)
     if summary.status != "succeeded":
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)
 
 
 def _demo_ddp(as_json: bool, steps: int | None, keep: Path | None) -> None:
@@ -65,4 +77,4 @@ def _demo_ddp(as_json: bool, steps: int | None, keep: Path | None) -> None:
     else:
         print_ddp_summary(summary, out)
     if summary.status != "succeeded" or not summary.digest_matches:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILED)

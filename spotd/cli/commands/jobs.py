@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from spotd.cli.commands.options import ConfigOpt, JobArg, JsonOpt, again
-from spotd.cli.errors import guard
+from spotd.cli.commands.options import ConfigOpt, JobArg, JsonOpt, again, settings_of
+from spotd.cli.errors import guard, stopped
 from spotd.cli.render.console import err, out
 from spotd.cli.render.jobs import events_table, print_jobs, write_log
-from spotd.daemon.config import load_settings
+from spotd.cli.render.progress import working
 
 if TYPE_CHECKING:
     from spotd.daemon.views import JobView
@@ -56,7 +56,7 @@ def status(  # noqa: PLR0917 (typer options)
     more: list[str] = []
 
     def run() -> list[JobView]:
-        client = Client.from_settings(load_settings(config))
+        client = Client.from_settings(settings_of(config))
         if job is not None:
             return [client.job(job)]
         statuses = only or (None if all_jobs else ["active"])
@@ -77,14 +77,30 @@ def status(  # noqa: PLR0917 (typer options)
         payload = [j.model_dump(mode="json") for j in jobs]
         out.print_json(json.dumps(payload[0] if job is not None else payload))
         return
+    if not jobs:
+        filtered = all_jobs or bool(only) or team is not None or cursor is not None
+        # soft_wrap: the commands in it are copied whole, never broken at the width.
+        out.print(escape(empty_status(filtered=filtered, config=config)), highlight=False,
+                  soft_wrap=True)  # fmt: skip
+        return
     print_jobs(jobs, one=job is not None)
+
+
+def empty_status(*, filtered: bool, config: Path | None) -> str:
+    """What ``spotd status`` says in place of an empty table: that nothing matched,
+    and how to submit a first job."""
+    first = (f"submit one with `{again('submit', 'job.toml', config)}` (docs/job-spec.md "
+             f"describes the file), or watch one run with `spotd demo`")  # fmt: skip
+    if filtered:
+        return f"no jobs match; {first}"
+    return f"no active jobs (`{again('status', '--all', config)}` lists ended ones too); {first}"
 
 
 def events(job: JobArg, config: ConfigOpt = None, as_json: JsonOpt = False) -> None:
     """Show every transition of a job, with its cause."""
     from spotd.cli.client import Client
 
-    rows = guard(lambda: Client.from_settings(load_settings(config)).events(job))
+    rows = guard(lambda: Client.from_settings(settings_of(config)).events(job))
     if as_json:
         out.print_json(json.dumps([e.model_dump(mode="json") for e in rows]))
         return
@@ -109,9 +125,16 @@ def cancel(
     """Cancel a job: the daemon that holds it stops its instances in its next pass."""
     from spotd.cli.client import Client, wait_ended
 
-    client = guard(lambda: Client.from_settings(load_settings(config)))
+    client = guard(lambda: Client.from_settings(settings_of(config)))
     asked = guard(lambda: client.cancel(job))
-    view = guard(lambda: wait_ended(client, asked.id, timeout_seconds=timeout)) if wait else asked
+    view = asked
+    if wait:
+        try:
+            with working(f"waiting up to {timeout:g} s for its daemon to stop {asked.id}"):
+                view = guard(lambda: wait_ended(client, asked.id, timeout_seconds=timeout))
+        except KeyboardInterrupt:
+            stopped(f"no longer waiting; the cancel of {asked.id} stays asked, and "
+                    "`spotd status` shows when it is done")  # fmt: skip
     if view.status_ended or not wait:
         note = "" if view.status_ended else " (cancel asked; `spotd status` shows when done)"
         out.print(f"{view.id} {view.status}{note}")
@@ -129,7 +152,7 @@ def priority(
     """Give a job another priority: its daemon's next pass orders the queue by it."""
     from spotd.cli.client import Client
 
-    view = guard(lambda: Client.from_settings(load_settings(config)).set_priority(job, value))
+    view = guard(lambda: Client.from_settings(settings_of(config)).set_priority(job, value))
     out.print(f"{view.id} priority {value} asked (now {view.spec.get('priority', 0)})")
 
 
@@ -141,27 +164,56 @@ def logs(
         typer.Option("--follow", "-f",
                      help="Keep printing new output until the job ends (Ctrl-C stops)."),
     ] = False,
+    attempt: Annotated[
+        int | None,
+        typer.Option(min=1, help="Only this attempt's output (its number, 1 first).",
+                     show_default=False),
+    ] = None,
+    node: Annotated[
+        int | None,
+        typer.Option(min=0, help="Only this node's output, by its rank (0 first).",
+                     show_default=False),
+    ] = None,
 ) -> None:
-    """Print the job's output, attempt by attempt."""
+    """Print the job's output, attempt by attempt and node by node, as the nodes'
+    agents send it (the same on every provider)."""
     from spotd.cli.client import Client
+    from spotd.cli.follow import write_page
 
     if follow:
-        _follow_logs(job, config)
+        _follow_logs(job, config, attempt, node)
         return
-    found = guard(lambda: Client.from_settings(load_settings(config)).logs(job))
-    if not found:
-        err.print(f"{escape(job)}: no instance has been launched for it yet, so no output")
-    for header, text in found.items():
-        write_log(header, text)
+    page = guard(lambda: Client.from_settings(settings_of(config)).logs(
+        job, attempt=attempt, node=node))  # fmt: skip
+    if not page.nodes:
+        err.print(escape(_no_output(job, attempt, node)), highlight=False, soft_wrap=True)
+    write_page(page, write_log, _gone, empty=True)
 
 
-def _follow_logs(job: str, config: Path | None) -> None:
+def _no_output(job: str, attempt: int | None, node: int | None) -> str:
+    """Why ``spotd logs`` printed nothing."""
+    if attempt is None and node is None:
+        return f"{job}: no instance has been launched for it yet, so no output"
+    asked = " ".join([f"--attempt {attempt}"] * (attempt is not None)
+                     + [f"--node {node}"] * (node is not None))  # fmt: skip
+    return f"{job}: no node matches {asked} (`spotd status {job}` lists its attempts)"
+
+
+def _gone(header: str, skipped: int) -> None:
+    said = (f"({header}: {skipped:,} bytes of its output before this are no longer kept; "
+            "a job keeps its newest [agent] log_keep_bytes)")  # fmt: skip
+    err.print(escape(said), highlight=False, soft_wrap=True)
+
+
+def _follow_logs(job: str, config: Path | None, attempt: int | None, node: int | None) -> None:
     from spotd.cli.client import Client
     from spotd.cli.follow import follow_logs
 
     try:
-        ended = guard(lambda: follow_logs(Client.from_settings(load_settings(config)), job,
-                                          write_log))  # fmt: skip
+        ended = guard(lambda: follow_logs(Client.from_settings(settings_of(config)), job,
+                                          write_log, _gone, attempt=attempt,
+                                          node=node))  # fmt: skip
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
-    err.print(f"{ended.id}: {ended.status}", highlight=False)
+    why = f": {ended.failure_reason}" if ended.failure_reason else ""  # failed: say why
+    err.print(f"{ended.id}: {ended.status}{why}", highlight=False)

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from spotd.cli.commands.options import ConfigOpt, JsonOpt
+from spotd.cli.commands.options import ConfigOpt, JsonOpt, settings_of
 from spotd.cli.errors import guard
 from spotd.cli.render.console import out
 from spotd.cli.render.market import check_json, print_check, print_market
+from spotd.cli.render.progress import working
 from spotd.core.clock import WALL
 from spotd.core.spec_io import load_job_file
-from spotd.daemon.config import Settings, load_settings
+from spotd.daemon.config import Settings
 
 if TYPE_CHECKING:
     from spotd.core.contracts import Clock
@@ -45,7 +46,8 @@ def _market(settings: Settings, wall: Clock = WALL) -> tuple[MarketView, str]:
         level = cache_log.level
         cache_log.setLevel(logging.ERROR)
         try:
-            cache.refresh_all()
+            with working(f"no daemon answered: polling {len(providers)} provider(s)"):
+                cache.refresh_all()
         finally:
             cache_log.setLevel(level)
         view = market_view(cache.snapshots(), wall.now().timestamp())
@@ -75,7 +77,7 @@ def prices(
     as_json: JsonOpt = False,
 ) -> None:
     """Show the current market: offerings, both prices, fabric, and how fresh the data is."""
-    view, source = guard(lambda: _market(load_settings(config)))
+    view, source = guard(lambda: _market(settings_of(config)))
     failed = [p for p in view.providers if p.error is not None and not p.offerings]
     # Nothing to show because every poll failed is an error, not an empty market.
     code = 1 if failed and len(failed) == len(view.providers) else 0
@@ -108,9 +110,10 @@ def check_cloud(
 
     def run() -> list[CloudCheck]:
         spec = load_job_file(job) if job is not None else None
-        return check_clouds(load_settings(config), spec, provider)
+        return check_clouds(settings_of(config), spec, provider)
 
-    checks = guard(run)
+    with working("checking credentials, permissions and quotas"):
+        checks = guard(run)
     if as_json:
         sys.stdout.write(json.dumps([check_json(c) for c in checks], indent=2) + "\n")
     else:

@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from spotd.cli.commands.options import ConfigOpt, JsonOpt
+from spotd.cli.commands.options import ConfigOpt, JsonOpt, settings_of
 from spotd.cli.errors import guard
 from spotd.cli.render.console import out
 from spotd.cli.render.plan import print_plan
 from spotd.core.spec_io import load_job_file
-from spotd.daemon.config import load_settings
 
 if TYPE_CHECKING:
     from spotd.daemon.planning import PlanView
@@ -55,10 +54,10 @@ def _plan_view(job: str, config: Path | None, policy: str | None) -> PlanView:
     if path.is_file() or path.suffix == ".toml" or path.name != job:
         from spotd.daemon.planning import plan_job
 
-        return plan_job(load_job_file(path), load_settings(config), policy)
+        return plan_job(load_job_file(path), settings_of(config), policy)
     from spotd.cli.client import Client
 
-    client = Client.from_settings(load_settings(config))
+    client = Client.from_settings(settings_of(config))
     try:
         return client.plan(job, policy)
     finally:

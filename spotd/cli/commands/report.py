@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from spotd.cli.commands.options import ConfigOpt, JsonOpt
-from spotd.cli.errors import error, guard
+from spotd.cli.commands.options import ConfigOpt, JsonOpt, settings_of
+from spotd.cli.errors import guard, usage_error
 from spotd.cli.render.console import err
+from spotd.cli.render.progress import working
+from spotd.core.clock import clock_note
 from spotd.core.errors import ConfigError
-from spotd.daemon.config import Settings, load_settings
+from spotd.daemon.config import Settings
 
 if TYPE_CHECKING:
     from spotd.core.contracts import Clock
@@ -76,30 +78,30 @@ def report(
     """Cost report from the ledger: spend, savings against on-demand, preemptions, time lost."""
     if as_json:
         if fmt not in ("text", "json"):
-            error(f"--json and --format {fmt}: choose one")
-            raise typer.Exit(2)
+            usage_error(f"--json and --format {fmt}: choose one")
         fmt = "json"  # as every other command takes it; --format json says the same
     if email:
-        guard(lambda: _email_report(load_settings(config), since, start, end, job))
+        with working("building and sending the report"):
+            guard(lambda: _email_report(settings_of(config), since, start, end, job))
         return
     from spotd.billing import reports
     from spotd.store import open_store
 
     if fmt not in ("text", "html", "json", "csv"):
-        err.print(
-            f"[red]error:[/red] --format {escape(repr(fmt))}: expected text, html, json or csv"
-        )
-        raise typer.Exit(2)
+        usage_error(f"--format {fmt!r}: expected text, html, json or csv")
 
     def run() -> str:
         from spotd.daemon.wiring import records_clock
 
-        settings = load_settings(config)
-        begin, finish = _period(since, start, end, records_clock(settings))
+        settings = settings_of(config)
+        clock = records_clock(settings)
+        begin, finish = _period(since, start, end, clock)
         store = open_store(settings.db_url)
         try:
             job_id = store.find_job(job).id if job else None
-            built = reports.build_report(store, since=begin, until=finish, job_id=job_id)
+            built = reports.build_report(store, since=begin, until=finish, job_id=job_id,
+                                         zone=settings.display.timezone,
+                                         clock_note=clock_note(clock), clock=clock)  # fmt: skip
         finally:
             store.close()
         if fmt == "json":
@@ -111,7 +113,8 @@ def report(
             return reports.render_html(built, charts)
         return reports.render_text(built)
 
-    text = guard(run)
+    with working("building the report"):
+        text = guard(run)
     if out_file is not None:
         out_file.write_text(text, encoding="utf-8")
         err.print(f"report written to {escape(str(out_file))}")
@@ -136,7 +139,7 @@ def _email_report(
     begin, finish = _period(since, start, end, clock)
     store = open_store(settings.db_url)
     try:
-        kit = ReportKit(partial(reports.build_report, store), reports.render_text,
+        kit = ReportKit(partial(reports.build_report, store, clock=clock), reports.render_text,
                         reports.render_html, charts.render_charts)  # fmt: skip
         mailer = build_mailer(
             settings.email, settings.data_dir, store=store, clock=clock,

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.markup import escape
 
-from spotd.cli.commands.options import ConfigOpt, JsonOpt, again
+from spotd.cli.commands.options import ConfigOpt, JsonOpt, again, settings_of
 from spotd.cli.errors import guard
 from spotd.cli.render.console import err, out
+from spotd.cli.render.jobs import warning_line
+from spotd.cli.render.progress import working
 from spotd.core.errors import SubmitRefused
 from spotd.core.spec_io import load_job_file
-from spotd.daemon.config import Settings, load_settings
+from spotd.daemon.config import Settings
 
 if TYPE_CHECKING:
     from spotd.core.spec import JobSpec
@@ -43,9 +45,10 @@ def submit(
 
     def run() -> JobView:
         spec = load_job_file(job_file)  # a bad spec is the first thing to say
-        settings = load_settings(config)
+        settings = settings_of(config)
         named.append(spec.workdir is not None)
-        shipped.append(_ship_submitted(spec, job_file, settings))
+        with working("packing and storing the job's workdir"):
+            shipped.append(_ship_submitted(spec, job_file, settings))
         client = Client.from_settings(settings)
         try:
             return client.submit(shipped[0].spec, idempotency_key=idempotency_key)
@@ -67,8 +70,7 @@ def submit(
         f"watch it with `{escape(again('status', job.id, config))}`"
     )
     for warning in job.warnings:
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}; the job is stored and waits "
-                  "until the market offers what it needs", highlight=False)  # fmt: skip
+        err.print(warning_line(warning), highlight=False)
 
 
 def _ship_submitted(spec: JobSpec, job_file: Path, settings: Settings) -> Shipped:

@@ -5,13 +5,23 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from rich.console import RenderableType
 from rich.markup import escape
 from rich.table import Table
 
-from spotd.cli.render.console import out
+from spotd.cli.render.cells import SLUG_BREAKS, Breakable, FittedTable
+from spotd.cli.render.console import out, when
+from spotd.core.timefmt import Precision
 
 if TYPE_CHECKING:
-    from spotd.daemon.views import EventFactsView, EventView, JobView
+    from spotd.daemon.views import EventFactsView, EventView, JobView, WarningView
+
+_WARNING_TAILS = {
+    "market": "the job is stored and waits until the market offers what it needs",
+    "no-email": "the job is stored and runs without email",
+    "no-address": "the job is stored and runs without a job-end email",
+}
+"""What each kind of submit warning (``SubmitWarningKind``) means for the stored job."""
 
 
 def _where(job: JobView) -> str:
@@ -23,7 +33,7 @@ def _where(job: JobView) -> str:
 
 def status_table(jobs: list[JobView]) -> Table:
     """One row per job: id, name, status, where it runs, attempts, preemptions, cost."""
-    table = Table(box=None, header_style="bold")
+    table = FittedTable(box=None, header_style="bold")
     # The id is what every other command takes: never cut. Narrow terminals, and a pipe
     # (80 columns to rich), fold the other cells instead, losing nothing.
     table.add_column("ID", no_wrap=True, min_width=max((len(j.id) for j in jobs), default=2))
@@ -35,9 +45,10 @@ def status_table(jobs: list[JobView]) -> Table:
         status = j.status if not j.failure else f"{j.status} ({j.failure})"
         table.add_row(
             j.id,
-            escape(j.name),
+            # Wrapped between names, never inside one (spotd.cli.render.cells).
+            Breakable(j.name, breaks=SLUG_BREAKS),
             f"[{colour.get(j.status, 'cyan')}]{escape(status)}[/]",
-            escape(_where(j)),
+            Breakable(_where(j)),
             str(len(j.attempts)),
             str(j.preemptions),
             f"{j.cost_usd:,.2f}",
@@ -47,10 +58,15 @@ def status_table(jobs: list[JobView]) -> Table:
 
 def print_jobs(jobs: list[JobView], *, one: bool) -> None:
     """The status table and why jobs wait; for ``one`` job also its progress, restarts,
-    attempts and gang."""
+    attempts and gang. Headed by the clock's note when its times are not real ones."""
+    clock = next((j.clock for j in jobs if j.clock), None)
+    if clock:
+        out.print(f"[yellow]times on the {escape(clock)}[/]", highlight=False)
     out.print(status_table(jobs))
     for waits in waiting_lines(jobs, one=one):
         out.print(waits, highlight=False)
+    for why in failure_lines(jobs, one=one):
+        out.print(why, highlight=False)
     if one and jobs:
         line = progress_line(jobs[0])
         if line is not None:
@@ -71,6 +87,24 @@ def waiting_lines(jobs: list[JobView], *, one: bool) -> list[str]:
         for j in jobs
         if j.waiting is not None
     ]
+
+
+def failure_lines(jobs: list[JobView], *, one: bool) -> list[str]:
+    """Why each failed job failed (``failed: command not found (exit 127)``), under the
+    table; each prefixed with its id in a list of several. Nothing from a daemon too old
+    to say."""
+    return [
+        f"[red]{escape(('' if one else j.id + ' ') + 'failed: ' + j.failure_reason)}[/]"
+        for j in jobs
+        if j.failure_reason is not None
+    ]
+
+
+def warning_line(warning: WarningView) -> str:
+    """A submit warning as ``spotd submit`` prints it: what will not happen as asked, and
+    what that means for the stored job (by its kind)."""
+    tail = _WARNING_TAILS.get(warning.kind, "the job is stored")
+    return f"[yellow]warning:[/yellow] {escape(warning.detail)}; {tail}"
 
 
 def restart_line(job: JobView) -> str | None:
@@ -160,8 +194,8 @@ def print_attempts(job: JobView) -> None:
         table.add_row(
             str(a.seq), a.provider, a.zone, a.instance_type, a.market,
             f"{a.price_per_node_hour * a.nodes:.2f}",
-            f"{a.started_at:%m-%d %H:%M}",
-            f"{a.ended_at:%m-%d %H:%M}" if a.ended_at else "-",
+            when(a.started_at, Precision.MINUTE),
+            when(a.ended_at, Precision.MINUTE) if a.ended_at else "-",
             escape(a.end_reason or "-"),
             f"{a.cost_usd:.2f}",
         )
@@ -172,31 +206,38 @@ def events_table(rows: list[EventView]) -> Table:
     """Every transition of a job: when, from and to which status, its cause and detail,
     and its facts (exit code, node, error class) where any event has some."""
     clock = rows[0].clock if rows else None
-    table = Table(title=f"events{_times(clock)}" if clock else None, box=None,
-                  header_style="bold")  # fmt: skip
+    table = FittedTable(title=f"events{_times(clock)}" if clock else None, box=None,
+                        header_style="bold")  # fmt: skip
     facts = [facts_text(e.facts) for e in rows]
     columns = ["AT", "FROM", "TO", "CAUSE", "DETAIL"] + (["FACTS"] if any(facts) else [])
     for column in columns:
         table.add_column(column, no_wrap=column == "AT", overflow="fold")
     for e, said in zip(rows, facts, strict=True):
-        when = f"{e.at:%Y-%m-%d %H:%M:%S}"
-        cells = [when, e.from_status or "-", e.to_status, escape(e.cause), escape(e.detail)]
-        table.add_row(*cells, *([escape(said)] if len(columns) > len(cells) else []))
+        # A detail's paths (a checkpoint's) go on lines of their own, broken at "/" only.
+        cells: list[RenderableType] = [
+            when(e.at), e.from_status or "-", e.to_status, escape(e.cause), Breakable(e.detail)
+        ]
+        table.add_row(*cells, *([Breakable(said)] if len(columns) > len(cells) else []))
     return table
 
 
 def facts_text(facts: EventFactsView) -> str:
-    """An event's exit code, node and error in a few words (``exit 137 SIGKILL, node
-    i-0ab rank 1``); empty when it has none of them. The provider is left to the
-    detail, which names the pool."""
+    """An event's exit, node and error in a few words (``killed by SIGKILL (exit 137),
+    node i-0ab rank 1``; the exit said as the daemon says it, else as its code and
+    signal); empty when it has none of them. The provider is left to the detail,
+    which names the pool."""
     parts = []
-    if facts.exit_code is not None:
+    if facts.exit_said is not None:
+        parts.append(facts.exit_said)
+    elif facts.exit_code is not None:
         parts.append(" ".join(filter(None, (f"exit {facts.exit_code}", facts.signal_name))))
     if facts.node is not None:
         rank = f" rank {facts.rank}" if facts.rank is not None else ""
         parts.append(f"node {facts.node}{rank}")
     if facts.error_class is not None:
         parts.append(facts.error_class)
+    if facts.check is not None:
+        parts.append(f"check {facts.check} failed")
     return ", ".join(parts)
 
 

@@ -2,7 +2,8 @@
 
 The report is built from the ledger by :func:`spotd.billing.reports.build_report`,
 the charts drawn by :func:`spotd.billing.reports.render_charts`: the page shows
-the figures the report, its email and ``/metrics`` show.
+the figures the report, its email and ``/metrics`` show, the running jobs' spend
+so far among them (marked so), priced to the daemon's clock.
 
 With ten thousand jobs a week's report takes about a second to build and half
 a second to draw, so a window's report and charts are built behind the page
@@ -21,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
 from spotd.billing import reports
-from spotd.core.clock import WALL
+from spotd.core.clock import WALL, clock_note
 from spotd.core.contracts import Clock
 from spotd.daemon.dashboard.kept import KeptBuilds
 from spotd.daemon.reader import Reader
@@ -140,4 +141,8 @@ class CostReports:
         """``window``'s report (its charts are drawn at the first ask of one, or right
         after a build behind the page)."""
         since, until = window.resolved(self._reader.clock.now())
-        return _Built(reports.build_report(self._reader.store, since=since, until=until))
+        reader = self._reader
+        return _Built(reports.build_report(reader.store, since=since, until=until,
+                                           zone=str(reader.zone),
+                                           clock_note=clock_note(reader.clock),
+                                           clock=reader.clock))  # fmt: skip

@@ -13,7 +13,10 @@ from datetime import datetime
 from urllib.parse import urlencode
 
 from spotd.billing.ledger import ledger_so_far
+from spotd.billing.savings import claims_saving
 from spotd.core.errors import StoreError
+from spotd.core.failures import failure_sentence
+from spotd.core.states import JobStatus
 from spotd.core.values import AttemptEnd, AttemptRecord, JobRecord, LedgerEntry
 from spotd.daemon.metrics import on_demand_prices
 from spotd.daemon.reader import Reader
@@ -50,20 +53,33 @@ class JobFilter:
 
 @dataclass(frozen=True)
 class Money:
-    """What a job has cost by its ledger, and the same hours on on-demand."""
+    """What a job has cost by its ledger, and the same hours on on-demand; a job that
+    failed or was cancelled is shown its spend only (:mod:`spotd.billing.savings`)."""
 
     cost_usd: float
     on_demand_usd: float
+    status: JobStatus = JobStatus.SUCCEEDED
 
     @property
-    def savings_usd(self) -> float:
-        """What spot saved against on-demand (negative: it cost more)."""
+    def so_far(self) -> bool:
+        """The job has not ended: its cost grows until it does."""
+        return not self.status.terminal
+
+    @property
+    def savings_usd(self) -> float | None:
+        """What spot saved against on-demand (negative: it cost more); None for a job
+        that failed or was cancelled, whose spend claims no saving."""
+        if not claims_saving(self.status):
+            return None
         return self.on_demand_usd - self.cost_usd
 
     @property
     def savings_pct(self) -> float | None:
         """The savings as a share of the on-demand equivalent; None without one."""
-        return 100 * self.savings_usd / self.on_demand_usd if self.on_demand_usd > 0 else None
+        saved = self.savings_usd
+        if saved is None or self.on_demand_usd <= 0:
+            return None
+        return 100 * saved / self.on_demand_usd
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,8 @@ class JobLine:
     preemptions: int
     progress: ProgressView
     money: Money
+    failure_reason: str | None = None
+    """Why the failed job failed, in a few words (:func:`spotd.core.failures.failure_sentence`)."""
 
     @property
     def done_pct(self) -> float | None:
@@ -125,12 +143,18 @@ def job_line(
     now: datetime,
 ) -> JobLine:
     """A job's line: progress, slack and money by its ledger so far."""
+    money = money_of(reader, job, attempts, ledger, now)
+    reason = None
+    if job.failure is not None:
+        reason = failure_sentence(job.failure, job.failure_facts, job.spec,
+                                  spent_usd=money.cost_usd, zone=reader.zone)  # fmt: skip
     return JobLine(
         job=job,
         attempts=len(attempts),
         preemptions=sum(a.end_reason is AttemptEnd.PREEMPTED for a in attempts),
         progress=progress_view(job, attempts, now),
-        money=money_of(reader, job, attempts, ledger, now),
+        money=money,
+        failure_reason=reason,
     )
 
 
@@ -148,4 +172,5 @@ def money_of(
     return Money(
         cost_usd=sum(e.usd for e in entries),
         on_demand_usd=sum(e.on_demand_usd for e in entries),
+        status=job.status,
     )

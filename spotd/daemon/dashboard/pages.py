@@ -77,7 +77,8 @@ def create_pages_routers(
     def shown(name: str, request: Request, **context: Any) -> Response:
         session = request.cookies[SESSION_COOKIE]  # the guard found it valid
         return page(name, session=session, logout_token=sessions.logout_form_token(session),
-                    clock=clock, refresh=REFRESH_SECONDS, **context)  # fmt: skip
+                    clock=clock, zone=reader.zone, refresh=REFRESH_SECONDS,
+                    **context)  # fmt: skip
 
     @pages.get(COOKIE_PATH)
     @pages.get(f"{COOKIE_PATH}/")
@@ -95,7 +96,8 @@ def create_pages_routers(
     def jobs_part(status: str | None = None, name: str | None = None,
                   cursor: str | None = None) -> Response:  # fmt: skip
         wanted = JobFilter.of(status, name, cursor)
-        return page("jobs_table.html.j2", wanted=wanted, table=job_table(reader, wanted))
+        return page("jobs_table.html.j2", wanted=wanted, table=job_table(reader, wanted),
+                    zone=reader.zone)  # fmt: skip
 
     @pages.get(f"{COOKIE_PATH}/jobs/{{ref}}")
     def job(request: Request, ref: str) -> Response:
@@ -105,7 +107,8 @@ def create_pages_routers(
     @parts.get(f"{COOKIE_PATH}/fragments/jobs/{{ref}}")
     def job_part(ref: str) -> Response:
         detail = job_detail(reader, _job(reader, ref))
-        return page("job_body.html.j2", d=detail, clock=clock, stamp=_stamp(detail.job, wall))
+        return page("job_body.html.j2", d=detail, clock=clock, zone=reader.zone,
+                    stamp=_stamp(detail.job, wall))  # fmt: skip
 
     @parts.get(f"{COOKIE_PATH}/jobs/{{ref}}/timeline.svg")
     def timeline(ref: str) -> Response:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
@@ -10,6 +10,7 @@ import jinja2
 from fastapi.responses import HTMLResponse
 
 from spotd.billing.report_model import usd
+from spotd.core.timefmt import shown
 
 SECURITY_HEADERS = {
     # Our own script and styles only, nothing inline and nothing from elsewhere:
@@ -60,6 +61,9 @@ def hours(value: float | None) -> str:
     return f"{value:,.1f} h"
 
 
-def when(at: datetime | None) -> str:
-    """A time to the second, UTC (the engine's clock: on the simulated market, its own)."""
-    return "–" if at is None else at.strftime("%Y-%m-%d %H:%M:%S")
+@jinja2.pass_context
+def when(context: jinja2.runtime.Context, at: datetime | None) -> str:
+    """A time to the second in the page's ``zone`` (UTC unless the page names one), on
+    the engine's clock: on a simulated market, its own."""
+    zone = context.get("zone") or UTC
+    return "–" if at is None else shown(at, zone)

@@ -3,10 +3,21 @@
 // A 401 means the session ended: back to the login page, then here again.
 "use strict";
 
+// 24-hour time in the zone the daemon shows every time in (<body data-zone>), never
+// the browser's own, so the page's times and this one can be compared.
+function clockTime(now) {
+  const zone = document.body.dataset.zone || "UTC";
+  try {
+    return now.toLocaleTimeString("en-GB", { timeZone: zone, hour12: false });
+  } catch (e) {
+    return now.toISOString().slice(11, 19) + "Z";
+  }
+}
+
 function showLive(ok) {
   const live = document.getElementById("live");
   if (!live) return;
-  live.textContent = ok ? "live, " + new Date().toLocaleTimeString() : "daemon not answering";
+  live.textContent = ok ? "live, " + clockTime(new Date()) : "daemon not answering";
   live.className = ok ? "live" : "live down";
 }
 
