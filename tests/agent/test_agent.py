@@ -17,13 +17,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fakes.metadata_fake import (
     AWS_INSTANCE_ID,
     AWS_PRIVATE_IP,
@@ -34,6 +32,7 @@ from fakes.metadata_fake import (
     MetadataFake,
 )
 from fastapi import FastAPI, HTTPException
+from loopback_support import serve
 from pydantic import SecretStr
 
 from spotd import checkpoints as ck
@@ -128,25 +127,6 @@ def daemon_app(reports: MemoryReports) -> FastAPI:
         create_agent_router(DAEMON_TOKEN, reports, lambda job, attempt: tokens.get((job, attempt)))
     )
     return app
-
-
-@contextmanager
-def serve(app: FastAPI) -> Iterator[str]:
-    """A real uvicorn server on a loopback port, in a thread."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    assert wait_for(lambda: server.started), "uvicorn did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=5)
-        sock.close()
 
 
 @pytest.fixture
