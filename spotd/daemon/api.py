@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
 
 from spotd import __version__
 from spotd.core.agent_wire import Secrets, SecretsAsk
-from spotd.core.clock import WALL
+from spotd.core.clock import WALL, clock_note
 from spotd.core.contracts import Clock, Store
 from spotd.core.errors import BadCursor, IdempotencyKeyReused, StoreError, SubmitRefused
 from spotd.core.intents import IntentKind
@@ -66,7 +66,6 @@ from spotd.daemon.views import (
     JobPageView,
     JobView,
     MarketView,
-    clock_label,
     event_view,
     job_view,
     market_view,
@@ -180,10 +179,10 @@ def create_jobs_router(
     Every answer is read from the store; a cancel or a priority is an intent stored
     for the loop of the daemon that holds the job (202: asked, not done yet)."""
     router = APIRouter(dependencies=list(dependencies), route_class=route_class)
-    clock = clock_label(reader.clock)
+    clock = clock_note(reader.clock)
 
     def view(ref: str) -> JobView:
-        return reader.view(reader.store.find_job(ref)).model_copy(update={"clock": clock})
+        return reader.view(reader.store.find_job(ref))
 
     @router.post("/v1/jobs", status_code=201)
     def submit(
@@ -214,7 +213,8 @@ def create_jobs_router(
         job = reader.submit(spec, idempotency_key=idempotency_key)
         if job.spec != spec:  # a racing submit of the same key stored another spec first
             return _repeated(reader, job, spec, idempotency_key)
-        view = job_view(job, reader.store.attempts(job.id), reader.clock.now(), zone=reader.zone)
+        view = job_view(job, reader.store.attempts(job.id), reader.clock.now(), zone=reader.zone,
+                        clock=clock)  # fmt: skip
         warnings = [warning_view(w) for w in reader.submit_warnings(spec)]
         return view.model_copy(update={"warnings": warnings}) if warnings else view
 
@@ -301,9 +301,9 @@ def _job_page(
     attempts = reader.store.attempts_for(ids)
     ledger = reader.store.ledger_for(ids)
     now = reader.clock.now()
-    clock = clock_label(reader.clock)  # a list's times are on the clock as a job's are
-    views = [job_view(j, attempts[j.id], now, ledger=ledger[j.id], zone=reader.zone)
-             .model_copy(update={"clock": clock}) for j in page.jobs]  # fmt: skip
+    clock = clock_note(reader.clock)
+    views = [job_view(j, attempts[j.id], now, ledger=ledger[j.id], zone=reader.zone, clock=clock)
+             for j in page.jobs]  # fmt: skip
     return JobPageView(jobs=views, next=page.next)
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, timedelta, tzinfo
 
 from spotd.billing.ledger import spend_so_far
+from spotd.core.clock import clock_note
 from spotd.core.contracts import Clock, EngineStore, Policy, Provider
 from spotd.core.intents import IntentKind, IntentRecord
 from spotd.core.spec import JobSpec
@@ -160,7 +161,7 @@ class Reader:
         return job_view(
             job, store.attempts(job.id), self.clock.now(), store.reports(job.id),
             ledger=store.ledger(job_id=job.id), asked=store.open_intents([job.id]).get(job.id, ()),
-            zone=self.zone,
+            zone=self.zone, clock=clock_note(self.clock),
         )  # fmt: skip
 
     def ask(self, job: JobRecord, kind: IntentKind, *, priority: int | None = None) -> IntentRecord:

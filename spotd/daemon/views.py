@@ -11,8 +11,6 @@ from pydantic import BaseModel, Field, model_validator
 
 from spotd.billing.ledger import ledger_so_far, spend_by_attempt
 from spotd.core.agent_wire import GpuReading, PreflightFigures
-from spotd.core.clock import clock_note
-from spotd.core.contracts import Clock
 from spotd.core.failures import exit_sentence, failure_sentence
 from spotd.core.intents import IntentRecord
 from spotd.core.progress import job_done_hours, reported_steps, running_rate
@@ -238,7 +236,8 @@ class JobView(BaseModel):
     last_exit_code: int | None = None
     """The non-zero code of the latest error exit (its first failing node's)."""
     clock: str | None = None
-    """What clock the job's times are on when it is not the wall's (:func:`clock_label`);
+    """What clock the job's times are on when it is not at real speed
+    (:func:`spotd.core.clock.clock_note`);
     None on the wall's, and from a daemon older than the field."""
     waiting: str | None = None
     """Why the pending or recovering job is placed nowhere yet (``spotd.engine.waiting``);
@@ -335,6 +334,7 @@ def job_view(
     ledger: Sequence[LedgerEntry] = (),
     asked: Sequence[IntentRecord] = (),
     zone: tzinfo = UTC,
+    clock: str | None = None,
 ) -> JobView:
     """The view of a job and its attempts (with what their agents reported), and its
     open intents (``asked``).
@@ -342,7 +342,8 @@ def job_view(
     Costs are the job's ledger: ``ledger`` holds its stored lines
     (``store.ledger(job_id=...)``), the attempts they do not cover are billed
     up to ``now`` by the same rules (:func:`spotd.billing.ledger.ledger_so_far`).
-    ``zone``: the zone times in its sentences are shown in.
+    ``zone``: the zone times in its sentences are shown in; ``clock``: the
+    :func:`~spotd.core.clock.clock_note` of the clock its times are on.
     """
     spend = spend_by_attempt(ledger_so_far(job, attempts, ledger, now))
     views = [attempt_view(a, spend.get(a.seq, 0.0), reports) for a in attempts]
@@ -368,6 +369,7 @@ def job_view(
         last_exit_code=last_error_exit(attempts, reports),
         waiting=job.waiting,
         asked=[intent_view(i) for i in asked],
+        clock=clock,
     )
 
 
@@ -436,7 +438,8 @@ def progress_view(
 
 
 def event_view(e: EventRecord, clock: str | None = None) -> EventView:
-    """The view of one event; ``clock``: the :func:`clock_label` of its time."""
+    """The view of one event; ``clock``: the :func:`~spotd.core.clock.clock_note` of
+    its time."""
     return EventView(
         at=e.at,
         from_status=str(e.from_status) if e.from_status else None,
@@ -457,12 +460,6 @@ def event_facts_view(facts: EventFacts) -> EventFactsView:
         exit_cause=str(facts.exit_cause) if facts.exit_cause else None,
         oom_kills=facts.oom_kills, check=facts.check, exit_said=exit_sentence(facts),
     )  # fmt: skip
-
-
-def clock_label(clock: Clock) -> str | None:
-    """:func:`spotd.core.clock.clock_note`: what clock the times are on when it does
-    not run at real speed; None when it does."""
-    return clock_note(clock)
 
 
 class OfferingView(BaseModel):

@@ -158,10 +158,9 @@ def test_job_ids_are_whole_and_times_say_their_clock(daemon: Setup) -> None:
 
 
 def test_a_wall_clock_daemon_labels_no_times(tmp_path: Path) -> None:
-    from spotd.core.clock import WallClock
-    from spotd.daemon.views import clock_label
+    from spotd.core.clock import WallClock, clock_note
 
-    assert clock_label(WallClock()) is None
+    assert clock_note(WallClock()) is None
 
 
 @pytest.mark.parametrize(("columns", "width"), [(None, 200), ("90", 90)])

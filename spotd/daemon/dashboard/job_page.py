@@ -8,13 +8,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from spotd import checkpoints
+from spotd.core.clock import clock_note
 from spotd.core.errors import CheckpointError
 from spotd.core.states import JobStatus
 from spotd.core.values import AttemptRecord, EventRecord, JobRecord
 from spotd.daemon.dashboard.jobs import Money, money_of
 from spotd.daemon.joblogs import attempt_logs, tail
 from spotd.daemon.reader import Reader
-from spotd.daemon.views import EventView, JobView, clock_label, event_view, job_view
+from spotd.daemon.views import EventView, JobView, event_view, job_view
 from spotd.engine.settings import checkpoint_uri
 
 LOG_LINES = 40
@@ -59,9 +60,8 @@ def job_detail(reader: Reader, job: JobRecord) -> JobDetail:
     ledger = store.ledger(job_id=job.id)
     events = store.events(job.id)
     now = reader.clock.now()
-    clock = clock_label(reader.clock)
-    view = job_view(job, attempts, now, reports, ledger=ledger, zone=reader.zone)
-    view = view.model_copy(update={"clock": clock})
+    clock = clock_note(reader.clock)
+    view = job_view(job, attempts, now, reports, ledger=ledger, zone=reader.zone, clock=clock)
     uri = checkpoint_uri(job, reader.settings)
     found, error = _checkpoints(uri)
     logs = [NodeLog(h, tail(t, LOG_LINES)) for h, t in attempt_logs(reader, attempts[-1:])]

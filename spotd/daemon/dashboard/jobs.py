@@ -14,13 +14,14 @@ from urllib.parse import urlencode
 
 from spotd.billing.ledger import ledger_so_far
 from spotd.billing.savings import claims_saving
+from spotd.core.clock import clock_note
 from spotd.core.errors import StoreError
 from spotd.core.failures import failure_sentence
 from spotd.core.states import JobStatus
 from spotd.core.values import AttemptEnd, AttemptRecord, JobRecord, LedgerEntry
 from spotd.daemon.metrics import on_demand_prices
 from spotd.daemon.reader import Reader
-from spotd.daemon.views import STATUS_WORDS, ProgressView, clock_label, progress_view
+from spotd.daemon.views import STATUS_WORDS, ProgressView, progress_view
 
 PAGE_SIZE = 50
 """Jobs in one page of the table."""
@@ -112,14 +113,14 @@ class JobsShown:
     lines: list[JobLine]
     next: str | None
     clock: str | None
-    """:func:`~spotd.daemon.views.clock_label` of the times shown."""
+    """:func:`~spotd.core.clock.clock_note` of the times shown."""
     refused: str | None = None
     """Why the filter was not read (a cursor the store did not make)."""
 
 
 def job_table(reader: Reader, wanted: JobFilter, limit: int = PAGE_SIZE) -> JobsShown:
     """The page of jobs ``wanted`` names, newest first."""
-    clock = clock_label(reader.clock)
+    clock = clock_note(reader.clock)
     try:
         page = reader.store.jobs_page(
             statuses=STATUS_WORDS.get(wanted.status), limit=limit,

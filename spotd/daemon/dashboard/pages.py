@@ -13,7 +13,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request, Response
 from fastapi.responses import RedirectResponse
 
-from spotd.core.clock import WALL
+from spotd.core.clock import WALL, clock_note
 from spotd.core.contracts import Clock
 from spotd.core.errors import JobNotFound
 from spotd.core.values import JobRecord, Pool
@@ -32,7 +32,7 @@ from spotd.daemon.dashboard.render import SECURITY_HEADERS, page
 from spotd.daemon.dashboard.session import COOKIE_PATH, SESSION_COOKIE, Sessions
 from spotd.daemon.dashboard.timeline import timeline_svg
 from spotd.daemon.reader import Reader
-from spotd.daemon.views import STATUS_WORDS, attempt_view, clock_label
+from spotd.daemon.views import STATUS_WORDS, attempt_view
 from spotd.market.ttl import TtlCache
 
 REFRESH_SECONDS = 2
@@ -72,7 +72,7 @@ def create_pages_routers(
         30.0, max_items=64, name="spotd-charts", failure="the dashboard could not redraw %s",
         clock=wall,
     )
-    clock = clock_label(reader.clock)
+    clock = clock_note(reader.clock)
 
     def shown(name: str, request: Request, **context: Any) -> Response:
         session = request.cookies[SESSION_COOKIE]  # the guard found it valid
