@@ -126,7 +126,7 @@ def test_the_leader_dies_and_the_others_finish_every_job_once(
             # In the submitting daemon's data_dir: a job file elsewhere would have its
             # folder shipped (no workdir), another daemon's database with it.
             job = setups[n % 3].root / f"job-{n}.toml"
-            job.write_text(JOB.format(n=n, python=sys.executable, trainer=TRAINER, steps=STEPS * 3))
+            job.write_text(JOB.format(n=n, python=sys.executable, trainer=TRAINER, steps=STEPS))
             ids.append(json.loads(setups[n % 3].cli("submit", str(job), "--json").stdout)["id"])
         limit = time.monotonic() + 30
         while sum(map(_leads, setups)) != 1:

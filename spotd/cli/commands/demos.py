@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from pydantic import BaseModel
 
 from spotd.cli.commands.options import JsonOpt
 from spotd.cli.errors import ExitCode, guard, stopped
@@ -33,7 +34,10 @@ def demo(
     steps: Annotated[
         int | None, typer.Option(help="Training steps (default: 300 tiny, 120 ddp).")
     ] = None,
-    keep: Annotated[Path | None, typer.Option(help="Keep the demo's files in this folder.")] = None,
+    keep: Annotated[
+        Path | None,
+        typer.Option(help="Keep the demo's files in this folder, its figures in summary.json."),
+    ] = None,
 ) -> None:
     """Run an example job on the simulated market through preemptions, then summarise.
 
@@ -55,6 +59,7 @@ def _demo_tiny(as_json: bool, seed: int, steps: int | None, keep: Path | None) -
 
     options = DemoOptions(seed=seed, steps=steps or 300, keep=keep, quiet=as_json)
     summary = guard(lambda: run_demo(options, console=err))
+    _keep_summary(summary, keep)
     if as_json:
         sys.stdout.write(summary.model_dump_json(indent=2) + "\n")
     else:
@@ -65,6 +70,13 @@ def _demo_tiny(as_json: bool, seed: int, steps: int | None, keep: Path | None) -
         raise typer.Exit(ExitCode.FAILED)
 
 
+def _keep_summary(summary: BaseModel, keep: Path | None) -> None:
+    """A kept folder holds the figures too (``summary.json``, as ``--json`` prints them),
+    so a run read for its words keeps its numbers."""
+    if keep is not None:
+        (keep / "summary.json").write_text(summary.model_dump_json(indent=2) + "\n")
+
+
 def _demo_ddp(as_json: bool, steps: int | None, keep: Path | None) -> None:
     from spotd.cli.demo_ddp import DdpDemoOptions, print_ddp_summary, run_ddp_demo
 
@@ -72,6 +84,7 @@ def _demo_ddp(as_json: bool, steps: int | None, keep: Path | None) -> None:
     if steps is not None:
         options = replace(options, steps=steps)
     summary = guard(lambda: run_ddp_demo(options, console=err))
+    _keep_summary(summary, keep)
     if as_json:
         sys.stdout.write(summary.model_dump_json(indent=2) + "\n")
     else:
