@@ -1,56 +1,56 @@
-"""The gang preflight: check every node, then time an all-reduce across the gang.
+"""The gang preflight: check every node in the job's own environment, then time an
+all-reduce across the gang.
 
 Every new gang runs it after its nodes found each other and before the user's
 command starts, so that a bad node or a slow network costs minutes, not the
 first hours of a run. Each node calls :func:`run_preflight` with its
-:class:`PreflightPlan`:
+:class:`PreflightPlan` and the job's runtime (:mod:`spotd.agent.job_python`):
 
-1. node checks, locally: the GPUs as offered (count, model, memory, a driver
-   that answers) and a checkpoint location that takes a write;
-2. ``local_procs`` worker processes (:mod:`spotd.agent.preflight_worker`) join
-   one process group across all ranks of the gang with the job's backend,
-   share every node's check verdict, and time ``iterations`` all-reduces of
-   ``size_mb`` MB.
+1. node checks, by the agent: the GPUs as offered (count, model, memory, a
+   driver that answers) and a checkpoint location that takes a write;
+2. ``local_procs`` worker processes (:mod:`spotd.agent.preflight_worker`) run
+   with the job's own interpreter, in its environment and image: torch must
+   import there and see the node's GPUs; then they join one process group
+   across all ranks of the gang with the job's backend, share every node's
+   check verdict, and time ``iterations`` all-reduces of ``size_mb`` MB.
 
-Every node reaches the same verdict: the bandwidth is the slowest rank's, and
-one node's failed check fails the whole gang, naming that node. A peer that
-never arrives or a worker that hangs ends the preflight at ``timeout_seconds``.
+It fails closed: a missing interpreter, a missing torch, GPUs torch cannot see,
+a process group that does not form, an all-reduce that errors or falls under
+the floor are each a failed check with a typed reason
+(:class:`~spotd.core.agent_wire.PreflightFailure`), never a skip. Every node
+that reaches the gang reaches the same verdict: the bandwidth is the slowest
+rank's, and one node's failed check fails the whole gang, naming that node
+(``failed_rank``). A node whose workers cannot join (no torch there) fails at
+once, naming itself; its peers wait for it until ``timeout_seconds``.
 
-What needs the gang (the bandwidth, the agreement) is skipped where it cannot
-run: a gang of one process has no peer; without torch there is no process
-group, and then each node's verdict rests on its own checks alone.
+Only a gang of one process skips the all-reduce (no peer); it still checks torch
+in the job's interpreter when the job says it uses torch (``[preflight] torch``).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import re
-import signal
-import subprocess
-import sys
-import tempfile
 import threading
-import time
 import uuid
-from collections.abc import Callable
-from contextlib import suppress
-from dataclasses import dataclass, field
-from typing import IO, Self
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Self
 
 import fsspec
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from spotd import checkpoints
 from spotd.agent.gpu import GpuSource
-from spotd.agent.preflight_worker import (
-    SPEC_VARIABLE,
-    Backend,
-    WorkerFailure,
-    WorkerResult,
-    WorkerSpec,
+from spotd.agent.job_python import JobPython, JobRuntime
+from spotd.agent.preflight_launch import RankEnv, WorkerOutcome, failed, run_workers
+from spotd.agent.preflight_worker import Backend, WorkerResult, WorkerSpec
+from spotd.core.agent_wire import (
+    GpuReading,
+    PreflightCheck,
+    PreflightCheckName,
+    PreflightFailure,
+    PreflightFigures,
 )
-from spotd.core.agent_wire import GpuReading, PreflightCheck, PreflightFigures
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
 
@@ -76,17 +76,13 @@ preflight's deadline, not a torch error, ends a hang, with the same words on eve
 PROBE_SHARE = 0.5
 """The share of the timeout a checkpoint write may take before it counts as failed,
 leaving the rest for the gang."""
-_POLL_SECONDS = 0.05
 
 SIMULATED = "simulated market: the offering's GPUs do not exist"
-CHECK_GPU_DRIVER = "gpu_driver"
-CHECK_GPU_COUNT = "gpu_count"
-CHECK_GPU_MODEL = "gpu_model"
-CHECK_GPU_MEMORY = "gpu_memory"
-CHECK_CHECKPOINT = "checkpoint_writable"
-CHECK_BANDWIDTH = "allreduce_busbw"
-CHECK_GANG = "gang_checks"
-_GPU_CHECKS = (CHECK_GPU_DRIVER, CHECK_GPU_COUNT, CHECK_GPU_MODEL, CHECK_GPU_MEMORY)
+Name = PreflightCheckName
+Why = PreflightFailure
+_GPU_CHECKS = (Name.GPU_DRIVER, Name.GPU_COUNT, Name.GPU_MODEL, Name.GPU_MEMORY)
+_JOB_STEPS = (Name.JOB_PYTHON, Name.TORCH, Name.TORCH_GPUS, Name.PROCESS_GROUP, Name.BANDWIDTH)
+"""The checks the job's interpreter makes, in the order its workers make them."""
 
 
 class PreflightPlan(BaseModel):
@@ -122,6 +118,9 @@ class PreflightPlan(BaseModel):
     """The job's checkpoint folder (any fsspec URI); empty: not checked."""
     simulated: bool = False
     """On the simulated market: GPU checks are reported skipped, not passed."""
+    torch: bool | None = None
+    """The job's ``[preflight] torch``: True checks torch even in a gang of one process,
+    False never (and measures nothing); None checks it where the gang needs it (2+ ranks)."""
 
     @model_validator(mode="after")
     def _rank_in_gang(self) -> Self:
@@ -134,35 +133,41 @@ class PreflightPlan(BaseModel):
         """Ranks in the gang: every node runs ``local_procs``."""
         return self.nodes * self.local_procs
 
+    @property
+    def checks_torch(self) -> bool:
+        """Whether the job's interpreter runs workers (torch checks, the all-reduce)."""
+        return self.torch if self.torch is not None else self.world_size > 1
+
 
 @dataclass(frozen=True)
 class _GangOutcome:
     """What the workers (or their absence) said."""
 
-    bandwidth: PreflightCheck
+    checks: tuple[PreflightCheck, ...]
+    """The job interpreter's checks, :data:`_JOB_STEPS`, each passed, failed or skipped."""
     busbw_gbps: float | None = None
-    failed_nodes: dict[int, str] | None = None
-    """Node -> reason, as agreed by the gang; None when nothing was exchanged."""
-    error: str = ""
-    """Why the gang part failed (timeout, a worker's error); empty when it ran."""
+    failed_nodes: dict[int, PreflightCheck] | None = None
+    """Node -> its failed check, as agreed by the gang; None when nothing was exchanged."""
+    failure: PreflightCheck | None = None
+    """The first failed check of the job's interpreter on this node; None when none failed."""
 
 
-@dataclass
-class _Worker:
-    proc: subprocess.Popen[bytes]
-    stdout: IO[bytes]
-    stderr: IO[bytes]
-    local_rank: int
-    result: WorkerResult | WorkerFailure | None = field(default=None)
+@dataclass(frozen=True)
+class _Verdict:
+    line: str = ""
+    """Why the gang failed, in one line, the same on every node; '' when it passed."""
+    rank: int | None = None
+    check: PreflightCheck | None = None
 
 
 def run_preflight(
-    plan: PreflightPlan, gpus: GpuSource | None, clock: Clock = WALL
+    plan: PreflightPlan, gpus: GpuSource | None, job: JobRuntime, clock: Clock = WALL
 ) -> PreflightFigures:
     """Run this node's part of the gang's preflight; every node gets the same verdict.
 
     ``gpus`` is the node's GPU source (:func:`spotd.agent.gpu.open_gpu_source`),
-    None where no driver answers. Blocks until the gang is done or
+    None where no driver answers; ``job`` the job's interpreter, environment and
+    folders, which the workers run in. Blocks until the gang is done or
     ``plan.timeout_seconds`` of ``clock`` have passed; never raises for a failed check.
     """
     start = clock.monotonic()
@@ -171,7 +176,7 @@ def run_preflight(
     checks = [*_gpu_checks(plan, gpus, readings, sample_error)]
     checks.append(_checkpoint_check(plan, plan.timeout_seconds * PROBE_SHARE))
     backend = plan.backend or _default_backend(plan, readings)
-    gang = _run_gang(plan, backend, _failure_line(checks), deadline, clock)
+    gang = _run_gang(plan, backend, checks, job, deadline=deadline, clock=clock)
     return _figures(plan, backend, checks, gang, clock.monotonic() - start)
 
 
@@ -191,15 +196,11 @@ def _default_backend(plan: PreflightPlan, readings: list[GpuReading]) -> Backend
     return "nccl" if readings and not plan.simulated else "gloo"
 
 
-def _ok(name: str, detail: str) -> PreflightCheck:
+def _ok(name: Name, detail: str) -> PreflightCheck:
     return PreflightCheck(name=name, ok=True, detail=detail)
 
 
-def _failed(name: str, detail: str) -> PreflightCheck:
-    return PreflightCheck(name=name, ok=False, detail=detail)
-
-
-def _skipped(name: str, why: str) -> PreflightCheck:
+def _skipped(name: Name, why: str) -> PreflightCheck:
     return PreflightCheck(name=name, ok=True, skipped=True, detail=why)
 
 
@@ -213,9 +214,9 @@ def _gpu_checks(
     if gpus is None or error:
         why = f"NVML failed: {error}" if error else "no NVIDIA driver answers (NVML)"
         rest = [_skipped(name, "no GPU readings") for name in _GPU_CHECKS[1:]]
-        return [_failed(CHECK_GPU_DRIVER, why), *rest]
+        return [failed(Name.GPU_DRIVER, Why.NO_DRIVER, why), *rest]
     return [
-        _ok(CHECK_GPU_DRIVER, f"NVML sees {len(readings)} GPUs"),
+        _ok(Name.GPU_DRIVER, f"NVML sees {len(readings)} GPUs"),
         _count_check(plan, readings),
         _model_check(plan, readings),
         _memory_check(plan, readings),
@@ -225,8 +226,8 @@ def _gpu_checks(
 def _count_check(plan: PreflightPlan, readings: list[GpuReading]) -> PreflightCheck:
     detail = f"expected {plan.expect_gpus} GPUs, found {len(readings)}"
     if len(readings) == plan.expect_gpus:
-        return _ok(CHECK_GPU_COUNT, detail)
-    return _failed(CHECK_GPU_COUNT, detail)
+        return _ok(Name.GPU_COUNT, detail)
+    return failed(Name.GPU_COUNT, Why.GPU_COUNT, detail)
 
 
 def gpu_model_matches(expected: str, name: str) -> bool:
@@ -247,44 +248,44 @@ def _words(text: str) -> list[str]:
 
 def _model_check(plan: PreflightPlan, readings: list[GpuReading]) -> PreflightCheck:
     if not plan.expect_gpu_model:
-        return _skipped(CHECK_GPU_MODEL, "no model offered")
+        return _skipped(Name.GPU_MODEL, "no model offered")
     wrong = sorted(
         {r.name for r in readings if not gpu_model_matches(plan.expect_gpu_model, r.name)}
     )
     if wrong:
-        return _failed(
-            CHECK_GPU_MODEL, f"expected {plan.expect_gpu_model} GPUs, found {', '.join(wrong)}"
-        )
-    return _ok(CHECK_GPU_MODEL, f"{plan.expect_gpu_model}: {readings[0].name}" if readings else "")
+        found = ", ".join(wrong)
+        return failed(Name.GPU_MODEL, Why.GPU_MODEL,
+                      f"expected {plan.expect_gpu_model} GPUs, found {found}")  # fmt: skip
+    return _ok(Name.GPU_MODEL, f"{plan.expect_gpu_model}: {readings[0].name}" if readings else "")
 
 
 def _memory_check(plan: PreflightPlan, readings: list[GpuReading]) -> PreflightCheck:
     want = plan.expect_gpu_memory_gb
     if want <= 0:
-        return _skipped(CHECK_GPU_MEMORY, "no GPU memory offered")
+        return _skipped(Name.GPU_MEMORY, "no GPU memory offered")
     short = [r for r in readings if r.mem_total_gb < want * GPU_MEMORY_TOLERANCE]
     if short:
         gpu = short[0]
-        return _failed(
-            CHECK_GPU_MEMORY,
-            f"expected {want:g} GB per GPU, GPU {gpu.index} has {gpu.mem_total_gb:.1f} GB",
-        )
+        return failed(Name.GPU_MEMORY, Why.GPU_MEMORY,
+                      f"expected {want:g} GB per GPU, GPU {gpu.index} has "
+                      f"{gpu.mem_total_gb:.1f} GB")  # fmt: skip
     least = min((r.mem_total_gb for r in readings), default=0.0)
-    return _ok(CHECK_GPU_MEMORY, f"expected {want:g} GB per GPU, the least has {least:.1f} GB")
+    return _ok(Name.GPU_MEMORY, f"expected {want:g} GB per GPU, the least has {least:.1f} GB")
 
 
 def _checkpoint_check(plan: PreflightPlan, budget: float) -> PreflightCheck:
     """Write and remove a probe file in the checkpoint location, within ``budget`` s."""
     if not plan.checkpoint_uri:
-        return _skipped(CHECK_CHECKPOINT, "no checkpoint location given")
+        return _skipped(Name.CHECKPOINT, "no checkpoint location given")
     probe = checkpoints.join(
         plan.checkpoint_uri, f".spotd-preflight-{plan.node_rank}-{uuid.uuid4().hex}"
     )
     # A thread, so that an object store that never answers costs the budget, not the gang.
     error = _within(budget, lambda: _write_and_remove(probe))
     if error:
-        return _failed(CHECK_CHECKPOINT, f"checkpoint location not writable: {error}")
-    return _ok(CHECK_CHECKPOINT, f"wrote and removed a probe in {plan.checkpoint_uri}")
+        return failed(Name.CHECKPOINT, Why.CHECKPOINT_UNWRITABLE,
+                      f"checkpoint location not writable: {error}")  # fmt: skip
+    return _ok(Name.CHECKPOINT, f"wrote and removed a probe in {plan.checkpoint_uri}")
 
 
 def _write_and_remove(probe: str) -> None:
@@ -311,27 +312,35 @@ def _within(budget: float, action: Callable[[], None]) -> str:
     return errors[0] if errors else ""
 
 
-def _failure_line(checks: list[PreflightCheck]) -> str:
+def _first_failed(checks: Sequence[PreflightCheck]) -> PreflightCheck | None:
+    return next((c for c in checks if not c.ok), None)
+
+
+def _failure_line(checks: Sequence[PreflightCheck]) -> str:
     """This node's failed checks, in one line; empty when none failed."""
     return "; ".join(c.detail or c.name for c in checks if not c.ok)
 
 
-# ---- the gang -------------------------------------------------------------------
-
-
-def _torch_available() -> bool:
-    # find_spec, not import: the parent needs no torch, only its workers do.
-    return importlib.util.find_spec("torch") is not None
+# ---- the job's interpreter and the gang -----------------------------------------
 
 
 def _run_gang(
-    plan: PreflightPlan, backend: Backend, node_failure: str, deadline: float, clock: Clock
+    plan: PreflightPlan,
+    backend: Backend,
+    node_checks: list[PreflightCheck],
+    job: JobRuntime,
+    *,
+    deadline: float,
+    clock: Clock,
 ) -> _GangOutcome:
-    if plan.world_size == 1:
-        why = "a gang of one process: no peer to measure against"
-        return _GangOutcome(bandwidth=_skipped(CHECK_BANDWIDTH, why))
-    if not _torch_available():
-        return _GangOutcome(bandwidth=_skipped(CHECK_BANDWIDTH, "torch not installed"))
+    if not plan.checks_torch:
+        why = (
+            "the job does not use torch ([preflight] torch = false)"
+            if plan.torch is False
+            else "a gang of one process: no peer to measure against "
+            "(torch is checked here with [preflight] torch = true)"
+        )
+        return _GangOutcome(checks=tuple(_skipped(name, why) for name in _JOB_STEPS))
     size_mb = plan.size_mb if plan.size_mb is not None else DEFAULT_SIZE_MB[backend]
     spec = WorkerSpec(
         backend=backend,
@@ -342,135 +351,112 @@ def _run_gang(
         iterations=plan.iterations,
         warmup=WARMUP_ITERATIONS,
         timeout_seconds=max(deadline - clock.monotonic(), 0.0) + WORKER_GRACE_SECONDS,
-        node_failure=node_failure,
+        node_failure=_shared(node_checks),
+        gpus=plan.local_procs if backend == "nccl" else 0,
     )
-    return _launch(plan, spec, deadline, clock)
+    ranks = RankEnv(node_rank=plan.node_rank, local_procs=plan.local_procs,
+                    world_size=plan.world_size, master_addr=plan.master_addr,
+                    port=plan.port)  # fmt: skip
+    outcome = run_workers(ranks, spec, job, timeout_seconds=plan.timeout_seconds,
+                          deadline=deadline, clock=clock)  # fmt: skip
+    return _outcome(plan, spec, job, outcome)
 
 
-def _launch(
-    plan: PreflightPlan, spec: WorkerSpec, deadline: float, clock: Clock
+def _shared(node_checks: list[PreflightCheck]) -> str:
+    """This node's verdict for its peers: its first failed check, with every failure's
+    words as the detail; empty when all passed."""
+    own = _first_failed(node_checks)
+    if own is None:
+        return ""
+    return own.model_copy(update={"detail": _failure_line(node_checks)}).model_dump_json()
+
+
+def _outcome(
+    plan: PreflightPlan, spec: WorkerSpec, job: JobRuntime, outcome: WorkerOutcome
 ) -> _GangOutcome:
-    workers: list[_Worker] = []
-    try:
-        for local_rank in range(plan.local_procs):
-            workers.append(_start_worker(plan, spec, local_rank))
-        state = _wait(workers, deadline, clock)
-    except OSError as exc:
-        state = f"cannot start a preflight worker: {exc}"
-    finally:
-        _kill(workers)
-    if state == "done":
-        return _outcome(plan, spec, workers)
-    if state == "timeout":
-        # The same words on every node: which peer hung is not known here.
-        error = f"preflight timed out after {plan.timeout_seconds:g} s"
-    else:
-        error = f"node {plan.node_rank}: {state}"
-    return _GangOutcome(bandwidth=_failed(CHECK_BANDWIDTH, error), error=error)
+    result, failure = outcome.result, outcome.failure
+    passed = _passed_steps(plan, spec, job, result)
+    if failure is not None or result is None:
+        failure = failure or failed(Name.JOB_PYTHON, Why.PYTHON_UNUSABLE, "no worker result")
+        python = None
+        if outcome.python:
+            python = _ok(Name.JOB_PYTHON, f"{outcome.python} ({_source(job)})")
+        return _GangOutcome(checks=_up_to(failure, passed, python), failure=failure)
+    bandwidth = _bandwidth_check(plan, spec, result)
+    checks = (*passed, bandwidth)
+    if result.world_size == 1:
+        return _GangOutcome(checks=checks)
+    failed_nodes = {n: _node_check(text) for n, text in result.failed_nodes.items()}
+    return _GangOutcome(checks=checks, busbw_gbps=result.busbw_gbps, failed_nodes=failed_nodes,
+                        failure=None if bandwidth.ok else bandwidth)  # fmt: skip
 
 
-def _start_worker(plan: PreflightPlan, spec: WorkerSpec, local_rank: int) -> _Worker:
-    env = {
-        **os.environ,
-        "RANK": str(plan.node_rank * plan.local_procs + local_rank),
-        "WORLD_SIZE": str(plan.world_size),
-        "LOCAL_RANK": str(local_rank),
-        "LOCAL_WORLD_SIZE": str(plan.local_procs),
-        "MASTER_ADDR": plan.master_addr,
-        "MASTER_PORT": str(plan.port),
-        SPEC_VARIABLE: spec.model_dump_json(),
-    }
-    # Files, not pipes: a worker blocked on a full pipe would stall its peers' collectives.
-    stdout = tempfile.TemporaryFile()  # noqa: SIM115 (closed in _kill)
-    stderr = tempfile.TemporaryFile()  # noqa: SIM115
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "spotd.agent.preflight_worker"],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            process_group=0,  # its own group, so a kill reaches anything it started
-        )
-    except OSError:
-        stdout.close()
-        stderr.close()
-        raise
-    return _Worker(proc=proc, stdout=stdout, stderr=stderr, local_rank=local_rank)
+def _up_to(
+    failure: PreflightCheck, passed: list[PreflightCheck], python: PreflightCheck | None
+) -> tuple[PreflightCheck, ...]:
+    """The job's steps when ``failure`` ended them: the ones before it passed (the worker
+    makes them in order), the ones after never ran. A timeout may have come at any step:
+    only those the worker said it passed count as passed. ``python``: the interpreter,
+    where the worker said which it is."""
+    at = _JOB_STEPS.index(failure.name) if failure.name in _JOB_STEPS else 0
+    known = {c.name: c for c in (*([python] if python else []), *passed)}
+    unknown = "no answer from the worker" if failure.reason is Why.TIMED_OUT else ""
+    before = [
+        known.get(n) or (_skipped(n, unknown) if unknown else _ok(n, "passed"))
+        for n in _JOB_STEPS[:at]
+    ]
+    after = [_skipped(n, "not reached") for n in _JOB_STEPS[at + 1 :]]
+    return (*before, failure, *after)
 
 
-def _wait(workers: list[_Worker], deadline: float, clock: Clock) -> str:
-    """``done`` when all exited 0, ``timeout`` at the deadline, else why one failed.
-
-    Polls them all, so one worker's early failure ends the wait at once instead of
-    leaving its local peers to hang on it until the deadline.
-    """
-    while True:
-        codes = [w.proc.poll() for w in workers]
-        for worker, code in zip(workers, codes, strict=True):
-            if code not in (None, 0):
-                return _worker_error(worker, code)
-        if all(code == 0 for code in codes):
-            return "done"
-        if clock.monotonic() >= deadline:
-            return "timeout"
-        time.sleep(_POLL_SECONDS)
-
-
-def _kill(workers: list[_Worker]) -> None:
-    """Kill every worker's process group (a no-op for those that exited), close files."""
-    for worker in workers:
-        if worker.proc.poll() is None:
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(worker.proc.pid, signal.SIGKILL)
-        worker.proc.wait()
-        worker.result = _parse(worker.stdout)
-        worker.stdout.close()
-        if worker.result is None:
-            worker.result = WorkerFailure(rank=-1, error=_last_line(worker.stderr))
-        worker.stderr.close()
+def _passed_steps(
+    plan: PreflightPlan, spec: WorkerSpec, job: JobRuntime, result: WorkerResult | None
+) -> list[PreflightCheck]:
+    """The checks local rank 0 passed before the gang: the interpreter, torch, its GPUs,
+    and the process group when it went on to measure. Empty without its word."""
+    if result is None:
+        return []
+    python = f"python {result.python_version} at {result.python}"
+    steps = [
+        _ok(Name.JOB_PYTHON, f"{python} ({_source(job)})"),
+        _ok(Name.TORCH, f"torch {result.torch_version}"),
+        _ok(Name.TORCH_GPUS, f"torch sees {result.cuda_devices} CUDA device(s)")
+        if spec.gpus
+        else _skipped(Name.TORCH_GPUS, "no GPUs for the job on this node"),
+    ]
+    if plan.world_size == 1:
+        return [*steps, _skipped(Name.PROCESS_GROUP, "a gang of one process: no peer")]
+    if result.busbw_gbps is None:
+        return steps  # it had not formed the group yet
+    joined = f"{result.world_size} ranks joined ({spec.backend})"
+    return [*steps, _ok(Name.PROCESS_GROUP, joined)]
 
 
-def _parse(stdout: IO[bytes]) -> WorkerResult | WorkerFailure | None:
-    """The worker's result line: the last line of its stdout that parses as one."""
-    stdout.seek(0)
-    for line in reversed(stdout.read().decode(errors="replace").splitlines()):
-        for model in (WorkerResult, WorkerFailure):
-            with suppress(ValidationError):
-                return model.model_validate_json(line)
-    return None
+def _source(job: JobRuntime) -> str:
+    """How the job's interpreter was chosen, for people."""
+    return job.python.source if isinstance(job.python, JobPython) else "none found"
 
 
-def _last_line(stream: IO[bytes]) -> str:
-    stream.seek(0)
-    lines = [ln.strip() for ln in stream.read().decode(errors="replace").splitlines()]
-    return next((ln for ln in reversed(lines) if ln), "no output")
-
-
-def _worker_error(worker: _Worker, code: int) -> str:
-    # The result is parsed in _kill; here the worker has exited, so its files are complete.
-    parsed = _parse(worker.stdout)
-    detail = parsed.error if isinstance(parsed, WorkerFailure) else _last_line(worker.stderr)
-    return f"preflight worker {worker.local_rank} exited with {code}: {detail}"
-
-
-def _outcome(plan: PreflightPlan, spec: WorkerSpec, workers: list[_Worker]) -> _GangOutcome:
-    first = workers[0].result  # only local rank 0's figures are needed: all ranks agree
-    if not isinstance(first, WorkerResult):
-        error = f"node {plan.node_rank}: preflight worker 0 printed no result"
-        return _GangOutcome(bandwidth=_failed(CHECK_BANDWIDTH, error), error=error)
+def _bandwidth_check(plan: PreflightPlan, spec: WorkerSpec, result: WorkerResult) -> PreflightCheck:
+    busbw = result.busbw_gbps
+    if result.world_size == 1 or busbw is None:
+        return _skipped(Name.BANDWIDTH, "a gang of one process: no peer to measure against")
     detail = (
-        f"{_gbps(first.busbw_gbps)} GB/s over {first.world_size} ranks "
-        f"({spec.backend}, {first.size_bytes / 1e6:g} MB x {spec.iterations})"
+        f"{_gbps(busbw)} GB/s over {result.world_size} ranks "
+        f"({spec.backend}, {result.size_bytes / 1e6:g} MB x {spec.iterations})"
     )
     threshold = plan.min_busbw_gbps
-    if threshold is not None and first.busbw_gbps < threshold:
-        check = _failed(CHECK_BANDWIDTH, f"{detail}, below {_gbps(threshold)} GB/s")
-    else:
-        check = _ok(CHECK_BANDWIDTH, detail)
-    return _GangOutcome(
-        bandwidth=check, busbw_gbps=first.busbw_gbps, failed_nodes=dict(first.failed_nodes)
-    )
+    if threshold is not None and busbw < threshold:
+        return failed(Name.BANDWIDTH, Why.BELOW_FLOOR, f"{detail}, below {_gbps(threshold)} GB/s")
+    return _ok(Name.BANDWIDTH, detail)
+
+
+def _node_check(text: str) -> PreflightCheck:
+    """A peer's failed check as its agent shared it (an older one shared a line)."""
+    try:
+        return PreflightCheck.model_validate_json(text)
+    except ValidationError:
+        return failed(Name.OTHER, Why.OTHER, text)
 
 
 # ---- the verdict ----------------------------------------------------------------
@@ -481,31 +467,39 @@ def _gbps(value: float) -> str:
     return f"{value:.0f}" if value >= 1000 else f"{value:.3g}"
 
 
-def _reason(plan: PreflightPlan, checks: list[PreflightCheck], gang: _GangOutcome) -> str:
-    """Why the gang failed, in one line, the same on every node; '' when it passed."""
-    if gang.error:
-        return gang.error
+def _verdict(plan: PreflightPlan, checks: list[PreflightCheck], gang: _GangOutcome) -> _Verdict:
+    """Why the gang failed, the node it names and the check it rests on; passed when
+    no check failed. Failed checks come first by the gang's agreement, then this node's
+    own, then its workers', then the gang's as a whole (timeout, bandwidth)."""
+    me = plan.node_rank
     if gang.failed_nodes:
         first = min(gang.failed_nodes)
-        return f"node {first}: {gang.failed_nodes[first]}"
-    own = _failure_line(checks)
-    if gang.failed_nodes is None and own:
-        return f"node {plan.node_rank}: {own}"
-    threshold, busbw = plan.min_busbw_gbps, gang.busbw_gbps
-    if threshold is not None and busbw is not None and busbw < threshold:
-        return f"bus bandwidth {_gbps(busbw)} GB/s below {_gbps(threshold)} GB/s"
+        check = gang.failed_nodes[first]
+        return _Verdict(f"node {first}: {check.detail or check.name}", first, check)
+    own = _first_failed(checks)
+    if gang.failed_nodes is None and own is not None:
+        return _Verdict(f"node {me}: {_failure_line(checks)}", me, own)
+    failure = gang.failure
+    if failure is not None and failure.reason is Why.TIMED_OUT:
+        return _Verdict(failure.detail, None, failure)
+    if failure is not None and failure.reason is Why.BELOW_FLOOR:
+        busbw, floor = gang.busbw_gbps or 0.0, plan.min_busbw_gbps or 0.0
+        return _Verdict(f"bus bandwidth {_gbps(busbw)} GB/s below {_gbps(floor)} GB/s",
+                        None, failure)  # fmt: skip
+    if failure is not None:
+        return _Verdict(f"node {me}: {failure.detail or failure.name}", me, failure)
     # Not reached by the checks above; kept so that no failed check can pass.
-    failed = next((c for c in (*checks, gang.bandwidth) if not c.ok), None)
-    return "" if failed is None else f"node {plan.node_rank}: {failed.detail or failed.name}"
+    left = _first_failed([*checks, *gang.checks])
+    return _Verdict() if left is None else _Verdict(f"node {me}: {left.detail}", me, left)
 
 
 def _gang_check(gang: _GangOutcome) -> list[PreflightCheck]:
     if gang.failed_nodes is None:
         return []
     if not gang.failed_nodes:
-        return [_ok(CHECK_GANG, "every node passed its checks")]
-    lines = "; ".join(f"node {n}: {why}" for n, why in sorted(gang.failed_nodes.items()))
-    return [_failed(CHECK_GANG, lines)]
+        return [_ok(Name.GANG, "every node passed its checks")]
+    lines = "; ".join(f"node {n}: {c.detail}" for n, c in sorted(gang.failed_nodes.items()))
+    return [failed(Name.GANG, Why.PEER_FAILED, lines)]
 
 
 def _figures(
@@ -515,14 +509,18 @@ def _figures(
     gang: _GangOutcome,
     seconds: float,
 ) -> PreflightFigures:
-    reason = _reason(plan, checks, gang)
+    verdict = _verdict(plan, checks, gang)
+    check = verdict.check
     return PreflightFigures(
-        passed=not reason,
+        passed=check is None,
         busbw_gbps=gang.busbw_gbps,
         min_busbw_gbps=plan.min_busbw_gbps,
         backend=backend,
         world_size=plan.world_size,
         seconds=seconds,
-        checks=(*checks, gang.bandwidth, *_gang_check(gang)),
-        reason=reason,
+        checks=(*checks, *gang.checks, *_gang_check(gang)),
+        reason=verdict.line,
+        failed_rank=verdict.rank,
+        failed_check=check.name if check is not None else None,
+        failed_reason=check.reason if check is not None else None,
     )

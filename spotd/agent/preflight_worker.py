@@ -1,36 +1,50 @@
-"""One rank of a gang's preflight: ``python -m spotd.agent.preflight_worker``.
+"""One rank of a gang's preflight, run by the job's own Python interpreter.
 
-:func:`spotd.agent.preflight.run_preflight` starts one of these per local
-process. The rank comes from the usual torch variables (``RANK``,
-``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``), the rest of
-the work from ``SPOTD_PREFLIGHT_SPEC`` (a :class:`WorkerSpec` as JSON).
+A standalone script on purpose: it needs the standard library and torch, nothing
+else, so it runs in whatever environment the job will train in (a venv its setup
+made, a conda env, a container image) whether spotd is installed there or not, and
+whatever version of spotd that would be. :func:`spotd.agent.preflight.run_preflight`
+writes this very file into the agent's run folder and starts one copy per local
+process with the job's interpreter (:mod:`spotd.agent.job_python`), inside the job's
+image when it has one. spotd imports it as a module only for its data shapes. Keep it
+to the standard library and to syntax Python 3.8 reads (``from __future__ import
+annotations`` makes the annotations strings): jobs train on older Pythons than spotd's.
 
-The worker joins the gang's process group on a TCP store at the master, shares
-its node's check verdict, times all-reduces, and prints one :class:`WorkerResult`
-as a JSON line on stdout (exit 0), or a :class:`WorkerFailure` (exit 1).
+The rank comes from the usual torch variables (``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), the rest of
+the work from ``SPOTD_PREFLIGHT_SPEC`` (a :class:`WorkerSpec` as JSON). In order:
+
+1. import torch (failure ``torch-missing`` or ``torch-broken``);
+2. where the node has GPUs, torch must see them through CUDA (``no-gpu``);
+3. a world of one process stops here: nothing to measure against;
+4. join the gang's process group on a TCP store at the master
+   (``process-group-failed``);
+5. share every node's check verdict and time the all-reduces (``allreduce-failed``).
+
+It prints a :class:`WorkerResult` as a JSON line on stdout once torch and the GPUs
+passed (without figures) and again at the end (exit 0), or a :class:`WorkerFailure`
+with its reason (exit 1): the last line is the one that counts. The reasons are the values of
+:class:`spotd.core.agent_wire.PreflightFailure`, spelled out here since this file
+imports nothing of spotd (a test keeps them equal).
 
 Every rank of the gang ends with the same figures: the time is the slowest
 rank's (all-reduce MAX), the node verdicts are all-reduced with MIN, and the
-failing nodes' reasons are read from the store, where each node's local rank 0
+failing nodes' verdicts are read from the store, where each node's local rank 0
 put its own before the all-reduce.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
 import os
+import platform
 import sys
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
-
-from spotd.core.clock import WALL
-
-if TYPE_CHECKING:
-    from spotd.core.contracts import Clock
+from typing import Any, Literal, Protocol
 
 SPEC_VARIABLE = "SPOTD_PREFLIGHT_SPEC"
 EXIT_FAILED = 1
@@ -39,47 +53,99 @@ _FAILURE_KEY = "spotd-preflight/node/{}"
 
 Backend = Literal["nccl", "gloo"]
 
+TORCH_MISSING = "torch-missing"
+TORCH_BROKEN = "torch-broken"
+NO_GPU = "no-gpu"
+PROCESS_GROUP_FAILED = "process-group-failed"
+ALLREDUCE_FAILED = "allreduce-failed"
+BAD_REQUEST = "other"
+"""The agent and this worker disagree on the request (no spec, a missing variable)."""
+REASONS = (TORCH_MISSING, TORCH_BROKEN, NO_GPU, PROCESS_GROUP_FAILED, ALLREDUCE_FAILED,
+           BAD_REQUEST)  # fmt: skip
 
-class WorkerSpec(BaseModel):
+
+class Timer(Protocol):
+    """What times the all-reduces: the part of spotd's ``Clock`` this file needs (it
+    cannot import spotd's)."""
+
+    def monotonic(self) -> float:
+        """Seconds from an arbitrary start, never going back."""
+
+
+class _Wall:
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
     """What every worker of one node is asked to do."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    backend: Backend
-    nodes: int = Field(ge=1)
-    node_rank: int = Field(ge=0)
+    backend: str
+    """``nccl`` or ``gloo``."""
+    nodes: int
+    node_rank: int
+    size_bytes: int
+    iterations: int
+    warmup: int
+    timeout_seconds: float
     node_addr: str = ""
     """This node's address for gloo to listen on; empty: gloo's own choice (the host name's)."""
-    size_bytes: int = Field(ge=4)
-    iterations: int = Field(ge=1)
-    warmup: int = Field(ge=0)
-    timeout_seconds: float = Field(gt=0)
     node_failure: str = ""
-    """Why this node's own checks failed, one line; empty when they passed."""
+    """This node's own failed check (opaque here: the agent's JSON), empty when it passed."""
+    gpus: int = 0
+    """CUDA devices torch must see on this node; 0 where the node runs on CPU."""
+
+    def to_json(self) -> str:
+        """The spec as the worker reads it from :data:`SPEC_VARIABLE`."""
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WorkerSpec:
+        """The spec from its JSON; keys this worker does not know are left out."""
+        data = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
-class WorkerResult(BaseModel):
-    """One rank's view of the gang; the same on every rank."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
+@dataclass(frozen=True)
+class WorkerResult:
+    """One rank's view of the gang; the figures are the same on every rank."""
 
     rank: int
     world_size: int
-    seconds_per_iteration: float
-    """The slowest rank's mean time of one all-reduce."""
-    busbw_gbps: float
-    size_bytes: int
-    failed_nodes: dict[int, str] = Field(default_factory=dict)
-    """Node rank -> why its own checks failed."""
+    python: str
+    """The interpreter that ran the worker (``sys.executable``) and its version."""
+    python_version: str
+    torch_version: str
+    cuda_devices: int
+    """CUDA devices torch sees (0 on CPU)."""
+    seconds_per_iteration: float | None = None
+    """The slowest rank's mean time of one all-reduce; None in a world of one."""
+    busbw_gbps: float | None = None
+    size_bytes: int = 0
+    failed_nodes: dict[int, str] = field(default_factory=dict)
+    """Node rank -> that node's failed check, as its agent put it."""
 
 
-class WorkerFailure(BaseModel):
-    """The worker could not finish (no peer, a backend error)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
+@dataclass(frozen=True)
+class WorkerFailure:
+    """The worker could not finish, and why (one of :data:`REASONS`)."""
 
     rank: int
+    reason: str
     error: str
+    python: str = ""
+    python_version: str = ""
+    torch_version: str = ""
+
+
+class StepFailed(Exception):
+    """A step of the worker failed for ``reason``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def bus_bandwidth_gbps(size_bytes: int, seconds: float, world_size: int) -> float:
@@ -92,8 +158,9 @@ def bus_bandwidth_gbps(size_bytes: int, seconds: float, world_size: int) -> floa
     return algbw * 2 * (world_size - 1) / world_size / 1e9
 
 
-class _Rank(BaseModel):
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True)
+class Rank:
+    """Where this process stands in the gang, from the torch variables."""
 
     rank: int
     world_size: int
@@ -102,7 +169,8 @@ class _Rank(BaseModel):
     master_port: int
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str]) -> _Rank:
+    def from_env(cls, environ: Mapping[str, str]) -> Rank:
+        """The rank from ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the master's address."""
         return cls(
             rank=int(environ["RANK"]),
             world_size=int(environ["WORLD_SIZE"]),
@@ -112,12 +180,43 @@ class _Rank(BaseModel):
         )
 
 
-def _load_torch() -> tuple[Any, Any]:
-    # Behind Any on purpose: torch's inline types make mypy walk the whole torch
-    # package (about 25 s per fresh run on a 2-core machine) for a dozen calls.
-    torch = importlib.import_module("torch")
-    dist = importlib.import_module("torch.distributed")
+def one_line(exc: BaseException) -> str:
+    """An exception as ``Class: message`` on one line."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
+def load_torch() -> tuple[Any, Any]:
+    """torch and torch.distributed, or :class:`StepFailed` saying why not.
+
+    Behind Any on purpose: torch's inline types make mypy walk the whole torch
+    package (about 25 s per fresh run on a 2-core machine) for a dozen calls.
+    """
+    try:
+        torch = importlib.import_module("torch")
+        dist = importlib.import_module("torch.distributed")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] == "torch":
+            raise StepFailed(TORCH_MISSING, f"torch is not installed for {sys.executable}") from exc
+        raise StepFailed(TORCH_BROKEN, f"import torch failed: {one_line(exc)}") from exc
+    except Exception as exc:  # a library torch loads, a CUDA mismatch: any of them
+        raise StepFailed(TORCH_BROKEN, f"import torch failed: {one_line(exc)}") from exc
     return torch, dist
+
+
+def check_gpus(torch: Any, spec: WorkerSpec) -> int:
+    """The CUDA devices torch sees; :class:`StepFailed` if fewer than ``spec.gpus``."""
+    try:
+        seen = int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
+    except Exception as exc:  # a driver torch cannot talk to
+        raise StepFailed(NO_GPU, f"torch cannot reach CUDA: {one_line(exc)}") from exc
+    if seen < spec.gpus:
+        build = getattr(torch.version, "cuda", None) or "no CUDA (a CPU-only build)"
+        raise StepFailed(
+            NO_GPU,
+            f"torch {torch.__version__} sees {seen} CUDA device(s) of the node's {spec.gpus} "
+            f"(torch built for {build})",
+        )
+    return seen
 
 
 def _register_pinned_gloo(dist: Any, address: str) -> str:
@@ -151,7 +250,7 @@ def _register_pinned_gloo(dist: Any, address: str) -> str:
 
 
 @dataclass(frozen=True)
-class _Session:
+class Session:
     """One rank's handles on torch, its store and its device (torch kept behind Any), and
     the clock that times its all-reduces."""
 
@@ -160,8 +259,8 @@ class _Session:
     store: Any
     device: Any
     spec: WorkerSpec
-    rank: _Rank
-    clock: Clock
+    rank: Rank
+    clock: Timer
 
     def synchronize(self) -> None:
         """Wait for queued CUDA work: collectives there are asynchronous."""
@@ -169,14 +268,14 @@ class _Session:
             self.torch.cuda.synchronize(self.device)
 
     def share_verdicts(self) -> dict[int, str]:
-        """Node rank -> failure reason, for every node whose own checks failed."""
+        """Node rank -> its failed check, for every node whose own checks failed."""
         spec = self.spec
         flags = self.torch.ones(spec.nodes, dtype=self.torch.int32, device=self.device)
         if self.rank.local_rank == 0 and spec.node_failure:
             flags[spec.node_rank] = 0
         # A collective returns only once every rank took part, so every node's
-        # local rank 0 has already put its reason in the store (run_worker does
-        # that before joining the group).
+        # local rank 0 has already put its verdict in the store (join does that
+        # before joining the group).
         self.dist.all_reduce(flags, op=self.dist.ReduceOp.MIN)
         failed = [i for i, ok in enumerate(flags.tolist()) if ok == 0]
         return {i: bytes(self.store.get(_FAILURE_KEY.format(i))).decode() for i in failed}
@@ -199,7 +298,7 @@ class _Session:
         return float(mine.item()) / self.spec.iterations
 
 
-def _device(torch: Any, spec: WorkerSpec, rank: _Rank) -> Any:
+def _device(torch: Any, spec: WorkerSpec, rank: Rank) -> Any:
     if spec.backend != "nccl":
         return torch.device("cpu")
     device = torch.device("cuda", rank.local_rank)
@@ -207,49 +306,76 @@ def _device(torch: Any, spec: WorkerSpec, rank: _Rank) -> Any:
     return device
 
 
-def _join(spec: WorkerSpec, rank: _Rank, clock: Clock) -> _Session:
+def join(torch: Any, dist: Any, spec: WorkerSpec, rank: Rank, clock: Timer) -> Session:
     """Open the store, publish this node's verdict, join the process group."""
-    torch, dist = _load_torch()
     timeout = timedelta(seconds=spec.timeout_seconds)
-    store = dist.TCPStore(
-        rank.master_addr,
-        rank.master_port,
-        rank.world_size,
-        is_master=rank.rank == 0,
-        timeout=timeout,
-        wait_for_workers=False,
-    )
-    if rank.local_rank == 0:
-        store.set(_FAILURE_KEY.format(spec.node_rank), spec.node_failure)
-    device = _device(torch, spec, rank)
-    backend = _register_pinned_gloo(dist, spec.node_addr) if spec.backend == "gloo" else "nccl"
-    dist.init_process_group(
-        backend, store=store, rank=rank.rank, world_size=rank.world_size, timeout=timeout
-    )
-    return _Session(
+    try:
+        store = dist.TCPStore(
+            rank.master_addr,
+            rank.master_port,
+            rank.world_size,
+            is_master=rank.rank == 0,
+            timeout=timeout,
+            wait_for_workers=False,
+        )
+        if rank.local_rank == 0:
+            store.set(_FAILURE_KEY.format(spec.node_rank), spec.node_failure)
+        device = _device(torch, spec, rank)
+        backend = _register_pinned_gloo(dist, spec.node_addr) if spec.backend == "gloo" else "nccl"
+        dist.init_process_group(
+            backend, store=store, rank=rank.rank, world_size=rank.world_size, timeout=timeout
+        )
+    except Exception as exc:
+        raise StepFailed(PROCESS_GROUP_FAILED, one_line(exc)) from exc
+    return Session(
         torch=torch, dist=dist, store=store, device=device, spec=spec, rank=rank, clock=clock
     )
 
 
-def run_worker(spec: WorkerSpec, rank: _Rank, clock: Clock = WALL) -> WorkerResult:
-    """Join the gang, share the node verdicts, measure (timed by ``clock``); raises on any
-    failure."""
-    session = _join(spec, rank, clock)
+def measure(session: Session) -> tuple[float, dict[int, str]]:
+    """The slowest rank's seconds per all-reduce, and the failed nodes' verdicts."""
+    spec, torch = session.spec, session.torch
     try:
         # Zeros: the sums stay zero, so no overflow to inf however many iterations.
-        buffer = session.torch.zeros(
-            spec.size_bytes // 4, dtype=session.torch.float32, device=session.device
-        )
+        buffer = torch.zeros(spec.size_bytes // 4, dtype=torch.float32, device=session.device)
         session.warm_up(buffer)
         # The verdict all-reduce doubles as the barrier before the timed loop.
         failed = session.share_verdicts()
         seconds = session.time_all_reduce(buffer)
+    except Exception as exc:
+        raise StepFailed(ALLREDUCE_FAILED, one_line(exc)) from exc
     finally:
         session.dist.destroy_process_group()
-    size = spec.size_bytes // 4 * 4
-    return WorkerResult(
+    return seconds, failed
+
+
+def run_worker(
+    spec: WorkerSpec, rank: Rank, clock: Timer, ready: Callable[[WorkerResult], None] | None = None
+) -> WorkerResult:
+    """Check torch and the GPUs, join the gang, share the verdicts, measure (timed by
+    ``clock``); raises :class:`StepFailed` on any failure.
+
+    ``ready`` hears the local checks' result before the worker joins the gang, so that
+    the agent knows torch and the GPUs were fine even if a peer then never arrives.
+    """
+    torch, dist = load_torch()
+    seen = check_gpus(torch, spec)
+    result = WorkerResult(
         rank=rank.rank,
         world_size=rank.world_size,
+        python=sys.executable,
+        python_version=platform.python_version(),
+        torch_version=str(torch.__version__),
+        cuda_devices=seen,
+    )
+    if rank.world_size == 1:
+        return result  # no peer: torch and its GPUs were all there was to check
+    if ready is not None:
+        ready(result)
+    seconds, failed = measure(join(torch, dist, spec, rank, clock))
+    size = spec.size_bytes // 4 * 4
+    return replace(
+        result,
         seconds_per_iteration=seconds,
         busbw_gbps=bus_bandwidth_gbps(size, seconds, rank.world_size),
         size_bytes=size,
@@ -257,19 +383,41 @@ def run_worker(spec: WorkerSpec, rank: _Rank, clock: Clock = WALL) -> WorkerResu
     )
 
 
-def main(environ: Mapping[str, str] | None = None) -> int:
+def _failure(rank: int, reason: str, message: str) -> WorkerFailure:
+    torch = sys.modules.get("torch")
+    return WorkerFailure(
+        rank=rank,
+        reason=reason,
+        error=message,
+        python=sys.executable,
+        python_version=platform.python_version(),
+        torch_version=str(getattr(torch, "__version__", "")),
+    )
+
+
+def main(environ: Mapping[str, str] | None = None, clock: Timer | None = None) -> int:
     """Run one rank from the environment; print its result line; 0 on success."""
     env = os.environ if environ is None else environ
-    rank_id = int(env.get("RANK", "-1"))
+    rank_text = env.get("RANK", "-1")
+    rank_id = int(rank_text) if rank_text.lstrip("-").isdigit() else -1
     try:
-        spec = WorkerSpec.model_validate_json(env[SPEC_VARIABLE])
-        result = run_worker(spec, _Rank.from_env(env), WALL)
-    except Exception as exc:
-        message = " ".join(f"{type(exc).__name__}: {exc}".split())  # one line
-        print(WorkerFailure(rank=rank_id, error=message).model_dump_json(), flush=True)
+        spec = WorkerSpec.from_json(env[SPEC_VARIABLE])
+        rank = Rank.from_env(env)
+    except (KeyError, ValueError, TypeError) as exc:
+        failure = _failure(rank_id, BAD_REQUEST, f"no preflight request: {one_line(exc)}")
+        print(json.dumps(asdict(failure)), flush=True)
         return EXIT_FAILED
-    print(result.model_dump_json(), flush=True)
+    try:
+        result = run_worker(spec, rank, clock or _Wall(), ready=_print)
+    except StepFailed as exc:
+        print(json.dumps(asdict(_failure(rank.rank, exc.reason, str(exc)))), flush=True)
+        return EXIT_FAILED
+    _print(result)
     return 0
+
+
+def _print(result: WorkerResult) -> None:
+    print(json.dumps(asdict(result)), flush=True)
 
 
 if __name__ == "__main__":

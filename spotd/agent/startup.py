@@ -5,8 +5,10 @@
 1. Join the gang and wait for its roster (:mod:`spotd.agent.gang`); a gang
    that does not assemble in time ends the node without running anything.
 2. Run the preflight (:mod:`spotd.agent.preflight`) across every rank of the
-   gang: an all-reduce benchmark and a node check. Every node reaches the
-   same verdict; a failed one ends the node without running the job.
+   gang, with the job's own interpreter, environment and image
+   (:mod:`spotd.agent.job_python`): a node check, torch and the GPUs as the job
+   will see them, and an all-reduce benchmark. Every node reaches the same
+   verdict; a failed one ends the node without running the job.
 3. Hand the job its environment: the rendezvous variables, where the notice
    and progress files are, and everything the daemon already set.
 
@@ -35,16 +37,19 @@ from spotd.agent.gang import (
     wait_for_roster,
 )
 from spotd.agent.gpu import GpuSource
+from spotd.agent.job_python import JobPython, JobRuntime, job_runtime
 from spotd.agent.node import AskSecrets, NodeFailed, Write, prepare_node, to_own_stdout
 from spotd.agent.preflight import PreflightPlan, run_preflight
 from spotd.agent.preflight_worker import Backend
 from spotd.agent.reporter import ReportFailed, ReportRejected
 from spotd.core.agent_wire import (
     JOB_TMPDIR,
+    PREFLIGHT_TORCH,
     AgentReport,
     ExitPhase,
     JoinReport,
     PreflightCheck,
+    PreflightCheckName,
     PreflightFigures,
     PreflightReport,
     Roster,
@@ -125,7 +130,8 @@ def prepare(
         log.error("the node could not be prepared: %s", node.detail)
         return Startup(dict(config.job_env), "setup", node.exit_code, detail=node.detail)
     started = _gang_and_preflight(config, node.env, instance_id=instance_id, run_dir=run_dir,
-                                  join=join, put=put, gpus=gpus, stop=stop)  # fmt: skip
+                                  cwd=node.cwd, join=join, put=put, gpus=gpus,
+                                  stop=stop)  # fmt: skip
     return replace(started, cwd=node.cwd)
 
 
@@ -135,6 +141,7 @@ def _gang_and_preflight(
     *,
     instance_id: str,
     run_dir: Path,
+    cwd: Path | None,
     join: Join | None,
     put: Callable[[AgentReport], None],
     gpus: GpuSource | None,
@@ -154,7 +161,8 @@ def _gang_and_preflight(
     env.update(roster_environment(roster, plan, run_dir))
     log.info("gang assembled: rank %d of %d, master %s:%s", roster.rank, roster.nodes,
              roster.master_addr, env["SPOTD_MASTER_PORT"])  # fmt: skip
-    figures = _preflight(config, env, roster, gpus)
+    job = job_runtime(config.command, env, cwd=cwd, run_dir=run_dir)
+    figures = _preflight(config, job, roster, gpus)
     put(PreflightReport(figures=figures, **config.speaker(instance_id)))
     if not figures.passed:
         log.error("preflight failed: %s", figures.reason)
@@ -198,16 +206,18 @@ def _join_once(join: Join, report: JoinReport) -> None:
 
 
 def _preflight(
-    config: AgentConfig, env: Mapping[str, str], roster: Roster, gpus: GpuSource | None
+    config: AgentConfig, job: JobRuntime, roster: Roster, gpus: GpuSource | None
 ) -> PreflightFigures:
-    if env.get("SPOTD_PREFLIGHT", "1") == "0":
+    if job.env.get("SPOTD_PREFLIGHT", "1") == "0":
         why = "disabled by the job ([preflight] enabled = false)"
-        skipped = PreflightCheck(name="preflight", ok=True, skipped=True, detail=why)
+        skipped = PreflightCheck(name=PreflightCheckName.PREFLIGHT, ok=True, skipped=True,
+                                 detail=why)  # fmt: skip
         return PreflightFigures(passed=True, world_size=roster.nodes, checks=(skipped,))
-    plan = preflight_plan(config, env, roster, gpus)
-    log.info("preflight: %s across %d rank(s)", plan.backend or "gloo or nccl",
-             plan.nodes * plan.local_procs)  # fmt: skip
-    return run_preflight(plan, gpus)
+    plan = preflight_plan(config, job.env, roster, gpus)
+    python = job.python.argv if isinstance(job.python, JobPython) else job.python.detail
+    log.info("preflight: %s across %d rank(s), the job's python: %s",
+             plan.backend or "gloo or nccl", plan.world_size, python)  # fmt: skip
+    return run_preflight(plan, gpus, job)
 
 
 def preflight_plan(
@@ -243,6 +253,7 @@ def preflight_plan(
         expect_gpu_memory_gb=float(env.get("SPOTD_EXPECT_GPU_MEMORY_GB", "") or 0),
         checkpoint_uri=env.get("SPOTD_CHECKPOINT_URI", ""),
         simulated=simulated,
+        torch={"1": True, "0": False}.get(env.get(PREFLIGHT_TORCH, "")),
     )
 
 

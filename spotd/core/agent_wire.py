@@ -37,9 +37,10 @@ import hashlib
 import hmac
 from dataclasses import dataclass
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from spotd.core.errors import StoreError
 
@@ -58,6 +59,10 @@ SECRETS = "SPOTD_SECRETS"
 IMAGE = "SPOTD_IMAGE"
 CONTAINER_DEVICES = "SPOTD_CONTAINER_DEVICES"
 CONTAINER_MOUNTS = "SPOTD_CONTAINER_MOUNTS"
+PREFLIGHT_PYTHON = "SPOTD_PREFLIGHT_PYTHON"
+"""The job's ``[preflight] python``: the interpreter its preflight runs with; unset: found."""
+PREFLIGHT_TORCH = "SPOTD_PREFLIGHT_TORCH"
+"""The job's ``[preflight] torch``: ``1`` or ``0``; unset: torch where the gang needs it."""
 JOB_TMPDIR = "SPOTD_JOB_TMPDIR"
 """Set when the job's ``[env]`` names its own ``TMPDIR``: the agent keeps it, where it
 otherwise points ``TMPDIR`` into its run folder (removed when the agent ends)."""
@@ -157,15 +162,98 @@ class Waiting(BaseModel):
     nodes: int
 
 
+class PreflightCheckName(StrEnum):
+    """What one preflight check looks at (:attr:`PreflightCheck.name`)."""
+
+    PREFLIGHT = "preflight"
+    """The whole preflight, reported skipped when the job turned it off."""
+    GPU_DRIVER = "gpu_driver"
+    """An NVIDIA driver answers NVML on a node whose offering has GPUs."""
+    GPU_COUNT = "gpu_count"
+    """NVML sees as many GPUs as offered."""
+    GPU_MODEL = "gpu_model"
+    """They are of the offered model."""
+    GPU_MEMORY = "gpu_memory"
+    """Each has the offered memory (within NVML's rounding)."""
+    CHECKPOINT = "checkpoint_writable"
+    """The checkpoint location takes a write."""
+    JOB_PYTHON = "job_python"
+    """The job's own Python interpreter starts and runs the preflight worker."""
+    TORCH = "torch_import"
+    """torch imports in the job's interpreter."""
+    TORCH_GPUS = "torch_gpus"
+    """That torch sees the node's GPUs through CUDA."""
+    PROCESS_GROUP = "process_group"
+    """Every rank of the gang joined one process group."""
+    BANDWIDTH = "allreduce_busbw"
+    """The all-reduce ran, at no less than its floor."""
+    GANG = "gang_checks"
+    """Every node of the gang passed its own checks."""
+    OTHER = "other"
+    """A check this spotd does not know (a newer agent's)."""
+
+
+class PreflightFailure(StrEnum):
+    """Why a preflight check failed (:attr:`PreflightCheck.reason`)."""
+
+    NO_DRIVER = "no-driver"
+    GPU_COUNT = "gpu-count"
+    GPU_MODEL = "gpu-model"
+    GPU_MEMORY = "gpu-memory"
+    CHECKPOINT_UNWRITABLE = "checkpoint-unwritable"
+    PYTHON_MISSING = "python-missing"
+    """The job's interpreter is not there (a wrong ``[preflight] python``, none on PATH)."""
+    PYTHON_UNUSABLE = "python-unusable"
+    """It started but ran no worker (too old a Python, a crash)."""
+    TORCH_MISSING = "torch-missing"
+    """torch is not installed in the job's interpreter."""
+    TORCH_BROKEN = "torch-broken"
+    """torch is installed but its import fails (a library it needs, a CUDA mismatch)."""
+    NO_GPU = "no-gpu"
+    """torch sees fewer CUDA devices than the node's GPUs (a CPU-only build, no passthrough)."""
+    PROCESS_GROUP_FAILED = "process-group-failed"
+    ALLREDUCE_FAILED = "allreduce-failed"
+    BELOW_FLOOR = "below-floor"
+    """The bus bandwidth is under ``[preflight] min_busbw_gbps`` or the fabric's floor."""
+    TIMED_OUT = "timed-out"
+    """A peer never arrived or a worker hung until ``[preflight] timeout``."""
+    PEER_FAILED = "peer-failed"
+    """Another node of the gang failed its own checks."""
+    OTHER = "other"
+    """A reason this spotd does not know (a newer agent's)."""
+
+
+_CHECK_NAMES = frozenset(m.value for m in PreflightCheckName)
+_FAILURES = frozenset(m.value for m in PreflightFailure)
+
+
+def _check_name(value: object) -> object:
+    # A newer agent's check or reason must not make its whole report unreadable.
+    if isinstance(value, str) and value not in _CHECK_NAMES:
+        return PreflightCheckName.OTHER
+    return value
+
+
+def _failure(value: object) -> object:
+    if isinstance(value, str) and value not in _FAILURES:
+        return PreflightFailure.OTHER
+    return value
+
+
 class PreflightCheck(BaseModel):
-    """One check of a node: passed, failed, or skipped (with why)."""
+    """One check of a node: passed, failed (with a typed reason), or skipped (with why)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    name: str
+    name: PreflightCheckName
     ok: bool
     detail: str = ""
     skipped: bool = False
+    reason: PreflightFailure | None = None
+    """Why it failed; None when it passed or was skipped."""
+
+    _known_name = field_validator("name", mode="before")(_check_name)
+    _known_reason = field_validator("reason", mode="before")(_failure)
 
 
 class PreflightFigures(BaseModel):
@@ -184,6 +272,16 @@ class PreflightFigures(BaseModel):
     checks: tuple[PreflightCheck, ...] = ()
     reason: str = ""
     """Why it failed, in one line; empty when it passed."""
+    failed_rank: int | None = None
+    """The node the verdict names, by its rank in the gang; None when it passed or the
+    failure is the gang's as a whole (a bandwidth under the floor, a timeout)."""
+    failed_check: PreflightCheckName | None = None
+    """The check the verdict rests on; None when it passed."""
+    failed_reason: PreflightFailure | None = None
+    """Why that check failed; None when it passed."""
+
+    _known_check = field_validator("failed_check", mode="before")(_check_name)
+    _known_reason = field_validator("failed_reason", mode="before")(_failure)
 
 
 class PreflightReport(AgentReport):

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 CHECK_WORDS: dict[str, str] = {
     "checkpoint_writable": "the nodes cannot write the checkpoint location",
+    "job_python": "the job's python interpreter is not on its nodes ([preflight] python)",
+    "torch_import": "torch is not installed in the job's python interpreter",
 }
 """What a failed preflight check means, by the check's name; others are said by name."""
 

@@ -302,6 +302,17 @@ class PreflightSpec(_Spec):
     fabric's figure from spotd's table (for NCCL on GPUs; a CPU gang has none)."""
     timeout: Duration = timedelta(minutes=5)
     """Longest the checks may take before the attempt counts as failed."""
+    python: (
+        Annotated[str, Strict(), Field(min_length=1), at_most_bytes(MAX_PATH_BYTES)] | None
+    ) = None
+    """The interpreter the job trains with, where the preflight's workers run: a path
+    (relative to the job's working folder) or a name on the job's PATH. None: the
+    command's own (its first word, or its ``#!`` line's), else the first ``python3`` or
+    ``python`` on the job's PATH (inside its image when it has one)."""
+    torch: bool | None = Field(default=None, strict=True)
+    """Whether the job trains with torch. None: torch must import in the job's
+    interpreter wherever the gang needs it (2+ processes, for the all-reduce); True:
+    also on a node of one process; False: never, and no all-reduce is measured."""
 
 
 class BudgetSpec(_Spec):

@@ -18,7 +18,16 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from spotd.core.agent_wire import ExitPhase, PreflightFigures, Roster, Waiting
+from spotd.core.agent_wire import (
+    PREFLIGHT_PYTHON,
+    PREFLIGHT_TORCH,
+    ExitPhase,
+    PreflightCheckName,
+    PreflightFailure,
+    PreflightFigures,
+    Roster,
+    Waiting,
+)
 from spotd.core.fabric_env import default_min_busbw_gbps
 from spotd.core.spec import JobSpec
 from spotd.core.values import AttemptRecord, InstanceReport, Offering, attempt_reports
@@ -50,9 +59,18 @@ def roster_for(
     )
 
 
-JOB_CHECKS = frozenset({"checkpoint_writable"})
+JOB_CHECKS = frozenset({PreflightCheckName.CHECKPOINT})
 """Preflight checks whose failure is the job's, not the pool's: another pool would
 fail them alike (the nodes cannot write where the job checkpoints)."""
+JOB_FAILURES = frozenset({
+    PreflightFailure.CHECKPOINT_UNWRITABLE,
+    PreflightFailure.PYTHON_MISSING,
+    PreflightFailure.TORCH_MISSING,
+})  # fmt: skip
+"""Why a check fails when the job, not the pool, is at fault: its checkpoint location,
+an interpreter its spec names or its environment lacks, torch not installed in it.
+Those come with the job (its image, its setup); a torch that is installed but does not
+import, or does not see the GPUs, may be the node's driver, and tries another pool."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,23 +102,38 @@ class GangState:
     @property
     def job_at_fault(self) -> bool:
         """The failed preflight failed a check that any pool would fail alike."""
-        if self.preflight is None or self.preflight.passed:
+        figures = self.preflight
+        if figures is None or figures.passed:
             return False
-        return any(c.name in JOB_CHECKS and not c.ok for c in self.preflight.checks)
+        # The verdict's check may be another node's (shared through the gang), so it
+        # counts beside this node's own.
+        if figures.failed_check is not None and job_failure(
+            figures.failed_check, figures.failed_reason
+        ):
+            return True
+        return any(not c.ok and job_failure(c.name, c.reason) for c in figures.checks)
+
+
+def job_failure(check: str | None, reason: PreflightFailure | None) -> bool:
+    """Whether a failed ``check`` (failed for ``reason``) is the job's, not the pool's.
+    By the reason; by the check's name for figures an older agent sent without one."""
+    return reason in JOB_FAILURES if reason is not None else check in JOB_CHECKS
 
 
 def gang_state(attempt: AttemptRecord, reports: Sequence[InstanceReport]) -> GangState:
     """The gang of ``attempt`` as its agents' reports describe it."""
     own = attempt_reports(attempt, reports).values()
     figures = [f for f in (preflight_of(r) for r in own) if f is not None]
-    failed = next((f for f in figures if not f.passed), None)
+    # A verdict that names the failing node first: the nodes waiting for it can only say
+    # that they timed out.
+    failed = sorted((f for f in figures if not f.passed), key=lambda f: f.failed_rank is None)
     phases = {r.exit_phase for r in own}
     # A setup failure comes first: its node never joined, which is no verdict on the gang.
     gave_up = next((p for p in _GAVE_UP if p in phases), None)
     return GangState(
         joined=sum(1 for r in own if r.address),
         started=sum(1 for r in own if r.command_at is not None),
-        preflight=failed or (figures[0] if figures else None),
+        preflight=failed[0] if failed else (figures[0] if figures else None),
         gave_up=gave_up,
         setup_failure=next((r for r in own if r.exit_phase == "setup"), None),
     )
@@ -143,6 +176,7 @@ def gang_environment(spec: JobSpec, attempt: AttemptRecord, offering: Offering) 
         "SPOTD_EXPECT_GPUS": str(offering.gpus_per_node),
         "SPOTD_EXPECT_GPU_MODEL": offering.gpu,
         "SPOTD_EXPECT_GPU_MEMORY_GB": f"{offering.gpu_memory_gb:g}",
+        **_preflight_python(spec),
         # torchrun SIGKILLs its workers 30 s after it forwarded SIGTERM, unless told
         # otherwise: give the checkpoint the provider's whole notice (AWS: 120 s).
         "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(max(30, round(offering.notice_seconds))),
@@ -153,6 +187,16 @@ def gang_environment(spec: JobSpec, attempt: AttemptRecord, offering: Offering) 
     if threshold is not None:
         env["SPOTD_PREFLIGHT_MIN_BUSBW_GBPS"] = f"{threshold:g}"
         env["SPOTD_PREFLIGHT_THRESHOLD_SOURCE"] = source
+    return env
+
+
+def _preflight_python(spec: JobSpec) -> dict[str, str]:
+    """The job's interpreter and its use of torch, where the spec says them."""
+    env: dict[str, str] = {}
+    if spec.preflight.python is not None:
+        env[PREFLIGHT_PYTHON] = spec.preflight.python
+    if spec.preflight.torch is not None:
+        env[PREFLIGHT_TORCH] = "1" if spec.preflight.torch else "0"
     return env
 
 

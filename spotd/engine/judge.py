@@ -8,7 +8,7 @@ the verdict out. The same facts always give the same verdict.
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from spotd.core.errors import (
@@ -35,7 +35,7 @@ from spotd.core.values import (
     signal_of_exit,
 )
 from spotd.engine.attempts import error_exits, failed_launches, restartable
-from spotd.engine.gang import JOB_CHECKS, GangState, assembly_seconds, preflight_summary
+from spotd.engine.gang import GangState, assembly_seconds, job_failure, preflight_summary
 from spotd.engine.verdicts import Checkpoint, Defer, End, Replan, Running, Stay, Verdict
 
 # -- limits that end a job wherever it is -------------------------------------
@@ -281,15 +281,31 @@ def preflight_failed(attempt: AttemptRecord, gang: GangState) -> End:
     if gang.preflight is not None:
         summary = preflight_summary(gang.preflight)
     detail = f"{attempt.pool}: {summary}"
-    # The check that failed, the job's own first (it is why the job fails, if it does).
-    checks = gang.preflight.checks if gang.preflight else ()
-    failed = sorted((c.name for c in checks if not c.ok), key=lambda n: n not in JOB_CHECKS)
-    facts = EventFacts(check=failed[0]) if failed else EMPTY_FACTS
+    facts = preflight_facts(attempt, gang)
     if gang.job_at_fault:
         return End.attempt_ended(attempt, JobStatus.FAILED, AttemptEnd.PREFLIGHT_FAILED, detail,
                                  failure=FailureCause.INVALID_SPEC, facts=facts)  # fmt: skip
     return End.attempt_ended(attempt, JobStatus.RECOVERING, AttemptEnd.PREFLIGHT_FAILED, detail,
                              facts=facts)  # fmt: skip
+
+
+def preflight_facts(attempt: AttemptRecord, gang: GangState) -> EventFacts:
+    """The node a failed preflight names (its instance id and rank) and the check it
+    failed: the job's own first, as it is why the job fails, if it does."""
+    figures = gang.preflight
+    if figures is None:
+        return EMPTY_FACTS
+    failed = [(c.name, c.reason) for c in figures.checks if not c.ok]
+    verdict = [(figures.failed_check, figures.failed_reason)] if figures.failed_check else []
+    # The job's own first; then the verdict's; then, from an agent that did not name the
+    # verdict's check, the first that failed.
+    candidates = [*(f for f in (*verdict, *failed) if job_failure(*f)), *verdict, *failed]
+    check = candidates[0][0] if candidates else None
+    facts = EMPTY_FACTS
+    rank = figures.failed_rank
+    if rank is not None and 0 <= rank < len(attempt.instance_ids):
+        facts = node_facts(attempt, attempt.instance_ids[rank])
+    return replace(facts, check=None if check is None else str(check))
 
 
 def attempt_ended(

@@ -9,7 +9,9 @@ agent would on its own VM. Nothing leaves the loopback.
 from __future__ import annotations
 
 import json
+import os
 import socket
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,9 +21,18 @@ import pytest
 
 from spotd.agent import preflight, preflight_worker
 from spotd.agent.gpu import GpuSource, RecordedSource
+from spotd.agent.job_python import JobRuntime, job_runtime
 from spotd.agent.preflight import PreflightPlan, gpu_model_matches, run_preflight
 from spotd.agent.preflight_worker import bus_bandwidth_gbps
-from spotd.core.agent_wire import PreflightCheck, PreflightFigures
+from spotd.core.agent_wire import (
+    PreflightCheck,
+    PreflightCheckName,
+    PreflightFailure,
+    PreflightFigures,
+)
+
+Name = PreflightCheckName
+Why = PreflightFailure
 
 NODE_ADDRS = ("127.0.0.2", "127.0.0.3")
 MASTER = NODE_ADDRS[0]
@@ -51,16 +62,30 @@ def node_plan(rank: int, port: int, tmp_path: Path, **fields: Any) -> PreflightP
     return PreflightPlan(**values)
 
 
-def run_nodes(plans: list[PreflightPlan], gpus: GpuSource | None = None) -> list[PreflightFigures]:
-    """Every plan's preflight at once, one thread per node, in plan order."""
+def job_in(run_dir: Path, python: str = sys.executable, **env: str) -> JobRuntime:
+    """A job whose command is ``python train.py``: its interpreter is this test's own
+    (the project's venv, which has torch) unless told otherwise."""
+    return job_runtime([python, "train.py"], {**os.environ, **env}, cwd=None, run_dir=run_dir)
+
+
+def run_nodes(
+    plans: list[PreflightPlan], tmp_path: Path, gpus: GpuSource | None = None,
+    python: str = sys.executable,
+) -> list[PreflightFigures]:
+    """Every plan's preflight at once, one thread per node, in plan order; each node
+    with a run folder of its own."""
     with ThreadPoolExecutor(max_workers=len(plans)) as pool:
-        futures = [pool.submit(run_preflight, plan, gpus) for plan in plans]
+        futures = [
+            pool.submit(run_preflight, plan, gpus,
+                        job_in(tmp_path / f"node-{plan.node_rank}", python))
+            for plan in plans
+        ]  # fmt: skip
         return [f.result(timeout=120) for f in futures]
 
 
 def gang(tmp_path: Path, **fields: Any) -> list[PreflightFigures]:
     port = free_port()
-    return run_nodes([node_plan(rank, port, tmp_path, **fields) for rank in (0, 1)])
+    return run_nodes([node_plan(rank, port, tmp_path, **fields) for rank in (0, 1)], tmp_path)
 
 
 def check(figures: PreflightFigures, name: str) -> PreflightCheck:
@@ -75,10 +100,16 @@ def test_two_nodes_measure_the_same_bandwidth_and_pass(tmp_path: Path) -> None:
     assert second.busbw_gbps == first.busbw_gbps  # the slowest rank's time, on both
     assert first.backend == "gloo" and first.world_size == 2
     assert first.reason == second.reason == ""
-    assert check(first, preflight.CHECK_GANG).ok
-    assert check(first, preflight.CHECK_CHECKPOINT).ok
+    assert check(first, Name.GANG).ok
+    assert check(first, Name.CHECKPOINT).ok
     assert not list((tmp_path / "ckpt").iterdir())  # the probes were removed
     assert 0 < first.seconds < 60
+    assert first.failed_rank is first.failed_check is first.failed_reason is None
+    # Measured by the job's own interpreter, which it names.
+    python = check(first, Name.JOB_PYTHON)
+    assert python.ok and not python.skipped and sys.executable in python.detail
+    assert check(first, Name.TORCH).ok and check(first, Name.PROCESS_GROUP).ok
+    assert check(first, Name.TORCH_GPUS).skipped  # a CPU gang needs no CUDA
 
 
 @pytest.mark.timeout(60)
@@ -89,7 +120,11 @@ def test_a_threshold_no_loopback_reaches_fails_both(tmp_path: Path) -> None:
     assert first.reason.startswith("bus bandwidth ")
     assert first.reason.endswith(" GB/s below 1000000 GB/s")
     assert first.min_busbw_gbps == 1e6
-    assert not check(second, preflight.CHECK_BANDWIDTH).ok
+    bandwidth = check(second, Name.BANDWIDTH)
+    assert not bandwidth.ok and bandwidth.reason is Why.BELOW_FLOOR
+    # The gang's bandwidth, not one node's: no node is named.
+    assert (first.failed_rank, first.failed_check, first.failed_reason) == (
+        None, Name.BANDWIDTH, Why.BELOW_FLOOR)  # fmt: skip
 
 
 @pytest.mark.timeout(60)
@@ -102,13 +137,17 @@ def test_one_unwritable_checkpoint_location_fails_the_whole_gang(tmp_path: Path)
         node_plan(0, port, tmp_path),
         node_plan(1, port, tmp_path, checkpoint_uri=str(blocker / "ckpt")),
     ]
-    first, second = run_nodes(plans)
+    first, second = run_nodes(plans, tmp_path)
     assert not first.passed and not second.passed
     assert first.reason == second.reason
     assert first.reason.startswith("node 1: checkpoint location not writable: ")
-    assert check(first, preflight.CHECK_CHECKPOINT).ok  # node 0's own location is fine
-    assert not check(first, preflight.CHECK_GANG).ok
-    assert not check(second, preflight.CHECK_CHECKPOINT).ok
+    assert check(first, Name.CHECKPOINT).ok  # node 0's own location is fine
+    assert not check(first, Name.GANG).ok
+    assert not check(second, Name.CHECKPOINT).ok
+    for figures in (first, second):
+        assert figures.failed_rank == 1
+        assert figures.failed_check is Name.CHECKPOINT
+        assert figures.failed_reason is Why.CHECKPOINT_UNWRITABLE
     # The bandwidth is measured all the same.
     assert first.busbw_gbps is not None and first.busbw_gbps == second.busbw_gbps
 
@@ -123,12 +162,17 @@ def test_a_peer_that_never_arrives_ends_at_the_timeout(tmp_path: Path) -> None:
         node_plan(1, free_port(), tmp_path, timeout_seconds=timeout),
     ]
     start = time.monotonic()
-    results = run_nodes(alone)
+    results = run_nodes(alone, tmp_path)
     assert time.monotonic() - start < timeout + 5
     for figures in results:
         assert not figures.passed
         assert figures.reason == "preflight timed out after 4 s"
         assert figures.busbw_gbps is None
+        assert figures.failed_rank is None  # which peer hung is not known here
+        assert (figures.failed_check, figures.failed_reason) == (
+            Name.PROCESS_GROUP, Why.TIMED_OUT)  # fmt: skip
+        # The worker said torch was fine before it went to wait for its peer.
+        assert check(figures, Name.TORCH).ok and not check(figures, Name.TORCH).skipped
         assert timeout <= figures.seconds < timeout + 5
 
 
@@ -137,13 +181,13 @@ def test_a_world_of_one_measures_nothing_and_passes(tmp_path: Path) -> None:
     plan = PreflightPlan(
         node_rank=0, nodes=1, master_addr=MASTER, port=free_port(), checkpoint_uri=str(tmp_path)
     )
-    figures = run_preflight(plan, None)
+    figures = run_preflight(plan, None, job_in(tmp_path))
     assert figures.passed, figures.reason
     assert figures.busbw_gbps is None
     assert figures.world_size == 1
-    bandwidth = check(figures, preflight.CHECK_BANDWIDTH)
+    bandwidth = check(figures, Name.BANDWIDTH)
     assert bandwidth.skipped and "no peer" in bandwidth.detail
-    assert check(figures, preflight.CHECK_CHECKPOINT).ok
+    assert check(figures, Name.CHECKPOINT).ok
     assert figures.seconds < 5  # no worker was started
 
 
@@ -152,7 +196,7 @@ def test_one_node_with_several_local_processes_measures_between_them(tmp_path: P
     plan = PreflightPlan(
         node_rank=0, nodes=1, local_procs=2, master_addr="127.0.0.1", port=free_port(), **FAST
     )
-    figures = run_preflight(plan, None)
+    figures = run_preflight(plan, None, job_in(tmp_path))
     assert figures.passed, figures.reason
     assert figures.world_size == 2
     assert figures.busbw_gbps is not None and figures.busbw_gbps > 0
@@ -180,19 +224,19 @@ def single_node(**fields: Any) -> PreflightPlan:
 @pytest.mark.timeout(30)
 def test_fewer_gpus_than_offered_fail_the_count_check(tmp_path: Path) -> None:
     plan = single_node(expect_gpus=8, expect_gpu_model="A100", expect_gpu_memory_gb=80)
-    figures = run_preflight(plan, recording(tmp_path, gpus=4))
+    figures = run_preflight(plan, recording(tmp_path, gpus=4), job_in(tmp_path))
     assert not figures.passed
     assert figures.reason == "node 0: expected 8 GPUs, found 4"
-    assert not check(figures, preflight.CHECK_GPU_COUNT).ok
-    assert check(figures, preflight.CHECK_GPU_MODEL).ok
-    assert check(figures, preflight.CHECK_GPU_MEMORY).ok
-    assert check(figures, preflight.CHECK_GPU_DRIVER).ok
+    assert not check(figures, Name.GPU_COUNT).ok
+    assert check(figures, Name.GPU_MODEL).ok
+    assert check(figures, Name.GPU_MEMORY).ok
+    assert check(figures, Name.GPU_DRIVER).ok
 
 
 @pytest.mark.timeout(30)
 def test_gpus_as_offered_pass(tmp_path: Path) -> None:
     plan = single_node(expect_gpus=4, expect_gpu_model="A100", expect_gpu_memory_gb=80)
-    figures = run_preflight(plan, recording(tmp_path, gpus=4))
+    figures = run_preflight(plan, recording(tmp_path, gpus=4), job_in(tmp_path))
     assert figures.passed, figures.reason
     gpu_checks = [check(figures, name) for name in preflight._GPU_CHECKS]
     assert all(c.ok and not c.skipped for c in gpu_checks)
@@ -201,27 +245,28 @@ def test_gpus_as_offered_pass(tmp_path: Path) -> None:
 @pytest.mark.timeout(30)
 def test_wrong_model_and_small_memory_fail(tmp_path: Path) -> None:
     plan = single_node(expect_gpus=2, expect_gpu_model="H100", expect_gpu_memory_gb=141)
-    figures = run_preflight(plan, recording(tmp_path, gpus=2))
+    figures = run_preflight(plan, recording(tmp_path, gpus=2), job_in(tmp_path))
     assert not figures.passed
     assert "expected H100 GPUs, found NVIDIA A100-SXM4-80GB" in figures.reason
     assert "expected 141 GB per GPU, GPU 0 has 80.0 GB" in figures.reason
-    assert not check(figures, preflight.CHECK_GPU_MODEL).ok
-    assert not check(figures, preflight.CHECK_GPU_MEMORY).ok
+    assert not check(figures, Name.GPU_MODEL).ok
+    assert not check(figures, Name.GPU_MEMORY).ok
 
 
 @pytest.mark.timeout(30)
-def test_no_driver_on_a_gpu_offering_fails() -> None:
-    figures = run_preflight(single_node(expect_gpus=8, expect_gpu_model="H100"), None)
+def test_no_driver_on_a_gpu_offering_fails(tmp_path: Path) -> None:
+    plan = single_node(expect_gpus=8, expect_gpu_model="H100")
+    figures = run_preflight(plan, None, job_in(tmp_path))
     assert not figures.passed
     assert figures.reason == "node 0: no NVIDIA driver answers (NVML)"
-    assert check(figures, preflight.CHECK_GPU_COUNT).skipped
+    assert check(figures, Name.GPU_COUNT).skipped
 
 
 @pytest.mark.timeout(30)
 def test_simulated_gpus_are_skipped_not_passed(tmp_path: Path) -> None:
     plan = single_node(expect_gpus=8, expect_gpu_model="H100", simulated=True)
     for gpus in (None, recording(tmp_path, gpus=1)):
-        figures = run_preflight(plan, gpus)
+        figures = run_preflight(plan, gpus, job_in(tmp_path))
         assert figures.passed, figures.reason
         for name in preflight._GPU_CHECKS:
             gpu_check = check(figures, name)
@@ -236,40 +281,135 @@ def test_the_backend_follows_the_gpus(tmp_path: Path) -> None:
     assert preflight._default_backend(single_node(backend=None, simulated=True), readings) == "gloo"
 
 
-@pytest.mark.timeout(30)
-def test_without_torch_the_verdict_rests_on_the_node_checks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(preflight, "_torch_available", lambda: False)
-    port = free_port()
-    ok = run_preflight(node_plan(0, port, tmp_path), None)
-    assert ok.passed, ok.reason
-    bandwidth = check(ok, preflight.CHECK_BANDWIDTH)
-    assert bandwidth.skipped and bandwidth.detail == "torch not installed"
-    assert ok.busbw_gbps is None
-    bad = run_preflight(node_plan(1, port, tmp_path, expect_gpus=2), None)
-    assert not bad.passed
-    assert bad.reason == "node 1: no NVIDIA driver answers (NVML)"
+def no_torch_python(folder: Path) -> str:
+    """A job interpreter without torch: this Python, isolated (``-I``) and without its
+    site-packages (``-S``), behind a script as a venv's ``bin/python`` would be."""
+    folder.mkdir(parents=True, exist_ok=True)
+    python = folder / "python3"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
+    python.chmod(0o755)
+    return str(python)
 
 
 @pytest.mark.timeout(30)
-def test_a_worker_that_fails_ends_the_preflight_at_once() -> None:
-    # This torch has no NCCL: the workers fail at once, and so does the preflight,
-    # with their error rather than a timeout.
-    plan = PreflightPlan(
-        node_rank=0,
-        nodes=1,
-        local_procs=2,
-        master_addr="127.0.0.1",
-        port=free_port(),
-        backend="nccl",
-        timeout_seconds=25,
-    )
-    figures = run_preflight(plan, None)
+def test_a_job_python_without_torch_fails_naming_the_node(tmp_path: Path) -> None:
+    # Two processes on one node: a gang that needs the all-reduce, so torch.
+    plan = PreflightPlan(node_rank=0, nodes=1, local_procs=2, master_addr="127.0.0.1",
+                         port=free_port(), **FAST)  # fmt: skip
+    python = no_torch_python(tmp_path / "venv" / "bin")
+    figures = run_preflight(plan, None, job_in(tmp_path / "run", python))
     assert not figures.passed
-    assert figures.reason.startswith("node 0: preflight worker ")
+    assert (figures.failed_rank, figures.failed_check, figures.failed_reason) == (
+        0, Name.TORCH, Why.TORCH_MISSING)  # fmt: skip
+    assert figures.reason == f"node 0: torch is not installed for {sys.executable}"
+    assert check(figures, Name.JOB_PYTHON).ok  # the interpreter ran; torch is what it lacks
+    assert check(figures, Name.PROCESS_GROUP).skipped
+    assert figures.busbw_gbps is None
+    assert figures.seconds < 20  # at once, not at the timeout
+
+
+@pytest.mark.timeout(30)
+def test_one_process_checks_torch_only_when_the_job_says_it_uses_it(tmp_path: Path) -> None:
+    python = no_torch_python(tmp_path / "bin")
+    plan = single_node()
+    quiet = run_preflight(plan, None, job_in(tmp_path / "a", python))
+    assert quiet.passed, quiet.reason
+    assert check(quiet, Name.TORCH).skipped and check(quiet, Name.BANDWIDTH).skipped
+    declared = run_preflight(single_node(torch=True), None, job_in(tmp_path / "b", python))
+    assert not declared.passed
+    assert (declared.failed_check, declared.failed_reason) == (Name.TORCH, Why.TORCH_MISSING)
+    # With torch there, one process passes with no peer to measure against.
+    real = run_preflight(single_node(torch=True), None, job_in(tmp_path / "c"))
+    assert real.passed, real.reason
+    assert check(real, Name.TORCH).ok and check(real, Name.BANDWIDTH).skipped
+
+
+@pytest.mark.timeout(30)
+def test_a_job_that_does_not_use_torch_skips_the_gang_and_says_so(tmp_path: Path) -> None:
+    plan = PreflightPlan(node_rank=0, nodes=1, local_procs=2, master_addr="127.0.0.1",
+                         port=free_port(), torch=False, **FAST)  # fmt: skip
+    figures = run_preflight(plan, None, job_in(tmp_path, no_torch_python(tmp_path / "bin")))
+    assert figures.passed, figures.reason
+    bandwidth = check(figures, Name.BANDWIDTH)
+    assert bandwidth.skipped and "[preflight] torch = false" in bandwidth.detail
+
+
+@pytest.mark.timeout(30)
+def test_a_job_python_that_is_not_there_fails(tmp_path: Path) -> None:
+    plan = PreflightPlan(node_rank=0, nodes=1, local_procs=2, master_addr="127.0.0.1",
+                         port=free_port(), **FAST)  # fmt: skip
+    job = job_in(tmp_path, SPOTD_PREFLIGHT_PYTHON="/nowhere/bin/python3")
+    figures = run_preflight(plan, None, job)
+    assert not figures.passed
+    assert (figures.failed_rank, figures.failed_check, figures.failed_reason) == (
+        0, Name.JOB_PYTHON, Why.PYTHON_MISSING)  # fmt: skip
+    assert "'/nowhere/bin/python3' not found" in figures.reason
+
+
+@pytest.mark.timeout(30)
+def test_gpus_torch_cannot_see_fail_the_node(tmp_path: Path) -> None:
+    # NCCL with one GPU per process: this torch is a CPU build and sees no CUDA device.
+    plan = PreflightPlan(node_rank=0, nodes=1, local_procs=2, master_addr="127.0.0.1",
+                         port=free_port(), backend="nccl", timeout_seconds=25)  # fmt: skip
+    figures = run_preflight(plan, None, job_in(tmp_path))
+    assert not figures.passed
+    assert (figures.failed_rank, figures.failed_check, figures.failed_reason) == (
+        0, Name.TORCH_GPUS, Why.NO_GPU)  # fmt: skip
+    assert "sees 0 CUDA device(s) of the node's 2" in figures.reason
     assert "timed out" not in figures.reason
     assert figures.seconds < 20
+
+
+FAKE_ENGINE = """#!/bin/sh
+# A container engine's stand-in: logs its argv, then runs what follows the image.
+# The image "bare" has a shell and nothing on its PATH.
+printf '%s\\n' "$@" > "{log}.$$"
+while [ "$1" != "{image}" ]; do shift; done
+shift
+if [ "{image}" = bare ]; then shift; PATH=/nowhere exec /bin/sh "$@"; fi
+exec "$@"
+"""
+
+
+def fake_engine(tmp_path: Path, image: str) -> tuple[Path, Path]:
+    log = tmp_path / "engine-argv"
+    engine = tmp_path / "engine"
+    engine.write_text(FAKE_ENGINE.format(log=log, image=image))
+    engine.chmod(0o755)
+    return engine, log
+
+
+@pytest.mark.timeout(30)
+def test_in_an_image_the_workers_run_as_the_jobs_command_would(tmp_path: Path) -> None:
+    engine, _ = fake_engine(tmp_path, "trainer:1")
+    run_dir = tmp_path / "run"
+    plan = PreflightPlan(node_rank=0, nodes=1, local_procs=2, master_addr="127.0.0.1",
+                         port=free_port(), **FAST)  # fmt: skip
+    job = job_in(run_dir, SPOTD_IMAGE="trainer:1", SPOTD_CONTAINER_ENGINE=str(engine))
+    figures = run_preflight(plan, None, job)
+    assert figures.passed, figures.reason
+    runs = [p.read_text().splitlines() for p in tmp_path.glob("engine-argv.*")]
+    assert len(runs) == 2  # one container per process
+    for argv in runs:
+        assert argv[:2] == ["run", "--rm"]
+        assert f"--volume={run_dir}:{run_dir}" in argv  # where the worker's file is
+        assert "--env=SPOTD_PREFLIGHT_SPEC" in argv and "--env=RANK" in argv
+        after = argv[argv.index("trainer:1") + 1 :]
+        assert after[0] == sys.executable  # the command's own interpreter, in the image
+        assert Path(after[1]).parent.parent == run_dir
+
+
+@pytest.mark.timeout(30)
+def test_an_image_without_python_fails_with_python_missing(tmp_path: Path) -> None:
+    engine, _ = fake_engine(tmp_path, "bare")
+    plan = PreflightPlan(node_rank=0, nodes=1, local_procs=2, master_addr="127.0.0.1",
+                         port=free_port(), **FAST)  # fmt: skip
+    env = {"SPOTD_IMAGE": "bare", "SPOTD_CONTAINER_ENGINE": str(engine)}
+    job = job_runtime(["./train.sh"], {**os.environ, **env}, cwd=None, run_dir=tmp_path / "run")
+    figures = run_preflight(plan, None, job)
+    assert not figures.passed
+    assert (figures.failed_check, figures.failed_reason) == (Name.JOB_PYTHON, Why.PYTHON_MISSING)
+    assert "no python3 or python on the PATH (/nowhere)" in figures.reason
 
 
 def test_a_rank_outside_the_gang_is_refused() -> None:
@@ -312,6 +452,7 @@ def test_a_worker_without_its_spec_prints_one_failure_line(
     assert preflight_worker.main({"RANK": "3"}) == preflight_worker.EXIT_FAILED
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1
-    failure = preflight_worker.WorkerFailure.model_validate_json(lines[0])
+    failure = preflight_worker.WorkerFailure(**json.loads(lines[0]))
     assert failure.rank == 3
+    assert failure.reason == preflight_worker.BAD_REQUEST
     assert preflight_worker.SPEC_VARIABLE in failure.error
