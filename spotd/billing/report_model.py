@@ -96,6 +96,11 @@ class JobRow(_Frozen):
     recovery_hours: float
     so_far: bool = False
     """The job is still running: its spend is so far, and grows until it ends."""
+    to_finish_usd: float | None = None
+    """A running job's expected spend from the report's end to its own end
+    (:mod:`spotd.core.forecast`); None when unknown or not asked for."""
+    to_finish_p90_usd: float | None = None
+    """The 90th percentile of ``to_finish_usd``."""
 
     @property
     def status_shown(self) -> str:
@@ -164,6 +169,11 @@ class Report(_Frozen):
     """Attempts whose GPUs sat under the utilisation threshold, worst first."""
 
 
+ToFinish = Callable[[JobRecord], tuple[float, float] | None]
+"""A running job's expected spend to its end and its 90th percentile, in USD; None when
+unknown."""
+
+
 def build_report(
     store: Store,
     *,
@@ -173,11 +183,14 @@ def build_report(
     zone: str = "UTC",
     clock_note: str | None = None,
     clock: Clock | None = None,
+    to_finish: ToFinish | None = None,
 ) -> Report:
     """The report of ``[since, until)``, of every job or one, from the stored ledger;
     its times shown in ``zone``, headed by ``clock_note`` when the records' clock is
     not at real speed. With the records' ``clock``, the running jobs' spend so far
-    (their open attempts priced to its ``now``) is in it too, marked as such."""
+    (their open attempts priced to its ``now``) is in it too, marked as such, and with
+    ``to_finish`` (a daemon's forecast of a job: expected and P90 USD) what they are
+    expected to spend until they end."""
     entries = store.ledger(since=since, until=until, job_id=job_id)
     if clock is not None:
         entries = with_running(store, entries, clock.now(), since=since, until=until,
@@ -189,7 +202,18 @@ def build_report(
     attempts = store.attempts_for(ids)
     reports = store.reports_for(ids)
     built = report_from(entries, jobs, attempts, since=since, until=until, reports=reports)
+    if to_finish is not None:
+        built = built.model_copy(update={"jobs": [_with_forecast(r, jobs, to_finish)
+                                                  for r in built.jobs]})  # fmt: skip
     return built.model_copy(update={"zone": zone, "clock_note": clock_note})
+
+
+def _with_forecast(row: JobRow, jobs: Mapping[str, JobRecord], to_finish: ToFinish) -> JobRow:
+    job = jobs.get(row.job_id)
+    found = to_finish(job) if row.so_far and job is not None else None
+    if found is None:
+        return row
+    return row.model_copy(update={"to_finish_usd": found[0], "to_finish_p90_usd": found[1]})
 
 
 def with_running(

@@ -33,12 +33,17 @@ CSV_COLUMNS = (
     "gpu_hours",
     "preemptions",
     "recovery_hours",
+    "to_finish_usd",
+    "to_finish_p90_usd",
 )
 """CSV columns: ``row`` is ``job`` for each job and ``total`` for the last row (whose
 job_id, name and status are empty); USD and hours to 2 decimals; ``savings_pct`` of
 the on-demand equivalent; ``recovery_hours`` are changeover hours. A job that failed or
 was cancelled has empty ``savings_usd`` and ``savings_pct`` (its spend claims no saving);
-a running job's status is ``running, so far`` (its spend up to the report's end)."""
+a running job's status is ``running, so far`` (its spend up to the report's end), and
+``to_finish_usd`` and ``to_finish_p90_usd`` are what it is expected to spend until it
+ends and the 90th percentile of that, where the daemon made the report (empty
+otherwise)."""
 
 
 def render_json(report: Report) -> str:
@@ -60,6 +65,7 @@ def render_csv(report: Report) -> str:
                                                                    job.on_demand_usd)),
                 _cents(job.gpu_hours),
                 job.preemptions, _cents(job.recovery_hours),
+                _maybe(job.to_finish_usd), _maybe(job.to_finish_p90_usd),
             ]
         )  # fmt: skip
     t = report.totals
@@ -68,6 +74,7 @@ def render_csv(report: Report) -> str:
             "total", "", "", "",
             _cents(t.spend_usd), _cents(t.on_demand_usd), _cents(t.savings_usd),
             _cents(t.savings_pct), _cents(t.gpu_hours), t.preemptions, _cents(t.recovery_hours),
+            "", "",
         ]
     )  # fmt: skip
     return out.getvalue()

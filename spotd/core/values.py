@@ -546,6 +546,9 @@ class SubmitWarningKind(StrEnum):
     """``notify`` asks for email and this daemon has no ``[email]`` to send it with."""
     NO_ADDRESS = "no-address"
     """``notify.on_end`` asks for the job-end email and ``notify.email`` names no one."""
+    OVER_BUDGET = "over-budget"
+    """The policy expects the job to cost more than its ``budget.max_usd``
+    (``spotd.core.forecast``): it will likely fail over budget before it ends."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from pydantic_settings import (
 )
 
 from spotd.core.errors import ConfigError, UnknownProviderKind
+from spotd.core.forecast import OverBudgetAction
 from spotd.core.kinds import AnyKind
 from spotd.core.timefmt import zone_named
 from spotd.daemon.secrets import SecretsSettings
@@ -89,6 +90,9 @@ class SchedulingSettings(BaseModel):
     """Real seconds between two price-history rows of one provider."""
     price_poll_seconds: float = Field(default=300.0, gt=0)
     """Real seconds between two price polls of a cloud (the simulator is polled every tick)."""
+    forecast_over_budget: OverBudgetAction = OverBudgetAction.WARN
+    """At submit, a job expected to cost more than its ``budget.max_usd``: ``warn`` stores it
+    with a warning giving the figures, ``refuse`` stores nothing."""
 
 
 class ProvidersBase(BaseModel):

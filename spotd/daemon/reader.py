@@ -20,6 +20,8 @@ from datetime import UTC, timedelta, tzinfo
 from spotd.billing.ledger import spend_so_far
 from spotd.core.clock import clock_note
 from spotd.core.contracts import Clock, EngineStore, Policy, Provider
+from spotd.core.errors import SubmitRefused
+from spotd.core.forecast import OverBudgetAction
 from spotd.core.intents import IntentKind, IntentRecord
 from spotd.core.spec import JobSpec
 from spotd.core.values import (
@@ -29,6 +31,7 @@ from spotd.core.values import (
     SubmitWarning,
     SubmitWarningKind,
 )
+from spotd.daemon.forecasting import ForecastView, forecast_of, forecast_view, over_budget_detail
 from spotd.daemon.views import JobView, job_view
 from spotd.engine.attempts import cooling_until
 from spotd.engine.context import placement_context
@@ -103,6 +106,40 @@ class Planner:
         base = timedelta(hours=self._settings.cooldown_hours)
         return Answer(policy.name, ctx, decision, cooling_until(attempts, now, base))
 
+    def forecast(self, job: JobRecord) -> ForecastView | None:
+        """The job's cost to finish and finish time, with their P90
+        (:mod:`spotd.daemon.forecasting`); None for an ended job or one of unknown size."""
+        if job.status.terminal:
+            return None
+        answer = self.ask(job)
+        return forecast_view(forecast_of(answer.ctx, answer.decision, self._store.reports(job.id)))
+
+    def to_finish(self, job: JobRecord) -> tuple[float, float] | None:
+        """The job's expected spend to its end and its P90 in USD, for reports; None
+        where :meth:`forecast` has none."""
+        view = self.forecast(job)
+        return None if view is None else (view.expected_usd, view.p90_usd)
+
+    def budget_warning(self, spec: JobSpec) -> str | None:
+        """Why a new job's forecast exceeds its ``budget.max_usd``, with the figures; None
+        when it has no budget, fits it, or its size or the market cannot tell yet."""
+        if spec.budget is None or self._market.offered_gpus() is None:
+            return None
+        offerings = self._market.offerings()
+        # Asked without its budget: a policy excludes what the budget cannot pay for, and
+        # the question is what the job would cost where the policy would run it.
+        unbounded = spec.model_copy(update={"budget": None})
+        ctx = placement_context(
+            "submit", unbounded, self._clock.now(),
+            pools=(o.pool for o in offerings),
+            changeover_hours=self._settings.changeover_hours,
+            stats=self._stats.at(self._clock.now()),
+        )  # fmt: skip
+        with self._lock:
+            decision = self.policy.place(ctx, offerings)
+        view = forecast_view(forecast_of(ctx, decision, ()))
+        return None if view is None else over_budget_detail(view, 0.0, spec.budget.max_usd)
+
     def submit_warning(self, spec: JobSpec) -> str | None:
         """Why no offering of the market as it stands can ever run the job (its GPUs per
         node, fabric, providers, regions or markets: never its budget, prices or the
@@ -142,6 +179,13 @@ class Reader:
         """Store a new job, pending: the next pass of a daemon places it.
         :class:`~spotd.core.errors.SubmitRefused`, and nothing stored, for a job no
         daemon here could ever run (:func:`spotd.engine.submission.refusal`)."""
+        if self.settings.forecast_over_budget is OverBudgetAction.REFUSE:
+            over = self.planner.budget_warning(spec)
+            if over is not None:
+                raise SubmitRefused(
+                    f"budget.max_usd: {over} ([scheduling] forecast_over_budget = \"refuse\")",
+                    field="budget.max_usd",
+                )
         return submit(self.store, spec, now=self.clock.now(), offered=self.market.offered_gpus(),
                       idempotency_key=idempotency_key)  # fmt: skip
 
@@ -153,6 +197,8 @@ class Reader:
         market = self.planner.submit_warning(spec)
         if market is not None:
             found.insert(0, SubmitWarning(SubmitWarningKind.MARKET, market))
+        elif (over := self.planner.budget_warning(spec)) is not None:
+            found.insert(0, SubmitWarning(SubmitWarningKind.OVER_BUDGET, over))
         return found
 
     def view(self, job: JobRecord) -> JobView:
@@ -161,7 +207,7 @@ class Reader:
         return job_view(
             job, store.attempts(job.id), self.clock.now(), store.reports(job.id),
             ledger=store.ledger(job_id=job.id), asked=store.open_intents([job.id]).get(job.id, ()),
-            zone=self.zone, clock=clock_note(self.clock),
+            zone=self.zone, clock=clock_note(self.clock), forecast=self.planner.forecast(job),
         )  # fmt: skip
 
     def ask(self, job: JobRecord, kind: IntentKind, *, priority: int | None = None) -> IntentRecord:

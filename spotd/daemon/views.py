@@ -28,6 +28,7 @@ from spotd.core.values import (
     SubmitWarningKind,
     attempt_reports,
 )
+from spotd.daemon.forecasting import ForecastView
 from spotd.engine.attempts import error_exits
 from spotd.engine.gang import gang_state
 from spotd.market.cache import Snapshot
@@ -249,6 +250,10 @@ class JobView(BaseModel):
     all the same."""
     asked: list[IntentView] = Field(default_factory=list)
     """What users asked of the job (a cancel, a priority) that its daemon has yet to do."""
+    forecast: ForecastView | None = None
+    """What the job is expected to spend from now and when it ends, with their P90
+    (:mod:`spotd.daemon.forecasting`): in the view of one job that has not ended; None in
+    lists, for a job of unknown size, and from an older daemon."""
 
     @property
     def status_ended(self) -> bool:
@@ -335,6 +340,7 @@ def job_view(
     asked: Sequence[IntentRecord] = (),
     zone: tzinfo = UTC,
     clock: str | None = None,
+    forecast: ForecastView | None = None,
 ) -> JobView:
     """The view of a job and its attempts (with what their agents reported), and its
     open intents (``asked``).
@@ -370,6 +376,7 @@ def job_view(
         waiting=job.waiting,
         asked=[intent_view(i) for i in asked],
         clock=clock,
+        forecast=forecast,
     )
 
 

@@ -169,6 +169,7 @@ def build_engine(settings: Settings) -> Engine:
         changeover_hours=settings.scheduling.changeover_hours,
         replan_seconds=settings.scheduling.replan_seconds,
         price_history_seconds=settings.scheduling.price_history_seconds,
+        forecast_over_budget=settings.scheduling.forecast_over_budget,
         teams={
             n: TeamLimits(t.max_running_jobs, t.monthly_budget_usd)
             for n, t in settings.teams.items()

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from spotd.core.forecast import OverBudgetAction
 from spotd.core.values import JobRecord
 from spotd.engine.teams import TeamLimits
 
@@ -36,6 +37,8 @@ class EngineSettings:
     """How much price history the pool statistics look at."""
     teams: Mapping[str, TeamLimits] = field(default_factory=dict)
     """Per team name, the limits that hold its pending jobs back (``[teams]``)."""
+    forecast_over_budget: OverBudgetAction = OverBudgetAction.WARN
+    """What a submit does with a job whose forecast exceeds its budget."""
 
 
 def checkpoint_uri(job: JobRecord, settings: EngineSettings) -> str:

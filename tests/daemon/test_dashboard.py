@@ -316,7 +316,9 @@ def test_the_cost_window_from_the_form() -> None:
 def test_the_cost_page_keeps_a_windows_report_and_draws_its_charts_once(tmp_path: Path) -> None:
     store = open_store(f"sqlite:///{tmp_path / 's.db'}")
     try:
-        engine: Any = SimpleNamespace(store=store, clock=WallClock(), zone=UTC)
+        # A reader with no running job to forecast.
+        engine: Any = SimpleNamespace(store=store, clock=WallClock(), zone=UTC,
+                                      planner=SimpleNamespace(to_finish=lambda job: None))
         costs = CostReports(engine)
         window = window_of(None, None, engine.clock.now())
         first = costs.report(window)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -15,11 +17,13 @@ from spotd.cli.errors import guard, usage_error
 from spotd.cli.render.console import err
 from spotd.cli.render.progress import working
 from spotd.core.clock import clock_note
-from spotd.core.errors import ConfigError
+from spotd.core.errors import ConfigError, SpotdError
 from spotd.daemon.config import Settings
 
 if TYPE_CHECKING:
+    from spotd.billing.report_model import ToFinish
     from spotd.core.contracts import Clock
+    from spotd.core.values import JobRecord
 
 REPORT_DAYS = 7
 """The default report window: the past week of real time."""
@@ -99,9 +103,11 @@ def report(
         store = open_store(settings.db_url)
         try:
             job_id = store.find_job(job).id if job else None
-            built = reports.build_report(store, since=begin, until=finish, job_id=job_id,
-                                         zone=settings.display.timezone,
-                                         clock_note=clock_note(clock), clock=clock)  # fmt: skip
+            with _daemon_forecasts(settings) as to_finish:
+                built = reports.build_report(store, since=begin, until=finish, job_id=job_id,
+                                             zone=settings.display.timezone,
+                                             clock_note=clock_note(clock), clock=clock,
+                                             to_finish=to_finish)  # fmt: skip
         finally:
             store.close()
         if fmt == "json":
@@ -120,6 +126,31 @@ def report(
         err.print(f"report written to {escape(str(out_file))}")
     else:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
+
+
+@contextmanager
+def _daemon_forecasts(settings: Settings) -> Iterator[ToFinish | None]:
+    """The running daemon's forecast of each running job (``spotd status JOB`` gives the
+    same), or None with no daemon running: the report is the store's, and only a
+    daemon knows the market and the policy a forecast needs."""
+    from spotd.cli.client import Client, daemon_alive
+
+    if not daemon_alive(settings.address_file):
+        yield None
+        return
+    client = Client.from_settings(settings)
+
+    def ask(job: JobRecord) -> tuple[float, float] | None:
+        try:
+            found = client.job(job.id).forecast
+        except SpotdError:
+            return None  # the report goes on without the figure
+        return None if found is None else (found.expected_usd, found.p90_usd)
+
+    try:
+        yield ask
+    finally:
+        client.close()
 
 
 def _email_report(

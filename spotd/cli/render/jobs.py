@@ -20,6 +20,7 @@ _WARNING_TAILS = {
     "market": "the job is stored and waits until the market offers what it needs",
     "no-email": "the job is stored and runs without email",
     "no-address": "the job is stored and runs without a job-end email",
+    "over-budget": "the job is stored; it will likely fail over budget before it ends",
 }
 """What each kind of submit warning (``SubmitWarningKind``) means for the stored job."""
 
@@ -71,6 +72,9 @@ def print_jobs(jobs: list[JobView], *, one: bool) -> None:
         line = progress_line(jobs[0])
         if line is not None:
             out.print(line)
+        line = forecast_line(jobs[0])
+        if line is not None:
+            out.print(line, highlight=False)
         line = restart_line(jobs[0])
         if line is not None:
             out.print(line, highlight=False)
@@ -147,6 +151,24 @@ def progress_line(job: JobView) -> str | None:
         pace = f"{p.finish_in_hours:.1f} h to go at the current rate"
         parts.append(f"[red]{pace}[/]" if late else pace)
     return "; ".join(parts)
+
+
+def forecast_line(job: JobView) -> str | None:
+    """The cost to finish, e.g. ``to finish: 41.20 USD expected (P90 55.80), ends
+    2026-12-05 03:10Z (P90 2026-12-05 07:40Z) on sim-aws/... spot``, with the job's total
+    against its budget where it has one; None without a forecast."""
+    f = job.forecast
+    if f is None:
+        return None
+    line = (f"to finish: {f.expected_usd:,.2f} USD expected (P90 {f.p90_usd:,.2f}), ends "
+            f"{when(f.finish_at, Precision.MINUTE)} (P90 {when(f.p90_finish_at, Precision.MINUTE)})"
+            f" on {escape(f.offering)}")  # fmt: skip
+    budget = (job.spec.get("budget") or {}).get("max_usd")
+    if budget is not None:
+        total = job.cost_usd + f.expected_usd
+        said = f"{total:,.2f} of its {float(budget):,.2f} USD budget in all"
+        line += f"; [red]{said}[/]" if total > float(budget) else f"; {said}"
+    return line
 
 
 def gang_lines(job: JobView) -> list[str]:

@@ -145,4 +145,5 @@ class CostReports:
         return _Built(reports.build_report(reader.store, since=since, until=until,
                                            zone=str(reader.zone),
                                            clock_note=clock_note(reader.clock),
-                                           clock=reader.clock))  # fmt: skip
+                                           clock=reader.clock,
+                                           to_finish=reader.planner.to_finish))  # fmt: skip

@@ -61,7 +61,8 @@ def job_detail(reader: Reader, job: JobRecord) -> JobDetail:
     events = store.events(job.id)
     now = reader.clock.now()
     clock = clock_note(reader.clock)
-    view = job_view(job, attempts, now, reports, ledger=ledger, zone=reader.zone, clock=clock)
+    view = job_view(job, attempts, now, reports, ledger=ledger, zone=reader.zone, clock=clock,
+                    forecast=reader.planner.forecast(job))  # fmt: skip
     uri = checkpoint_uri(job, reader.settings)
     found, error = _checkpoints(uri)
     logs = [NodeLog(h, tail(t, LOG_LINES)) for h, t in attempt_logs(reader, attempts[-1:])]
