@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+import fsspec
+
+from spotd.core.clock import ManualClock
 from spotd.core.errors import NotFoundError, ProviderError
 from spotd.core.network import Fabric, Interconnect
 from spotd.core.spec import JobSpec
@@ -185,3 +190,37 @@ class FakeProvider:
 
         inst = Instance(id=iid, pool=pool, market=Market.SPOT, state=self.states[iid])
         return replace(inst, exit_code=self.exit_codes.get(iid), tags=dict(self.tags.get(iid, {})))
+
+
+def ticks_until(
+    engine: Engine,
+    clock: ManualClock,
+    job_id: str,
+    done: Callable[[JobRecord], bool],
+    *,
+    tick_seconds: float = 60.0,
+    passes: int = 400,
+) -> JobRecord:
+    """Pass and move ``clock`` on by ``tick_seconds`` until ``done(job)`` holds: an engine on
+    the in-process market, whose every step the test's clock decides. Fails after
+    ``passes`` passes, with the job's events."""
+    for _ in range(passes):
+        engine.market.refresh_all()
+        engine.tick()
+        job = engine.store.get_job(job_id)
+        if done(job):
+            return job
+        clock.advance(tick_seconds)
+    raise AssertionError(f"{job_id} never got there: {engine.store.events(job_id)}")
+
+
+@contextmanager
+def memory_checkpoints(name: str) -> Iterator[str]:
+    """A checkpoint URI in fsspec's in-memory filesystem, of its own, removed at the end."""
+    root = f"spotd-{name}-{uuid.uuid4().hex}"
+    try:
+        yield f"memory://{root}/ck"
+    finally:
+        fs = fsspec.filesystem("memory")
+        if fs.exists(root):
+            fs.rm(root, recursive=True)

@@ -4,8 +4,9 @@ Reads offerings from four APIs (type offerings per zone, instance types,
 spot price history, spot placement scores) plus the Price List API, and
 launches with ``run_instances``: all nodes of a request in one call, one
 zone, idempotent by client token; a gang in its cluster placement group with
-its EFA interfaces. Also a PlacementHost (its placement groups) and a
-CloudChecker (dry runs). See docs/providers-aws.md.
+its EFA interfaces. Also a PlacementHost (its placement groups), a
+CloudChecker (dry runs) and a Driller (Fault Injection Service). See
+docs/providers-aws.md.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
+from spotd.core.drill import drill_target
 from spotd.core.errors import NotFoundError, ProviderError, invalid_request
 from spotd.core.kinds import InstanceShape
 from spotd.core.values import (
@@ -35,6 +37,7 @@ from .capacity import placement_scores
 from .catalog import gpu_types, zone_ids, zones_offering
 from .check import CheckTarget, run_checks
 from .clients import AwsClients
+from .drill import send_interruption
 from .errors import PROVIDER, map_aws_errors
 from .figures import INSTANCE_TYPES, NOTICE_SECONDS
 from .gang import GangPlanner
@@ -194,7 +197,8 @@ class AwsProvider:
         with invalid_request(PROVIDER, "launch"):
             script = self._user_data(request)
         gang = self._gang.plan(request, create=True)
-        params = launch_params(self._settings, request, token, script, gang)
+        params = launch_params(self._settings, request, token, script, gang,
+                               subnet_id=self._gang.private_subnet(request, gang))  # fmt: skip
         with map_aws_errors("RunInstances"):
             reply = self._clients.ec2(region).run_instances(**params)
         started = _ordered(reply.get("Instances", []))
@@ -291,6 +295,12 @@ class AwsProvider:
     def logs(self, instance_id: str) -> str:
         """Always "": EC2 keeps no job output; the on-VM agent reports it to the daemon."""
         return ""
+
+    def drill(self, instance_id: str) -> None:
+        """A drill (:class:`~spotd.core.contracts.Driller`): AWS Fault Injection Service
+        interrupts this spot instance with EC2's two-minute notice (:mod:`.drill`)."""
+        target = drill_target(PROVIDER, instance_id, self.describe([instance_id]))
+        send_interruption(self._clients, self._settings, target.pool.region, instance_id)
 
     def _find(self, instance_ids: Iterable[str]) -> list[tuple[str, RawInstance]]:
         """(region, raw) of the instances that exist; regions they were seen in go first."""

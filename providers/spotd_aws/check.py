@@ -21,10 +21,13 @@ from spotd.core.values import CheckOutcome, CloudCheck, LaunchRequest, Market
 from .capacity import placement_scores
 from .catalog import zone_ids
 from .clients import AwsClients, Client
+from .drill import drill_check
+from .egress import public_reason, subnet_egress
 from .errors import PROVIDER, map_aws_errors
+from .fabric import EFA_LAYOUTS, table_drift
 from .gang import GangNetwork, GangPlanner
 from .instances import aws_client_token, launch_params
-from .network import GANG_GROUP
+from .network import GANG_GROUP, zone_network
 from .prices import on_demand_filters
 from .settings import AwsSettings
 
@@ -83,9 +86,12 @@ def run_checks(target: CheckTarget, request: LaunchRequest | None) -> CloudCheck
     outcomes += _write_permissions(ec2)
     if request is None:
         outcomes.append(_bare_launch(ec2, target, first))
+        outcomes.append(drill_check(target.settings))
+        outcomes += _configured_egress(target)
         return CloudCheck(PROVIDER, tuple(outcomes))
     would: list[str] = []
     outcomes += _launch(target, request, would)
+    outcomes += _efa_table(target, request)
     outcomes += _capacity(target, request)
     outcomes += _quota(target, request)
     return CloudCheck(PROVIDER, tuple(outcomes), tuple(would))
@@ -142,6 +148,8 @@ def _read_permissions(
         ("DescribeImages", ec2.describe_images, {"Owners": ["self"]}),
         ("DescribeSubnets", ec2.describe_subnets, {}),
         ("DescribeSecurityGroups", ec2.describe_security_groups, {}),
+        ("DescribeRouteTables", ec2.describe_route_tables, {}),
+        ("DescribeVpcEndpoints", ec2.describe_vpc_endpoints, {}),
         ("DescribePlacementGroups", ec2.describe_placement_groups, {}),
         ("GetSpotPlacementScores", ec2.get_spot_placement_scores,
          {"InstanceTypes": [itype], "TargetCapacity": 1, "SingleAvailabilityZone": True,
@@ -204,7 +212,7 @@ def _launch(target: CheckTarget, request: LaunchRequest, would: list[str]) -> li
     image = target.settings.image_id.get(pool.region, "ami-00000000000000000")
     params = launch_params(
         target.settings.model_copy(update={"image_id": {pool.region: image}}),
-        request, token, script, gang,
+        request, token, script, gang, subnet_id=target.planner.private_subnet(request, gang),
     )  # fmt: skip
     efa = len([i for i in (gang.interfaces if gang else ()) if "efa" in str(i["InterfaceType"])])
     line = (f"{request.nodes} {request.market.value} instance(s) {pool.instance_type} in "
@@ -215,6 +223,52 @@ def _launch(target: CheckTarget, request: LaunchRequest, would: list[str]) -> li
         line += f", in placement group {gang.placement_group}"
     would.append(line)
     outcomes.append(_launch_dry_run(ec2, params, line))
+    outcomes.append(_egress(target, request, gang))
+    return outcomes
+
+
+def _efa_table(target: CheckTarget, request: LaunchRequest) -> list[CheckOutcome]:
+    """Does spotd's EFA table still match what EC2 says of the gang's type?"""
+    pool = request.offering.pool
+    if request.nodes < 2 or pool.instance_type not in EFA_LAYOUTS:
+        return []
+    name = f"efa layout {pool.instance_type}"
+    with _failing_as(name, "ec2:DescribeInstanceTypes") as failed:
+        drift = table_drift(target.planner.facts(pool.region, pool.instance_type))
+        if drift is not None:
+            return [CheckOutcome(name, False, f"EC2 now says {drift}: spotd's table "
+                                 "(spotd_aws.fabric.EFA_LAYOUTS) needs an update")]  # fmt: skip
+        layout = EFA_LAYOUTS[pool.instance_type]
+        return [CheckOutcome(name, True, f"{layout.efa_interfaces} EFA-only interfaces on "
+                             f"{layout.network_cards} network cards, as EC2 says")]  # fmt: skip
+    return failed
+
+
+def _egress(target: CheckTarget, request: LaunchRequest, gang: GangNetwork | None) -> CheckOutcome:
+    """Can the nodes reach the daemon, the package index and the checkpoint store?"""
+    pool = request.offering.pool
+    with _failing_as("egress", "ec2:DescribeRouteTables") as failed:
+        net = target.planner.zone_network(pool.region, pool.zone)
+        interfaces = len(gang.interfaces) if gang is not None and gang.interfaces else 1
+        public = public_reason(net, wanted=target.settings.public_address, interfaces=interfaces)
+        ec2 = target.clients.ec2(pool.region)
+        return subnet_egress(ec2, pool.region, net, request.env, public)
+    return failed[0]
+
+
+def _configured_egress(target: CheckTarget) -> list[CheckOutcome]:
+    """Without a job: the way out of each configured subnet, when nodes get no public address."""
+    if target.settings.public_address:
+        return []
+    outcomes = []
+    for zone, subnet in sorted(target.settings.subnet_ids.items()):
+        region = next((r for r in target.settings.regions if zone.startswith(r)), None)
+        if region is None:
+            continue  # a zone of no configured region: never launched into
+        with _failing_as(f"egress subnet {subnet}", "ec2:DescribeRouteTables") as failed:
+            ec2 = target.clients.ec2(region)
+            outcomes.append(subnet_egress(ec2, region, zone_network(ec2, zone, subnet), {}, None))
+        outcomes += failed
     return outcomes
 
 

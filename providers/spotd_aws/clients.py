@@ -53,6 +53,11 @@ class AwsClients:
         """The Service Quotas client of ``region``, at ``endpoint_url`` when set."""
         return self._client("service-quotas", region, self._settings.endpoint_url)
 
+    def fis(self, region: str) -> Client:
+        """The Fault Injection Service client of ``region`` (drills), at ``endpoint_url``
+        when set."""
+        return self._client("fis", region, self._settings.endpoint_url)
+
     def pricing(self) -> Client:
         """The Price List API client at ``pricing_region``."""
         return self._client("pricing", self._settings.pricing_region, None)

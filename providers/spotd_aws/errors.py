@@ -31,6 +31,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from spotd.core.errors import (
     AuthError,
     CapacityError,
+    InvalidRequestError,
     NotFoundError,
     PriceTooLowError,
     ProviderError,
@@ -79,6 +80,14 @@ ERROR_CODES: Mapping[str, type[ProviderError]] = {
 }
 """AWS error code -> spotd class. EC2 and the Price List API spell some differently."""
 
+FIS_ERROR_CODES: Mapping[str, type[ProviderError]] = {
+    "ValidationException": InvalidRequestError,
+    "ResourceNotFoundException": NotFoundError,
+    "ServiceQuotaExceededException": QuotaError,
+}
+"""Fault Injection Service codes (drills) -> spotd class, over :data:`ERROR_CODES`. Kept
+apart: other services send these codes too, where they may mean something else."""
+
 _AUTH_EXCEPTIONS = (
     NoCredentialsError,
     PartialCredentialsError,
@@ -124,6 +133,20 @@ def map_aws_errors(action: str) -> Iterator[None]:
         raise ProviderError(
             f"aws {action}: {code}: {scrub(str(exc))}", provider=PROVIDER, code=code
         ) from exc
+
+
+@contextmanager
+def map_fis_errors(action: str) -> Iterator[None]:
+    """:func:`map_aws_errors` for Fault Injection Service calls, whose codes
+    :data:`FIS_ERROR_CODES` maps first."""
+    try:
+        with map_aws_errors(action):
+            yield
+    except ProviderError as exc:
+        kind = FIS_ERROR_CODES.get(exc.code)
+        if kind is None or isinstance(exc, kind):
+            raise
+        raise kind(str(exc), provider=PROVIDER, code=exc.code) from exc
 
 
 def from_client_error(exc: ClientError, action: str) -> ProviderError:

@@ -18,7 +18,7 @@ from spotd.market.ttl import TtlCache
 
 from .clients import AwsClients, Client
 from .fabric import NetworkFacts, efa_interfaces, network_facts
-from .network import GANG_GROUP, ensure_gang_group, find_group, zone_network
+from .network import GANG_GROUP, ZoneNetwork, ensure_gang_group, find_group, zone_network
 from .placement import ensure_group, group_name
 from .settings import AwsSettings
 
@@ -60,6 +60,21 @@ class GangPlanner:
         return self._facts.get_or_load(
             (region, instance_type), lambda: network_facts(ec2, instance_type)
         )
+
+    def zone_network(self, region: str, zone: str) -> ZoneNetwork:
+        """The subnet the nodes of ``zone`` launch into (configured, else the default one)."""
+        ec2 = self._clients.ec2(region)
+        return zone_network(ec2, zone, self._settings.subnet_ids.get(zone))
+
+    def private_subnet(self, request: LaunchRequest, gang: GangNetwork | None) -> str | None:
+        """The zone's subnet when ``request``'s nodes need a primary interface of their own
+        to refuse a public address (``public_address = false``, no EFA); else None."""
+        if self._settings.public_address or (gang is not None and gang.interfaces):
+            return None
+        if gang is not None:
+            return gang.subnet_id
+        pool = request.offering.pool
+        return self.zone_network(pool.region, pool.zone).subnet_id
 
     def plan(self, request: LaunchRequest, *, create: bool) -> GangNetwork | None:
         """The gang network of ``request``; None for one node.

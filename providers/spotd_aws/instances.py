@@ -12,8 +12,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from spotd.core.errors import ProviderError
 from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Pool
 
+from .errors import PROVIDER
+from .fabric import primary_interface
 from .gang import GangNetwork
 from .settings import AwsSettings
 
@@ -111,11 +114,16 @@ def launch_params(
     token: str,
     user_data: str,
     gang: GangNetwork | None = None,
+    *,
+    subnet_id: str | None = None,
 ) -> dict[str, Any]:
     """``run_instances`` arguments for all nodes of ``request`` in its pool's zone.
 
     ``gang`` (for multi-node requests) puts the nodes in its placement group and
     gives each its EFA interfaces, which then carry the subnet and the groups.
+    With ``public_address = false`` a node without EFA gets one primary interface
+    asking for no public address, in ``subnet_id`` (the zone's subnet; needed
+    when ``subnet_ids`` names none for the zone).
     Raises KeyError naming the region when ``settings.image_id`` has no AMI for it.
     """
     pool = request.offering.pool
@@ -150,6 +158,8 @@ def launch_params(
         params["SecurityGroupIds"] = list(settings.security_group_ids)
     if gang is not None:
         _add_gang(params, gang)
+    if not settings.public_address and "NetworkInterfaces" not in params:
+        _add_private_primary(params, subnet_id or params.get("SubnetId"))
     if settings.instance_profile:
         key = "Arn" if settings.instance_profile.startswith("arn:") else "Name"
         params["IamInstanceProfile"] = {key: settings.instance_profile}
@@ -167,6 +177,16 @@ def _add_gang(params: dict[str, Any], gang: GangNetwork) -> None:
         params["NetworkInterfaces"] = [dict(i) for i in gang.interfaces]
     elif gang.security_group_ids:
         params["SecurityGroupIds"] = list(gang.security_group_ids)
+
+
+def _add_private_primary(params: dict[str, Any], subnet_id: str | None) -> None:
+    # Only an interface can say "no public address"; it then carries subnet and groups.
+    if not subnet_id:
+        raise ProviderError("aws: a node without a public address needs its zone's subnet",
+                            provider=PROVIDER, code="InvalidRequest")  # fmt: skip
+    groups = params.pop("SecurityGroupIds", [])
+    params.pop("SubnetId", None)
+    params["NetworkInterfaces"] = [primary_interface(subnet_id, groups, public=False)]
 
 
 def _name(request: LaunchRequest) -> str:

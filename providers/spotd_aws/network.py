@@ -34,6 +34,8 @@ class ZoneNetwork:
 
     subnet_id: str
     vpc_id: str
+    maps_public_ip: bool = True
+    """The subnet's ``MapPublicIpOnLaunch``: whether a lone interface gets a public address."""
 
 
 def zone_network(ec2: Client, zone: str, subnet_id: str | None) -> ZoneNetwork:
@@ -55,7 +57,9 @@ def zone_network(ec2: Client, zone: str, subnet_id: str | None) -> ZoneNetwork:
             f"aws: no subnet for zone {zone}: set providers.aws.subnet_ids for it",
             provider=PROVIDER, code="InvalidRequest",
         )  # fmt: skip
-    return ZoneNetwork(str(subnets[0]["SubnetId"]), str(subnets[0]["VpcId"]))
+    found = subnets[0]
+    return ZoneNetwork(str(found["SubnetId"]), str(found["VpcId"]),
+                       bool(found.get("MapPublicIpOnLaunch", False)))  # fmt: skip
 
 
 def find_group(ec2: Client, vpc_id: str, name: str) -> str | None:

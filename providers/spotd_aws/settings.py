@@ -24,7 +24,7 @@ class AwsSettings(BaseModel):
     instance_types: list[str] | None = None
     """Instance types to offer; None means every AWS type in :mod:`spotd.market.catalog`."""
     endpoint_url: str | None = None
-    """Override of the EC2, STS and Service Quotas endpoint (fakes and tests only).
+    """Override of the EC2, STS, Service Quotas and FIS endpoint (fakes and tests only).
 
     None uses AWS's own."""
     pricing_region: str = "us-east-1"
@@ -35,6 +35,11 @@ class AwsSettings(BaseModel):
     """Availability zone name -> subnet to launch into; zones left out use the default VPC."""
     security_group_ids: list[str] = Field(default_factory=list)
     """Security groups of every node; empty uses the VPC's default group."""
+    public_address: bool = True
+    """Whether a node may get a public IPv4 address (as its subnet decides); false asks
+    for none. A node with EFA interfaces gets none either way (EC2 gives a public
+    address only to a lone interface): it needs a NAT gateway or endpoints to reach
+    the daemon, the package index and S3, which ``spotd check-cloud`` checks."""
     gang_security_group_ids: dict[str, str] = Field(default_factory=dict)
     """Region -> security group given to every node of a multi-node gang, for EFA.
 
@@ -47,6 +52,10 @@ class AwsSettings(BaseModel):
     """EC2 key pair for SSH to the nodes; None launches without one."""
     profile: str | None = None
     """Named profile of the shared AWS config; None uses boto3's default chain."""
+    fis_role_arn: str | None = None
+    """IAM role AWS Fault Injection Service assumes to interrupt a spot instance for
+    ``spotd drill`` (it needs ``ec2:SendSpotInstanceInterruptions``); None: drills are
+    refused on AWS."""
 
     @field_validator("endpoint_url")
     @classmethod

@@ -19,6 +19,7 @@ from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import VirtualMachine
 from azure.mgmt.network import NetworkManagementClient
 
+from spotd.core.drill import drill_target
 from spotd.core.errors import NotFoundError, ProviderError, invalid_request
 from spotd.core.values import CloudCheck, Instance, LaunchRequest, Offering, PlacementObject, Pool
 
@@ -304,6 +305,18 @@ class AzureProvider:
     def logs(self, instance_id: str) -> str:
         """Always "": Azure keeps no job output; the on-VM agent ships it."""
         return ""
+
+    def drill(self, instance_id: str) -> None:
+        """A drill (:class:`~spotd.core.contracts.Driller`): Azure's simulated eviction of
+        this Spot VM, or scale-set VM, which gets the ``Preempt`` scheduled event and is
+        evicted when its notice is over."""
+        drill_target(PROVIDER, instance_id, self.describe([instance_id]))
+        member = split_member(instance_id)
+        with map_azure_errors(f"simulate eviction of {instance_id}"):
+            if member is not None:
+                self._compute.virtual_machine_scale_set_vms.simulate_eviction(self._rg, *member)
+            else:
+                self._compute.virtual_machines.simulate_eviction(self._rg, instance_id)
 
     def close(self) -> None:
         """Close the SDK and HTTP clients."""

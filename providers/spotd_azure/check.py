@@ -18,7 +18,7 @@ Each failure is one outcome naming the permission, quota or value; nothing raise
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +30,7 @@ from azure.mgmt.compute.models import ResourceSku
 from spotd.core.errors import ProviderError
 from spotd.core.values import CheckOutcome, CloudCheck, LaunchRequest, Market
 
+from .egress import subnet_egress
 from .errors import map_azure_errors
 from .permissions import GROUP_ACTIONS, SUBNET_ACTIONS, Permission, missing
 from .scaleset import set_body, set_name, uses_scale_set
@@ -76,6 +77,8 @@ class CloudCheckRun:
         if request is None:
             for region in self._s.regions:
                 self._image(region)
+            for region in self._s.regions:
+                self._egress(region, {})
         else:
             region = request.offering.pool.region
             sku = self._sku(request)
@@ -83,6 +86,7 @@ class CloudCheckRun:
                 self._quota(request, sku)
             self._image(region)
             would = self._request(request)
+            self._egress(region, request.env)
         return CloudCheck(PROVIDER, tuple(self._outcomes), would)
 
     def _add(self, outcome: CheckOutcome) -> None:
@@ -239,6 +243,17 @@ class CloudCheckRun:
                                lambda: images.get(*args, image["version"]))  # fmt: skip
         if found:
             self._add(_ok(name, "exists"))
+
+    def _egress(self, region: str, env: Mapping[str, str]) -> None:
+        """Can the VMs (never given a public address) reach daemon, index and store?"""
+        subnet = self._s.subnet_id.get(region)
+        if not subnet:
+            return  # said by the request check, or the settings check at start-up
+        try:
+            self._add(subnet_egress(self._compute, subnet, env))
+        except ProviderError as exc:
+            self._add(_fail(f"egress subnet of {region}",
+                            f"{exc} (needs Microsoft.Network/virtualNetworks/subnets/read)"))
 
     # -- the request -------------------------------------------------------------
 

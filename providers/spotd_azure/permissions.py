@@ -27,8 +27,15 @@ GROUP_ACTIONS: tuple[str, ...] = (
 )
 """Actions on spotd's resource group: its VMs, scale sets, and the NICs and disks they own."""
 
-SUBNET_ACTIONS: tuple[str, ...] = ("Microsoft.Network/virtualNetworks/subnets/join/action",)
-"""Actions on each configured subnet (a NIC joins it; spotd never changes it)."""
+SUBNET_ACTIONS: tuple[str, ...] = (
+    "Microsoft.Network/virtualNetworks/subnets/join/action",
+    "Microsoft.Network/virtualNetworks/subnets/read",
+)
+"""Actions on each configured subnet (a NIC joins it, ``check-cloud`` reads its way out;
+spotd never changes it)."""
+
+NETWORK_READS: tuple[str, ...] = ("Microsoft.Network/routeTables/read",)
+"""Reads of the subnets' route tables, wherever they are (``check-cloud``'s egress check)."""
 
 SUBSCRIPTION_READS: tuple[str, ...] = (
     "Microsoft.Compute/skus/read",
@@ -39,7 +46,7 @@ SUBSCRIPTION_READS: tuple[str, ...] = (
 )
 """Reads at subscription scope: SKUs, quotas, operation status, images, own permissions."""
 
-ALL_ACTIONS: tuple[str, ...] = GROUP_ACTIONS + SUBNET_ACTIONS + SUBSCRIPTION_READS
+ALL_ACTIONS: tuple[str, ...] = GROUP_ACTIONS + SUBNET_ACTIONS + NETWORK_READS + SUBSCRIPTION_READS
 
 Permission = Mapping[str, Sequence[str]]
 """One entry of ``Microsoft.Authorization/permissions``: ``actions`` and ``notActions``."""

@@ -18,6 +18,7 @@ from google.cloud import compute_v1
 
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
+from spotd.core.drill import drill_target
 from spotd.core.errors import NotFoundError, ProviderError, invalid_request
 from spotd.core.values import (
     CloudCheck,
@@ -32,6 +33,7 @@ from spotd.market.ttl import TtlCache
 
 from . import check, naming, nics, placement, resources
 from .clients import GcpClients, build_clients
+from .drill import simulate_preemption
 from .errors import PROVIDER, is_already_exists, map_gcp_errors
 from .figures import NOTICE_SECONDS
 from .machines import MachineType, list_request, shape_of, wanted_types
@@ -233,6 +235,15 @@ class GcpProvider:
         except NotFoundError:
             return ""
         return str(output.contents)
+
+    def drill(self, instance_id: str) -> None:
+        """A drill (:class:`~spotd.core.contracts.Driller`): a simulated maintenance event
+        preempts this Spot VM with GCE's own notice (:mod:`.drill`)."""
+        where = _valid_id(instance_id)
+        found = self.describe([instance_id]) if where is not None else []
+        drill_target(PROVIDER, instance_id, found)
+        assert where is not None  # a VM was found by it
+        simulate_preemption(self._clients(), *where, timeout=self._timeout)
 
     # -- offerings -----------------------------------------------------------
 

@@ -22,7 +22,7 @@ reported as the capacity failure it will be.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from google.auth.transport.requests import AuthorizedSession
@@ -33,6 +33,7 @@ from spotd.core.values import CheckOutcome, CloudCheck, LaunchRequest, Market
 
 from . import nics, placement, resources
 from .clients import GcpClients
+from .egress import region_egress
 from .errors import PROVIDER, map_gcp_errors
 from .settings import GcpSettings, region_of
 
@@ -72,6 +73,9 @@ def required_permissions(settings: GcpSettings, project: str) -> list[str]:
     ]  # fmt: skip
     if settings.external_ip:
         perms.append("compute.subnetworks.useExternalIp")
+    else:
+        # The egress check: Cloud NAT on the routers, Private Google Access on the subnets.
+        perms += ["compute.routers.list", "compute.subnetworks.list"]
     image_project = _image_parts(settings.image, project)[0]
     if image_project == project:
         # A public image project grants this to everyone: only the own project's is tested.
@@ -127,8 +131,12 @@ class GcpCloudCheck:
                 # Without its GPU networks the request cannot be built: said once, above.
                 built, would = self._bodies(request)
                 outcomes.append(built)
+            outcomes.append(self._egress(request.offering.pool.region, request.env))
         else:
             outcomes += self._configured_subnets()
+            if not self._settings.external_ip:
+                regions = sorted({region_of(z) for z in self._settings.zones})
+                outcomes += [self._egress(r, {}) for r in regions]
         return CloudCheck(PROVIDER, tuple(outcomes), tuple(would))
 
     # -- the checks ------------------------------------------------------------
@@ -282,12 +290,23 @@ class GcpCloudCheck:
             would.append(f"resource policy regions/{policy.region}/resourcePolicies/"
                          f"{policy.name} (COLLOCATED, {request.nodes} VMs)")  # fmt: skip
         for body in bodies:
+            disk = body.disks[0].initialize_params.disk_type.rsplit("/", 1)[-1]
             would.append(f"instance zones/{pool.zone}/instances/{body.name} "
                          f"({pool.instance_type}, {body.scheduling.provisioning_model}, "
-                         f"{len(body.network_interfaces)} NICs)")  # fmt: skip
+                         f"{len(body.network_interfaces)} NICs, boot disk {disk})")  # fmt: skip
         detail = (f"{len(bodies)} Instance body(ies) built and valid; GCE has no dry run "
                   "for insert, so capacity shows only at launch")  # fmt: skip
         return Outcome(name, True, detail), would
+
+    def _egress(self, region: str, env: Mapping[str, str]) -> Outcome:
+        """Can nic0 reach the daemon, the package index and the checkpoint store?"""
+        try:
+            return region_egress(self._clients, self._settings.network, region, env,
+                                 external_ip=self._settings.external_ip,
+                                 timeout=self._timeout)  # fmt: skip
+        except ProviderError as exc:
+            return Outcome(f"egress in {region}", False,
+                           f"{exc} (needs compute.routers.list, compute.subnetworks.list)")
 
     def _region(self, region: str) -> Any:
         if region not in self._regions:

@@ -44,6 +44,8 @@ class GcpClients:
     """``compute_v1.ImagesClient``"""
     subnetworks: Any = None
     """``compute_v1.SubnetworksClient``"""
+    routers: Any = None
+    """``compute_v1.RoutersClient`` (Cloud NAT, for ``check-cloud``)"""
     credentials: Any = None
     """What the clients authenticate with (``check-cloud`` tests permissions with it)."""
     resource_manager_url: str = RESOURCE_MANAGER
@@ -85,6 +87,7 @@ def build_clients(settings: GcpSettings, credentials: Any | None = None) -> GcpC
             regions=compute_v1.RegionsClient(**common, client_options=compute),
             images=compute_v1.ImagesClient(**common, client_options=compute),
             subnetworks=compute_v1.SubnetworksClient(**common, client_options=compute),
+            routers=compute_v1.RoutersClient(**common, client_options=compute),
             credentials=credentials,
             resource_manager_url=settings.resource_manager_endpoint or RESOURCE_MANAGER,
         )  # fmt: skip

@@ -31,6 +31,38 @@ ACCELERATORS: dict[str, tuple[str, int]] = {
 """GCE accelerator type -> (spotd GPU name, GB of memory per GPU)."""
 
 
+HYPERDISK_ONLY: dict[str, str] = {
+    "a3-ultragpu": "A3 Ultra",
+    "a4-highgpu": "A4",
+    "a4x-highgpu": "A4X",
+    "a4x-maxgpu": "A4X Max",
+}
+"""Machine families (the type's name before its size) that take Hyperdisk only, no
+Persistent Disk, by series: Compute Engine's "Accelerator-optimized machine family"
+page, supported disk types per series (read 2026-12-04). The other GPU families
+(A3 Mega, A3 High, A2, G2, N1) take Persistent Disk as well."""
+
+HYPERDISK_BOOT = "hyperdisk-balanced"
+"""The boot disk of a Hyperdisk-only family when the configured type is a Persistent Disk."""
+
+
+def hyperdisk_only(machine_type: str) -> str | None:
+    """The series name of a Hyperdisk-only machine type (``A3 Ultra``), else None."""
+    for family, series in HYPERDISK_ONLY.items():
+        if machine_type.startswith(f"{family}-"):
+            return series
+    return None
+
+
+def boot_disk_type(machine_type: str, configured: str) -> str:
+    """The boot disk type of ``machine_type``: ``configured`` (``boot_disk_type``), except
+    that a Hyperdisk-only family gets ``hyperdisk-balanced`` for a Persistent Disk type,
+    which Compute Engine would refuse there."""
+    if hyperdisk_only(machine_type) and not configured.startswith("hyperdisk-"):
+        return HYPERDISK_BOOT
+    return configured
+
+
 @dataclass(frozen=True, slots=True)
 class MachineType:
     """A GPU machine type as Compute Engine lists it: its accelerator, and what it is

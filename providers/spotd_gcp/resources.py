@@ -22,7 +22,7 @@ from google.cloud import compute_v1
 from spotd.core.errors import InvalidRequestError
 from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Pool
 
-from . import nics
+from . import machines, nics
 from .naming import LAUNCH_LABEL, instance_name, labels_for, request_id
 from .settings import GcpSettings, region_of
 
@@ -100,7 +100,7 @@ def instance_resource(
         ),
         scheduling=scheduling(request.market, settings.termination_action,
                               request.max_run_seconds),
-        disks=[_boot_disk(settings, zone)],
+        disks=[_boot_disk(settings, zone, machine)],
         network_interfaces=nics.network_interfaces(settings, zone, machine,
                                                    gang=policy_url is not None),
         guest_accelerators=_accelerators(settings, zone, machine),
@@ -123,14 +123,15 @@ def insert_request(
     )
 
 
-def _boot_disk(settings: GcpSettings, zone: str) -> compute_v1.AttachedDisk:
+def _boot_disk(settings: GcpSettings, zone: str, machine: str) -> compute_v1.AttachedDisk:
+    disk = machines.boot_disk_type(machine, settings.boot_disk_type)
     return compute_v1.AttachedDisk(
         boot=True,
         auto_delete=True,
         initialize_params=compute_v1.AttachedDiskInitializeParams(
             source_image=settings.image,
             disk_size_gb=settings.boot_disk_gb,
-            disk_type=f"zones/{zone}/diskTypes/{settings.boot_disk_type}",
+            disk_type=f"zones/{zone}/diskTypes/{disk}",
         ),
     )
 

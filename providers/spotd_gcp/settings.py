@@ -74,10 +74,14 @@ class GcpSettings(BaseModel):
     """Source image URI of the boot disk, e.g. ``projects/P/global/images/family/F``."""
     boot_disk_gb: int = Field(default=200, ge=10)
     boot_disk_type: str = "pd-balanced"
-    """Boot disk type; A3 Ultra and A4 take only ``hyperdisk-balanced``."""
+    """Boot disk type. A3 Ultra, A4 and A4X take Hyperdisk only: a Persistent Disk type
+    here gives them ``hyperdisk-balanced`` (``spotd_gcp.machines.HYPERDISK_ONLY``)."""
     network: str = "global/networks/default"
     external_ip: bool = True
-    """Give each VM an ephemeral external address (needed without Cloud NAT)."""
+    """Give each VM an ephemeral external address on nic0. False: nodes get none and need
+    Cloud NAT on the region's router (or Private Google Access for Cloud Storage alone)
+    to reach the daemon, the package index and the checkpoint store, which
+    ``spotd check-cloud`` checks."""
     service_account: str | None = None
     """Service account email the VMs run as; None keeps the project default."""
     termination_action: Literal["DELETE", "STOP"] = "DELETE"

@@ -15,7 +15,7 @@ from .market import MarketConfig, SimMarket
 from .provider import SimProvider
 
 if TYPE_CHECKING:
-    from spotd.core.contracts import Clock, Provider
+    from spotd.core.contracts import Clock, Driller, Provider
 
 
 def build_sim_providers(
@@ -67,5 +67,5 @@ def _host_seconds() -> float:
 
 if TYPE_CHECKING:
     # mypy proves here that the simulator fits spotd's contracts.
-    def _fits(provider: SimProvider, clock: SimClock) -> tuple[Provider, Clock]:
-        return provider, clock
+    def _fits(provider: SimProvider, clock: SimClock) -> tuple[Provider, Driller, Clock]:
+        return provider, provider, clock

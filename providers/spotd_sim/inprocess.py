@@ -18,25 +18,31 @@ Not for a daemon: nothing outlives the object, and it is not thread-safe.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spotd.core.contracts import Clock
+from spotd.core.drill import drill_target
+from spotd.core.rejoin import RejoinAnswer, RejoinAsk
 from spotd.core.values import CloudCheck, Instance, LaunchRequest, Market, NodeUsage, Offering
 
 from . import billing, catalog, offers
 from .addresses import address_of
 from .catalog import PROVIDERS, CatalogEntry
-from .inprocess_node import InProcessNode
+from .inprocess_node import InProcessNode, Rejoin
 from .market import MarketConfig, SimMarket
 from .records import InstanceSpec
-from .workload import NodeInfo, ReportSink, TrainingWorkload, WorkloadFactory
+from .workload import NodeInfo, ReportSink, TrainingWorkload, Workload, WorkloadFactory
 
 if TYPE_CHECKING:
     from spotd.core.clock import ManualClock
-    from spotd.core.contracts import CloudChecker, Metered, Provider
+    from spotd.core.contracts import CloudChecker, Driller, Metered, Provider
+
+
+AskRejoin = Callable[[RejoinAsk], RejoinAnswer]
+"""Where a gang's node standing by asks what next (``DaemonRejoin.next_step``)."""
 
 
 class InProcessSimProvider:
@@ -45,7 +51,9 @@ class InProcessSimProvider:
 
     ``boot_seconds`` is clock time from launch to the job's start. ``workloads``
     makes each node's workload (default: :class:`TrainingWorkload` with its
-    default plan); ``reports`` is where their agents' reports go (None: nowhere).
+    default plan); ``reports`` is where their agents' reports go (None: nowhere);
+    ``rejoin`` is where a gang's node whose job ended asks what next (None: it ends
+    with its job; :mod:`spotd.core.rejoin`).
     Several providers may share one market and clock (:func:`build_inprocess_providers`).
     """
 
@@ -59,6 +67,7 @@ class InProcessSimProvider:
         workloads: WorkloadFactory | None = None,
         reports: ReportSink | None = None,
         addresses: Iterator[str] | None = None,
+        rejoin: AskRejoin | None = None,
     ) -> None:
         if boot_seconds < 0:
             raise ValueError(f"boot_seconds must be >= 0, got {boot_seconds}")
@@ -69,6 +78,7 @@ class InProcessSimProvider:
         self._boot_seconds = boot_seconds
         self._workloads = workloads or TrainingWorkload.factory()
         self._reports = reports
+        self._rejoin = rejoin
         self._addresses = addresses or (address_of(n) for n in itertools.count())
         self._serial = itertools.count(1)
         self._nodes: dict[str, InProcessNode] = {}
@@ -88,10 +98,16 @@ class InProcessSimProvider:
         return self._market
 
     def settle(self) -> None:
-        """Play every node's events up to the clock's now (every other call does it first)."""
+        """Play every node's events up to the clock's now (every other call does it first);
+        the nodes of a gang one of whose nodes is going stop with it from now (its ranks
+        agree to, as ``spotd.train``'s do)."""
         now = self._clock.now()
         for node in self._nodes.values():
             node.catch_up(now)
+        going = {n.gang for n in self._nodes.values() if n.gang and n.going}
+        for node in self._nodes.values():
+            if node.gang in going:
+                node.stop_with_gang(now)
 
     # -- Provider protocol -------------------------------------------------
 
@@ -162,6 +178,12 @@ class InProcessSimProvider:
         for node in self._own([instance_id]):
             node.stall()
 
+    def drill(self, instance_id: str) -> None:
+        """A drill (:class:`~spotd.core.contracts.Driller`): take this running spot node back
+        now, with the provider's notice, as the market does (:meth:`reclaim`)."""
+        drill_target(self.name, instance_id, self.describe([instance_id]))
+        self.reclaim(instance_id)
+
     # -- the provider's own meter ----------------------------------------------
 
     def usage(self, instance_ids: Sequence[str]) -> dict[str, NodeUsage]:
@@ -218,12 +240,16 @@ class InProcessSimProvider:
             address=address,
             taken_back_at=taken_back_at,
         )
+        def workload_of(job_env: Mapping[str, str]) -> Workload:
+            return self._workloads(NodeInfo(instance_id, self.name, address, job_env,
+                                            self._reports))  # fmt: skip
+
         try:
-            workload = self._workloads(NodeInfo(instance_id, self.name, address, env,
-                                                self._reports))  # fmt: skip
+            workload = workload_of(env)
         except ValueError as exc:
             raise offers.invalid(self.name, f"the node's workload: {exc}") from exc
-        return InProcessNode(spec, workload, self._market)
+        rejoin = None if self._rejoin is None else Rejoin(self._rejoin, workload_of)
+        return InProcessNode(spec, workload, self._market, rejoin)
 
 
 def build_inprocess_providers(
@@ -238,6 +264,7 @@ def build_inprocess_providers(
     epoch: datetime | None = None,
     workloads: WorkloadFactory | None = None,
     reports: ReportSink | None = None,
+    rejoin: AskRejoin | None = None,
 ) -> list[InProcessSimProvider]:
     """``sim-aws``, ``sim-gcp`` and ``sim-azure`` in-process, on one market and ``clock``.
 
@@ -263,6 +290,7 @@ def build_inprocess_providers(
             workloads=workloads,
             reports=reports,
             addresses=addresses,
+            rejoin=rejoin,
         )
         for name in PROVIDERS
     ]
@@ -272,5 +300,5 @@ if TYPE_CHECKING:
     # mypy proves here that the in-process market fits spotd's contracts.
     def _fits(
         provider: InProcessSimProvider, clock: ManualClock
-    ) -> tuple[Provider, Metered, CloudChecker, Clock]:
-        return provider, provider, provider, clock
+    ) -> tuple[Provider, Metered, CloudChecker, Driller, Clock]:
+        return provider, provider, provider, provider, clock

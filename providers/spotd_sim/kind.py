@@ -73,6 +73,8 @@ KIND: ProviderKind[SimSettings] = ProviderKind(
     # The market moves with the simulated clock: poll it at every reconcile pass.
     price_poll_seconds=0.0,
     nodes_have_gpus=False,
+    # Every node is on the host's loopback: a new node reaches the kept ones.
+    replaces_gang_nodes=True,
     agent_poll_seconds=0.1,
     notice_watcher=notice_watcher,
     clock_speed=_speed,

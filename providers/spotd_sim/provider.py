@@ -27,6 +27,7 @@ from pathlib import Path
 
 from spotd.agent.config import agent_settings
 from spotd.core.agent_wire import CODE_SHA256, CODE_URI, agent_token
+from spotd.core.drill import drill_target
 from spotd.core.errors import ProviderError
 from spotd.core.spec import CodeRef
 from spotd.core.values import (
@@ -214,6 +215,12 @@ class SimProvider:
         """
         if self._spec(instance_id) is not None:
             self._paths.reclaim_request(instance_id).touch()
+
+    def drill(self, instance_id: str) -> None:
+        """A drill (:class:`~spotd.core.contracts.Driller`): take this running spot node back
+        now, with the provider's notice, as the market does (:meth:`reclaim`)."""
+        drill_target(self.name, instance_id, self.describe([instance_id]))
+        self.reclaim(instance_id)
 
     def logs(self, instance_id: str) -> str:
         """The job's stdout and stderr so far ("" when there is none)."""

@@ -118,6 +118,11 @@ class Workload(Protocol):
         """The provider takes the node back at ``deadline`` (what SIGTERM tells a job)."""
         ...
 
+    def stop_with_gang(self, at: datetime) -> None:
+        """Another node of its gang is going: the job stops at its next step, checkpointed,
+        as every rank of ``spotd.train`` agrees to (its node had no notice itself)."""
+        ...
+
     def stop(self, at: datetime) -> int:
         """The node is terminated at ``at``: the job's exit code as it stops."""
         ...
@@ -211,6 +216,7 @@ class TrainingWorkload:
         self._next_beat: datetime | None = None
         self._notice: NoticeReport | None = None
         self._noticed = False
+        self._gang_stops = False
         self._exit: WorkloadExit | None = None
         self._lines: list[str] = []
 
@@ -262,6 +268,11 @@ class TrainingWorkload:
             self._notice = report
             self._send(lambda sink: sink.notice(report))
 
+    def stop_with_gang(self, at: datetime) -> None:
+        if not self._gang_stops and self._exit is None:
+            self._gang_stops = True
+            self._say(at, "another node of the gang is going: stopping with it")
+
     def stop(self, at: datetime) -> int:
         if self._exit is not None:
             return self._exit.code
@@ -283,12 +294,13 @@ class TrainingWorkload:
         self._step += 1
         self._step_end = at + timedelta(seconds=self._plan.step_seconds)
         done = self._step >= self._plan.total_steps
-        if done or self._noticed or self._step % self._plan.checkpoint_every == 0:
+        stopping = self._noticed or self._gang_stops
+        if done or stopping or self._step % self._plan.checkpoint_every == 0:
             self._save(at)
         if done:
             self._say(at, f"done: {self._step} steps")
             self._end(self._plan.exit_code, at, stopped=self._noticed)
-        elif self._noticed:
+        elif stopping:
             self._say(at, f"interrupted at step {self._step}")
             self._end(EXIT_STOPPED, at, stopped=True)
 

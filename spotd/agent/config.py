@@ -73,7 +73,10 @@ class AgentConfig(BaseModel):
     """Where the agent keeps the hostfile and the notice and progress files; empty: a
     new temporary folder, removed when the agent ends."""
     join_poll_seconds: float = Field(default=1.0, gt=0)
-    """Seconds between two asks for the gang's roster."""
+    """Seconds between two asks for the gang's roster (and, standing by, for what next)."""
+    rejoin_wait_seconds: float = Field(default=300.0, ge=0)
+    """How long a gang node whose command exited stands by for the job's next attempt
+    (:mod:`spotd.agent.rejoin`) before it leaves; 0: it never stands by."""
     log_seconds: float = Field(default=1.0, gt=0)
     """Seconds between two shipments of the node's output to the daemon."""
     sim_state: str = ""
@@ -183,6 +186,7 @@ _VARIABLES: dict[str, tuple[str, str | None]] = {
     "address": ("SPOTD_AGENT_ADDRESS", None),
     "run_dir": ("SPOTD_AGENT_RUN_DIR", None),
     "join_poll_seconds": ("SPOTD_AGENT_JOIN_POLL_SECONDS", None),
+    "rejoin_wait_seconds": ("SPOTD_AGENT_REJOIN_WAIT_SECONDS", None),
     "log_seconds": ("SPOTD_AGENT_LOG_SECONDS", None),
     "sim_state": ("SPOTD_AGENT_SIM_STATE", None),
     "on_exit": ("SPOTD_AGENT_ON_EXIT", None),

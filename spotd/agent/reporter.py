@@ -44,6 +44,8 @@ from spotd.core.agent_wire import (
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
 from spotd.core.errors import SpotdError
+from spotd.core.orders import ORDERS_PATH, Orders, OrdersAsk
+from spotd.core.rejoin import REJOIN_PATH, RejoinAnswer, RejoinAsk
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,25 @@ class DaemonReporter:
             return Roster.model_validate_json(response.content)
         except ValidationError as exc:
             raise ReportFailed(f"{JOIN_PATH}: unreadable answer: {exc}") from exc
+
+    def orders(self, ask: OrdersAsk) -> Orders:
+        """The daemon's orders for this node; raises ReportFailed or ReportRejected (a
+        daemon too old for orders answers 404: rejected)."""
+        response = self._post(ORDERS_PATH, ask)
+        try:
+            return Orders.model_validate_json(response.content)
+        except ValidationError as exc:
+            raise ReportFailed(f"{ORDERS_PATH}: unreadable answer: {exc}") from exc
+
+    def next_step(self, ask: RejoinAsk) -> RejoinAnswer:
+        """What this node, standing by after its command, is to do (:mod:`spotd.core.rejoin`);
+        raises ReportFailed or ReportRejected (a daemon too old for it answers 404)."""
+        response = self._post(REJOIN_PATH, ask)
+        try:
+            return RejoinAnswer.model_validate_json(response.content)
+        except ValidationError:
+            # The error would quote the body, and the body may hold an agent token.
+            raise ReportFailed(f"{REJOIN_PATH}: unreadable answer") from None
 
     def secrets(self, ask: SecretsAsk) -> Secrets:
         """The job's secrets; raises ReportFailed (retry) or ReportRejected (give up)."""

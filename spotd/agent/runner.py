@@ -31,7 +31,10 @@ from spotd.agent.gpu import GpuSource, open_gpu_source
 from spotd.agent.logship import LogShipper, OutputShipping, Ship
 from spotd.agent.node import AskSecrets, to_own_stdout
 from spotd.agent.oom import kills_between, oom_kill_count
+from spotd.agent.orders import OrdersWatcher
 from spotd.agent.output import OUTPUT_FILE, AgentLines, NodeOutput
+from spotd.agent.ranks import job_ranks
+from spotd.agent.rejoin import clear_run_dir, stand_by, stands_by, stopping_on_signals
 from spotd.agent.reporter import DaemonReporter, ReportQueue
 from spotd.agent.startup import EXIT_NO_GANG, prepare, run_dir_of
 from spotd.agent.watchers import make_watcher
@@ -88,6 +91,8 @@ class _Agent:
         self.gpus = gpus
         self.secrets = secrets
         self.exit_detail = ""
+        self.phase: ExitPhase = "command"
+        """What the run's exit ended (the command, or the agent's setup, gang or preflight)."""
         self.oom_kills: int | None = None
         """OOM kills in the agent's cgroup while the command ran (:mod:`spotd.agent.oom`)."""
         self.cwd: Path | None = None
@@ -146,6 +151,7 @@ class _Agent:
                     self.watch_thread.start()
                     self.beat_thread.start()
                     code, phase = self._start_and_wait()
+                    self.phase = phase
                     self._stop_threads()
                     self._finish(code, phase)
                 finally:
@@ -156,7 +162,6 @@ class _Agent:
             self.stopping.set()
             if self.outbox is not None:
                 self.outbox.close()
-        self._run_on_exit()
         return code
 
     def _start_and_wait(self) -> tuple[int, ExitPhase]:
@@ -362,7 +367,7 @@ class _Agent:
             self.stopping.wait(self.config.heartbeat_seconds)
 
     def _heartbeat(self) -> HeartbeatReport:
-        """A heartbeat with the job's progress file and a GPU sample, where there are."""
+        """A heartbeat with the job's progress files and a GPU sample, where there are."""
         progress = read_progress(self.run_dir)
         gpus: tuple[GpuReading, ...] = ()
         # Only while the job runs: an idle GPU during rendezvous is not the job's.
@@ -373,7 +378,8 @@ class _Agent:
                 log.exception("GPU sample failed")  # one bad sample must not stop the beats
         return HeartbeatReport(
             step=progress.step, total_steps=progress.total_steps,
-            checkpoint=progress.checkpoint, gpus=gpus, **self._speaker(),
+            checkpoint=progress.checkpoint, gpus=gpus,
+            ranks=job_ranks(self.run_dir, self.job_env), **self._speaker(),
         )  # fmt: skip
 
     def _put(self, report: AgentReport) -> None:
@@ -453,6 +459,34 @@ def run_agent(
 ) -> int:
     """Run the job of ``config`` to its end and return its exit code.
 
+    A node of a gang that reports to a daemon stands by once its command ended and
+    may run the job again as a node of the job's next attempt (:mod:`spotd.agent.rejoin`);
+    ``config.on_exit`` runs once, when the agent leaves. See :func:`_run_attempt` for
+    the arguments.
+    """
+    while True:
+        agent, code, following = _run_attempt(config, watcher=watcher, send=send, join=join,
+                                              ship=ship, lines=lines)  # fmt: skip
+        if following is None:
+            break
+        config, watcher = following, None  # a new run, with a watcher of its own
+        clear_run_dir(config)
+    agent._run_on_exit()
+    return code
+
+
+def _run_attempt(
+    config: AgentConfig,
+    *,
+    watcher: NoticeWatcher | None = None,
+    send: Sender | None = None,
+    join: Join | None = None,
+    ship: Ship | None = None,
+    lines: AgentLines | None = None,
+) -> tuple[_Agent, int, AgentConfig | None]:
+    """Run the job of ``config`` as a node of its attempt: the agent, the job's exit
+    code, and the configuration of the next run if the node rejoins the job.
+
     ``watcher`` defaults to the one for ``config.provider``; ``send`` (one
     delivery of one report, raising ``ReportFailed`` to be retried), ``join``
     (one ask for the gang's roster) and ``ship`` (one chunk of the node's output)
@@ -468,9 +502,27 @@ def run_agent(
         send, join, secrets = reporter.send, reporter.join, reporter.secrets
         ship = ship or reporter.ship
     gpus = open_gpu_source(config.job_env)
+    watcher = watcher or make_watcher(config)
+    orders: OrdersWatcher | None = None
+    if reporter is not None:
+        # The daemon may stop the job as the market would (spotd.core.orders).
+        orders = OrdersWatcher(watcher, reporter.orders, every=config.heartbeat_seconds)
+        watcher = orders
     try:
-        return _Agent(config, watcher or make_watcher(config), send, join, gpus,
-                      secrets=secrets, ship=ship, lines=lines).run()  # fmt: skip
+        agent = _Agent(config, watcher, send, join, gpus,
+                       secrets=secrets, ship=ship, lines=lines)  # fmt: skip
+        if orders is not None:
+            orders.speaker = lambda: agent._speaker() if agent.instance_id else None
+        code = agent.run()
+        following = None
+        if reporter is not None and stands_by(agent.config, phase=agent.phase,
+                                              noticed="preemption" in agent.noticed,
+                                              stopped=agent.aborted.is_set()):  # fmt: skip
+            stop = threading.Event()
+            with stopping_on_signals(stop):
+                resolved = agent.config.model_copy(update={"instance_id": agent.instance_id})
+                following = stand_by(resolved, reporter.next_step, stop=stop)
+        return agent, code, following
     finally:
         if reporter is not None:
             reporter.close()

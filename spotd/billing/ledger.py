@@ -8,13 +8,18 @@ Billing rule (the one the simulated provider's own meter uses too, see
 ``spotd_sim.billing``):
 
 - Each node is billed from its launch to its end (an open attempt: to
-  ``now``), rounded up by the billing granularity and minimum of the
+  ``now``; the nodes a hold keeps after their attempt failed the job,
+  ``keep_on_failure``: to their release, to ``now`` while it lasts), rounded up
+  by the billing granularity and minimum of the
   provider's kind (``ProviderKind.billing_step_seconds`` and
   ``billing_minimum_seconds``; a simulated provider's: those of the kind it
   mirrors), per node.
+- A node kept from one attempt to the next (a gang whose lost node was replaced,
+  :mod:`spotd.engine.repair`) is billed once over its whole life, rounded up once;
+  each attempt bills its share: up to the next attempt's start, from its own.
 - The node's times are the provider's own when the caller passes them as
   :class:`NodeUsage` (a cloud's ``describe``, the simulator's state files);
-  otherwise the attempt's ``started_at`` and ``ended_at``. Passing them is
+  otherwise the attempt's ``started_at`` and ``ended_at`` (or ``released_at``). Passing them is
   what makes the ledger equal the provider's bill to the cent: the daemon
   sees a launch or an end only on its next pass.
 - Price: a node whose price the provider fixed at launch (``NodeUsage``
@@ -45,8 +50,9 @@ Billing rule (the one the simulated provider's own meter uses too, see
 
 The ledger is the only cost in spotd: budgets, ``spotd status``, ``/metrics``,
 budget alerts, job-end emails and reports all read it. The stored lines are
-final for closed attempts; :func:`ledger_so_far` adds the attempts not billed
-yet (the running one), priced to ``now`` by the same rules at their price at
+final for closed attempts (but one whose nodes a hold keeps, until its keeper
+stops them and bills it again); :func:`ledger_so_far` adds the attempts not billed
+yet (the running one, a held one), priced to ``now`` by the same rules at their price at
 placement, so a running job's figure needs no read of the price history.
 """
 
@@ -117,7 +123,7 @@ def build_ledger(
     the history has none; ``usage`` the providers' own node records by
     instance id. Pure: it reads nothing but its arguments.
     """
-    ctx = _Context(job, price_history, now, on_demand_prices or {}, usage or {})
+    ctx = _Context(job, price_history, now, on_demand_prices or {}, usage or {}, attempts=attempts)
     return _build(ctx, attempts, lambda _: True)
 
 
@@ -163,12 +169,12 @@ def ledger_so_far(
     one. On the simulated providers (price fixed at launch) the two agree
     but for the seconds between the launch and the daemon's next pass.
     """
-    closed = {a.seq for a in attempts if not a.open}
+    closed = {a.seq for a in attempts if billed_for_good(a)}
     kept = [e for e in billed if e.attempt in closed]
     covered = {e.attempt for e in kept}
     if all(a.seq in covered or not a.instance_ids for a in attempts):
         return kept
-    ctx = _Context(job, _no_history, now, on_demand_prices or {}, {})
+    ctx = _Context(job, _no_history, now, on_demand_prices or {}, {}, attempts=attempts)
     fresh = _build(ctx, attempts, lambda a: a.seq not in covered)
     return sorted([*kept, *fresh], key=lambda e: (e.attempt, e.start, e.kind))
 
@@ -183,7 +189,7 @@ def spend_so_far(
     lines, worked out by the same rules (windows, prices, egress) without
     building them: a reconcile pass asks it of every job with a budget.
     """
-    closed = {a.seq for a in attempts if not a.open}
+    closed = {a.seq for a in attempts if billed_for_good(a)}
     spend = 0.0
     covered: set[int] = set()
     for e in billed:
@@ -194,7 +200,7 @@ def spend_so_far(
     last_ran: AttemptRecord | None = None
     for attempt in sorted(attempts, key=lambda a: a.seq):
         if attempt.seq not in covered and attempt.instance_ids:
-            ctx = ctx or _Context(job, _no_history, now, {}, {})
+            ctx = ctx or _Context(job, _no_history, now, {}, {}, attempts=attempts)
             spend += sum(e.usd for e in ctx.egress(last_ran, attempt))
             # No price history and no provider meter: every node pays the attempt's price.
             seconds = sum((w.billed_end - w.start).total_seconds() for w in ctx.windows(attempt))
@@ -202,6 +208,21 @@ def spend_so_far(
         if attempt.running_at is not None:
             last_ran = attempt
     return spend
+
+
+def billed_for_good(attempt: AttemptRecord) -> bool:
+    """Whether the attempt's stored lines are final: it is closed, and no hold keeps its
+    nodes (a kept node is billed up to ``now`` until the hold's keeper stops it)."""
+    return not attempt.open and attempt.held_until is None
+
+
+def billed_until(attempt: AttemptRecord, now: datetime) -> datetime:
+    """When the attempt's nodes stop being billed by its own times: its end; for the
+    nodes a hold kept, their release (``now`` while the hold lasts); ``now`` if open."""
+    end = attempt.ended_at
+    if end is None or attempt.held_until is not None:
+        return now
+    return end if attempt.released_at is None else max(end, attempt.released_at)
 
 
 def spend_by_attempt(entries: Iterable[LedgerEntry]) -> dict[int, float]:
@@ -317,12 +338,15 @@ class _Context:
         now: datetime,
         on_demand: Mapping[Pool, float],
         usage: Mapping[str, NodeUsage],
+        *,
+        attempts: Sequence[AttemptRecord] = (),
     ) -> None:
         self.job = job
         self.now = now
         self._history = history
         self._on_demand = on_demand
         self._usage = usage
+        self._spans = node_spans(attempts)
         self._read: dict[tuple[Pool, Market, datetime], Sequence[PricePoint]] = {}
 
     def windows(self, attempt: AttemptRecord) -> list[_Window]:
@@ -334,10 +358,13 @@ class _Context:
         if used is not None:
             start, end, price = used.launched_at, used.ended_at or self.now, used.price_per_hour
         else:
-            start, end, price = attempt.started_at, attempt.ended_at or self.now, None
+            start, end, price = attempt.started_at, billed_until(attempt, self.now), None
         end = max(start, end)
         billed = billed_seconds(attempt.pool.provider, (end - start).total_seconds())
         billed_end = start + timedelta(seconds=billed)
+        # A node kept from one attempt to the next is billed once: each attempt its share.
+        start, end, billed_end = _share(self._spans.get((attempt.seq, instance_id)),
+                                        start, end, billed_end)  # fmt: skip
         if attempt.running_at is None:
             running = billed_end  # never ran: all of it was changeover
         else:
@@ -447,6 +474,45 @@ class _Sum:
         self.seconds += (end - start).total_seconds()
         self.usd += usd
         self.on_demand += on_demand
+
+
+Span = tuple[datetime | None, datetime | None]
+"""The part of a node's life one attempt bills: from (None: its launch) to (None: its end)."""
+
+
+def node_spans(attempts: Sequence[AttemptRecord]) -> dict[tuple[int, str], Span]:
+    """For each node kept from one attempt to the next (a gang repaired,
+    :mod:`spotd.engine.repair`), by (attempt seq, instance id), the part of its life that
+    attempt bills: from the attempt's start when an earlier one held it, up to the start
+    of the next one that holds it. Nodes of one attempt only are not listed."""
+    holders: dict[str, list[AttemptRecord]] = {}
+    for attempt in sorted(attempts, key=lambda a: a.seq):
+        for iid in attempt.instance_ids:
+            holders.setdefault(iid, []).append(attempt)
+    spans: dict[tuple[int, str], Span] = {}
+    for iid, held in holders.items():
+        if len(held) < 2:
+            continue
+        for k, attempt in enumerate(held):
+            since = attempt.started_at if k > 0 else None
+            until = held[k + 1].started_at if k + 1 < len(held) else None
+            spans[(attempt.seq, iid)] = (since, until)
+    return spans
+
+
+def _share(
+    span: Span | None, start: datetime, end: datetime, billed_end: datetime
+) -> tuple[datetime, datetime, datetime]:
+    """A node's billed window (its life, rounded up as a whole) cut to ``span``."""
+    if span is None:
+        return start, end, billed_end
+    since, until = span
+    if since is not None:
+        start = min(max(start, since), billed_end)
+    if until is not None:
+        billed_end = max(min(billed_end, until), start)
+    end = min(max(end, start), billed_end)
+    return start, end, billed_end
 
 
 def egress_rate(source: str, destination: str) -> float:

@@ -11,7 +11,18 @@ import typer
 from typer.core import TyperGroup, TyperOption
 
 from spotd import __version__
-from spotd.cli.commands import config, daemon, demos, jobs, market, plan, report, submit
+from spotd.cli.commands import (
+    config,
+    daemon,
+    demos,
+    drill,
+    jobs,
+    market,
+    plan,
+    report,
+    retry,
+    submit,
+)
 from spotd.cli.render.console import out
 
 if TYPE_CHECKING:
@@ -90,6 +101,9 @@ app.command()(submit.submit)
 app.command()(jobs.status)
 app.command()(jobs.events)
 app.command()(jobs.cancel)
+app.command()(retry.retry)
+app.command()(retry.release)
+app.command()(drill.drill)
 app.command()(jobs.priority)
 app.command()(jobs.logs)
 app.command()(market.prices)

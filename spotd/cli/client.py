@@ -190,7 +190,7 @@ class Client:
         try:
             response = self._request(method, path, **kwargs)
         except httpx.TimeoutException as exc:
-            raise ApiError(self._no_answer(method, path)) from exc
+            raise ApiError(_no_answer(self._http.base_url, self._timeout, method, path)) from exc
         except httpx.HTTPError as exc:
             raise ApiError(self._unreachable(exc)) from exc
         return self._read(method, path, response)
@@ -233,13 +233,6 @@ class Client:
         self._url = address.url
         self._address = address
 
-    def _no_answer(self, method: str, path: str) -> str:
-        """A timeout: the daemon is there (it accepted the connection) but busy."""
-        return (
-            f"the spotd daemon at {self._http.base_url} did not answer {method} {path} "
-            f"within {self._timeout:g} s; it may be busy (its log tells), try again"
-        )
-
     def _unreachable(self, exc: httpx.HTTPError) -> str:
         """No connection: running or not, as the address file and a health probe tell."""
         url = self._http.base_url
@@ -267,45 +260,16 @@ class Client:
         except httpx.HTTPError:
             return False
 
-    @staticmethod
-    def _error(response: httpx.Response) -> SpotdError:
-        """The error an error answer tells: the class of its problem's code, else (an
-        answer not from a spotd daemon) an :class:`ApiError` with its text."""
-        try:
-            return error_from_problem(Problem.model_validate_json(response.content))
-        except ValidationError:
-            pass
-        try:
-            detail = str(response.json().get("detail", response.text))
-        except (ValueError, AttributeError):
-            detail = response.text
-        # A refusal (4xx) is told as it was put; a failure says whose it was.
-        if response.status_code >= 500:
-            return ApiError(f"the daemon failed ({response.status_code}): {detail}")
-        return ApiError(detail)
-
     def _read(self, method: str, path: str, response: httpx.Response) -> Any:
         if response.is_error:
-            raise self._error(response)
+            raise _error_of(response)
         try:
             return response.json()
         except ValueError as exc:
             raise ApiError(f"{method} {path}: the daemon's reply is not JSON") from exc
 
     def _typed(self, shape: TypeAdapter[T], method: str, path: str, **kwargs: Any) -> T:
-        return self._shaped(shape, method, path, self._call(method, path, **kwargs))
-
-    @staticmethod
-    def _shaped(shape: TypeAdapter[T], method: str, path: str, reply: Any) -> T:
-        try:
-            return shape.validate_python(reply)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(part) for part in first["loc"]) or "the reply"
-            raise ApiError(
-                f"{method} {path}: the daemon's reply does not read as this CLI expects "
-                f"({where}: {first['msg']}); is the daemon another version of spotd?"
-            ) from exc
+        return _shaped(shape, method, path, self._call(method, path, **kwargs))
 
     def submit(self, spec: JobSpec, *, idempotency_key: str | None = None) -> JobView:
         """Hand a validated spec to the daemon; the job as stored.
@@ -334,7 +298,7 @@ class Client:
                 f"shows it, and submitting again with `--idempotency-key {key}` is safe (it "
                 "returns that job if it was stored, else submits it)"
             )
-        return self._shaped(_JOB, "POST", "/v1/jobs", self._read("POST", "/v1/jobs", response))
+        return _shaped(_JOB, "POST", "/v1/jobs", self._read("POST", "/v1/jobs", response))
 
     def jobs(
         self,
@@ -389,6 +353,22 @@ class Client:
         until the daemon that holds it has stopped it (:func:`wait_ended`)."""
         return self._typed(_JOB, "POST", f"/v1/jobs/{ref}/cancel")
 
+    def retry(self, ref: str) -> JobView:
+        """Retry a failed or cancelled job under its id: the job, now recovering; a daemon's
+        next pass places it, to resume from its last complete checkpoint."""
+        return self._typed(_JOB, "POST", f"/v1/jobs/{ref}/retry")
+
+    def release(self, ref: str) -> JobView:
+        """Ask for the nodes a failed job keeps for inspection to be stopped: the job as it
+        stands, the release in its ``asked`` until its daemon has stopped them."""
+        return self._typed(_JOB, "POST", f"/v1/jobs/{ref}/release")
+
+    def drill(self, ref: str, node: int = 0) -> JobView:
+        """Ask for a drill of node ``node`` (a rank) of a running job: the job as it stands,
+        the drill in its ``asked`` until its daemon has had the provider preempt the node
+        (:class:`~spotd.core.errors.DrillRefused` when it cannot have one now)."""
+        return self._typed(_JOB, "POST", f"/v1/jobs/{ref}/drill", json={"node": node})
+
     def set_priority(self, ref: str, priority: int) -> JobView:
         """Ask for the job to have another priority (applied by its daemon's next pass)."""
         return self._typed(_JOB, "POST", f"/v1/jobs/{ref}/priority", json={"priority": priority})
@@ -411,6 +391,43 @@ class Client:
         asked = {"attempt": attempt, "node": node, "after": after or None}
         params = {k: v for k, v in asked.items() if v is not None}
         return self._typed(_LOGS, "GET", f"/v1/jobs/{ref}/logs", params=params)
+
+
+def _no_answer(url: httpx.URL, timeout: float, method: str, path: str) -> str:
+    """A timeout: the daemon at ``url`` is there (it accepted the connection) but busy."""
+    return (
+        f"the spotd daemon at {url} did not answer {method} {path} "
+        f"within {timeout:g} s; it may be busy (its log tells), try again"
+    )
+
+
+def _error_of(response: httpx.Response) -> SpotdError:
+    """The error an error answer tells: the class of its problem's code, else (an
+    answer not from a spotd daemon) an :class:`ApiError` with its text."""
+    try:
+        return error_from_problem(Problem.model_validate_json(response.content))
+    except ValidationError:
+        pass
+    try:
+        detail = str(response.json().get("detail", response.text))
+    except (ValueError, AttributeError):
+        detail = response.text
+    # A refusal (4xx) is told as it was put; a failure says whose it was.
+    if response.status_code >= 500:
+        return ApiError(f"the daemon failed ({response.status_code}): {detail}")
+    return ApiError(detail)
+
+
+def _shaped(shape: TypeAdapter[T], method: str, path: str, reply: Any) -> T:
+    try:
+        return shape.validate_python(reply)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the reply"
+        raise ApiError(
+            f"{method} {path}: the daemon's reply does not read as this CLI expects "
+            f"({where}: {first['msg']}); is the daemon another version of spotd?"
+        ) from exc
 
 
 def wait_ended(

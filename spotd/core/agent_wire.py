@@ -43,6 +43,7 @@ from typing import Annotated, Literal, Protocol
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from spotd.core.errors import StoreError
+from spotd.core.ranks import MAX_RANKS_PER_NODE, RankReading
 
 NoticeKind = Literal["preemption", "rebalance"]
 ExitPhase = Literal["command", "setup", "rendezvous", "preflight"]
@@ -125,13 +126,15 @@ class HeartbeatReport(AgentReport):
     """The agent is alive; with what the job and its GPUs said since the last beat.
 
     ``step``, ``total_steps`` and ``checkpoint`` come from the job's progress file
-    (``spotd.train`` writes it); ``gpus`` from NVML where a driver is present.
+    (``spotd.train`` writes it); ``gpus`` from NVML where a driver is present;
+    ``ranks`` from the ranks' own progress files (:mod:`spotd.core.ranks`).
     """
 
     step: int | None = None
     total_steps: int | None = None
     checkpoint: str | None = None
     gpus: tuple[GpuReading, ...] = ()
+    ranks: Annotated[tuple[RankReading, ...], Field(max_length=MAX_RANKS_PER_NODE)] = ()
 
 
 class JoinReport(AgentReport):

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
 
 from spotd.core.errors import ConfigError
-from spotd.core.intents import IntentKind, IntentRecord
+from spotd.core.intents import IntentKind, IntentOutcome, IntentRecord
 from spotd.core.spec import JobSpec
 from spotd.core.values import (
     AttemptRecord,
     CloudCheck,
     Decision,
     EventCause,
+    EventFacts,
     EventRecord,
     Instance,
     InstanceReport,
@@ -139,6 +140,25 @@ class CloudChecker(Protocol):
         Creates nothing billable and nothing at all that outlives the call:
         dry runs and read-only or validation calls only. Never raises for a
         failing check: each failure is an outcome naming what is missing.
+        """
+        ...
+
+
+@runtime_checkable
+class Driller(Protocol):
+    """A provider that can preempt one of its spot nodes on purpose, through its own
+    mechanism, for a drill (``spotd drill``): the node gets the provider's notice as from
+    its market, so a job proves its checkpoint and resume before a preemption counts."""
+
+    def drill(self, instance_id: str) -> None:
+        """Have the provider preempt this spot instance as its market would: its notice
+        reaches the node, and the node is taken back when the notice is over. Returns
+        once the provider took the request.
+
+        Raises :class:`~spotd.core.errors.NotFoundError` for an instance it does not
+        have or that has ended, :class:`~spotd.core.errors.InvalidRequestError` for an
+        on-demand one or a drill the account is not set up for, and any other
+        :class:`~spotd.core.errors.ProviderError` as its other calls do.
         """
         ...
 
@@ -362,10 +382,30 @@ class IntentStore(Protocol):
     """What users asked of jobs, kept for the reconcile loop (:mod:`spotd.core.intents`)."""
 
     def request_intent(
-        self, job_id: str, kind: IntentKind, *, at: datetime, priority: int | None = None
+        self,
+        job_id: str,
+        kind: IntentKind,
+        *,
+        at: datetime,
+        priority: int | None = None,
+        node: int | None = None,
     ) -> IntentRecord:
         """Store what a user asks of an active job (the open one, if it is asked
         already) and bump the job's version so that its daemon steps it."""
+        ...
+
+    def settle_intent(
+        self,
+        intent: IntentRecord,
+        outcome: IntentOutcome,
+        *,
+        at: datetime,
+        cause: EventCause | None = None,
+        detail: str = "",
+        facts: EventFacts = ...,
+    ) -> None:
+        """Settle ``intent`` as ``outcome`` and, with a ``cause``, write an event of it
+        (from and to the job's status, with ``detail`` and ``facts``) in one transaction."""
         ...
 
     def open_intents(self, job_ids: Collection[str] | None = None) -> dict[str, list[IntentRecord]]:
@@ -402,7 +442,21 @@ class SessionStore(Protocol):
         ...
 
 
-class EngineStore(Store, SessionStore, Protocol):
+class HoldStore(Protocol):
+    """The nodes failed attempts keep for inspection (``keep_on_failure``), read and ended
+    by the hold's keeper (:mod:`spotd.engine.holds`)."""
+
+    def held_attempts(self, owners: Collection[str]) -> list[AttemptRecord]:
+        """The attempts whose nodes a hold keeps, of the jobs ``owners`` hold or last held."""
+        ...
+
+    def end_hold(self, attempt_id: int, *, at: datetime, detail: str) -> bool:
+        """Record the kept nodes stopped (an event, the release intents settled); False
+        when the attempt keeps none."""
+        ...
+
+
+class EngineStore(Store, SessionStore, HoldStore, Protocol):
     """The store as the engine reads it: the contract, and reads that keep a pass
     proportional to what changed (:class:`spotd.store.SqlStore` has them)."""
 

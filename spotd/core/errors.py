@@ -12,6 +12,9 @@ SpotdError
 │   ├── JobNotFound
 │   ├── BadCursor                a listing cursor the store did not make
 │   ├── IllegalTransition        the table forbids from -> to
+│   │   ├── RetryRefused         the job cannot be retried (not failed or cancelled, budget spent)
+│   │   └── DrillRefused         a drill asked of a job not running on a spot node that can have one
+│   ├── NothingHeld              a release asked of a job that keeps no nodes
 │   └── LostTransition           the compare-and-set found another status
 ├── SubmitRefused                the daemon cannot run this job as specified
 │   └── IdempotencyKeyReused     the key of a stored job, sent with another spec
@@ -191,6 +194,29 @@ class IllegalTransition(StoreError):
     """The transition table does not allow this change of status."""
 
     error_code = "illegal-transition"
+
+
+class RetryRefused(IllegalTransition):
+    """``spotd retry`` of a job that cannot be retried: one that succeeded or has not
+    ended (only a failed or cancelled job is), or one whose spend has reached its
+    ``budget.max_usd`` (its budget covers every attempt, the retried ones too)."""
+
+    error_code = "retry-refused"
+
+
+class DrillRefused(IllegalTransition):
+    """``spotd drill`` of a job that cannot have one now: it is not running, the node runs
+    on-demand (only a spot node is preempted), or its provider has no way to send a
+    preemption notice on purpose (:class:`~spotd.core.contracts.Driller`)."""
+
+    error_code = "drill-refused"
+
+
+class NothingHeld(StoreError):
+    """``spotd release`` of a job that keeps no nodes: it has no ``keep_on_failure`` hold
+    in force (none was asked, or it ran out, was released or cut by a retry)."""
+
+    error_code = "nothing-held"
 
 
 class LostTransition(StoreError):

@@ -84,6 +84,8 @@ def failure_sentence(
             return "no offering could run it within scheduling.no_capacity_timeout_hours"
         case FailureCause.LAUNCH_FAILED:
             return "its launches failed more often than its retry limits allow" + _codes(facts)
+        case FailureCause.HUNG:
+            return "it hung on more attempts in a row than retry.hangs allows" + _suspects(facts)
     return "the provider failed" + _codes(facts)
 
 
@@ -109,6 +111,13 @@ def _invalid(facts: EventFacts) -> str:
     if facts.error_class is not None:
         return "every pool refuses its launch request" + _codes(facts)
     return "its spec cannot run here"
+
+
+def _suspects(facts: EventFacts) -> str:
+    """`` (suspect rank 1 on i-0abc)``: the hang's first suspect, where the facts name one."""
+    if not facts.process_ranks or facts.node is None:
+        return ""
+    return f" (suspect rank {facts.process_ranks[0]} on {facts.node})"
 
 
 def _codes(facts: EventFacts) -> str:

@@ -25,6 +25,21 @@ class IntentKind(StrEnum):
     """Stop the job's instances and end it as cancelled."""
     PRIORITY = "priority"
     """Give the job another priority (``IntentRecord.priority``)."""
+    RELEASE = "release"
+    """Stop the nodes a failed job keeps for inspection (``keep_on_failure``) before its
+    hold runs out. Asked of an ended job: the hold's keeper acts on it
+    (:mod:`spotd.engine.holds`), not the job's step."""
+    YIELD_PRIORITY = "yield-priority"
+    """Asked by the loop, not a user: stop the running job as on a preemption notice, so
+    that a pending job of its team with a higher priority takes its place
+    (:mod:`spotd.core.orders`)."""
+    YIELD_BUDGET = "yield-budget"
+    """Asked by the loop: stop the running job as on a preemption notice before its
+    team's monthly budget is spent."""
+    DRILL = "drill"
+    """Have the provider preempt one node of the running job through its own notice
+    (``spotd drill``), to prove its checkpoint and resume: ``IntentRecord.node`` names the
+    node by its rank (:mod:`spotd.engine.drills`)."""
 
 
 class IntentOutcome(StrEnum):
@@ -33,7 +48,9 @@ class IntentOutcome(StrEnum):
     APPLIED = "applied"
     """The loop did what the intent asked."""
     MOOT = "moot"
-    """The job ended before the loop could act on it."""
+    """The job ended (a drill: stopped running) before the loop could act on it."""
+    FAILED = "failed"
+    """The loop tried and the provider refused (a drill: the job's events say why)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +63,8 @@ class IntentRecord:
     requested_at: datetime
     priority: int | None = None
     """The priority asked for (a ``priority`` intent only)."""
+    node: int | None = None
+    """The rank of the node to drill (a ``drill`` intent only)."""
     settled_at: datetime | None = None
     outcome: IntentOutcome | None = None
 
@@ -53,3 +72,8 @@ class IntentRecord:
     def open(self) -> bool:
         """Whether the loop has yet to act on it."""
         return self.settled_at is None
+
+
+STOP_KINDS = frozenset({IntentKind.YIELD_PRIORITY, IntentKind.YIELD_BUDGET})
+"""The intents that stop the job's running attempt as on a preemption notice; the loop
+asks them, and they are settled when that attempt closes."""

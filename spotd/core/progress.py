@@ -31,6 +31,8 @@ STOPPED_EARLY = frozenset({
     AttemptEnd.NO_CAPACITY,
     AttemptEnd.LAUNCH_FAILED,
     AttemptEnd.PREFLIGHT_FAILED,
+    AttemptEnd.HUNG,
+    AttemptEnd.YIELDED,
 })
 """Ends after which the job resumes from a checkpoint, so the work since it is lost."""
 
@@ -72,7 +74,8 @@ def lost_hours(spec: JobSpec, attempt: AttemptRecord) -> float:
     """
     if attempt.end_reason not in STOPPED_EARLY:
         return 0.0
-    if attempt.end_reason is AttemptEnd.PREEMPTED and attempt.saves_on_notice:
+    noticed = attempt.end_reason in (AttemptEnd.PREEMPTED, AttemptEnd.YIELDED)
+    if noticed and attempt.saves_on_notice:
         return 0.0
     interval = attempt.checkpoint_interval_hours
     if interval is None:

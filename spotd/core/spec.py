@@ -97,6 +97,7 @@ __all__ = [
     "JobSpec",
     "MarketMode",
     "MarketSpec",
+    "NodeFailure",
     "NotifySpec",
     "PreflightSpec",
     "Resources",
@@ -119,6 +120,23 @@ class MarketMode(StrEnum):
     """On-demand capacity only."""
     AUTO = "auto"
     """The policy may mix spot and on-demand to meet the deadline."""
+
+
+class NodeFailure(StrEnum):
+    """What a running gang does when some of its nodes are preempted or lost while the
+    others are healthy (``[gang] on_node_failure``; see docs/training.md)."""
+
+    AUTO = "auto"
+    """Replace the lost nodes when that is the cheaper way on (the pool still sells the
+    node and the policy would not move the job anyway); else restart."""
+    REPLACE = "replace"
+    """Keep the healthy nodes and launch new ones for the lost ranks in the same pool and
+    market, whenever the pool still sells the node and the healthy nodes stand by."""
+    RESTART = "restart"
+    """Stop every node and place the whole gang again where the policy says."""
+    MOVE = "move"
+    """Stop every node and place the whole gang again, never in the same pool (either
+    market) until the job has run again."""
 
 
 def _hashable(value: object) -> object:
@@ -283,7 +301,8 @@ class DeadlineSpec(_Spec):
 
 
 class GangSpec(_Spec):
-    """How the nodes of a multi-node attempt find each other (see docs/training.md)."""
+    """How the nodes of a multi-node attempt find each other, and how long its ranks may
+    stand still (see docs/training.md)."""
 
     timeout: Duration = timedelta(minutes=15)
     """How long a node's agent waits for its gang's roster. The daemon gives the
@@ -291,6 +310,16 @@ class GangSpec(_Spec):
     preflight; a gang not assembled by then is ended as lost and relaunched."""
     master_port: Annotated[int, Strict(), Field(ge=1, le=65535)] | None = None
     """The rendezvous port on the rank-0 node; None lets that node's agent pick a free one."""
+    on_node_failure: NodeFailure = NodeFailure.AUTO
+    """What the gang does when some of its nodes go and the others are healthy
+    (:mod:`spotd.engine.repair`)."""
+    hang_timeout: Duration | None = None
+    """How long (on the daemon's clock) no rank's step may move while the nodes are up
+    before the attempt counts as hung: it is stopped and the job resumes from its last
+    checkpoint on new nodes (``retry.hangs``). Only a job that reports its steps
+    (``spotd.train`` does) is watched; set it above the longest step, checkpoint save
+    and start-up (restore, compilation). None: no hang watch. A job of one node is
+    watched too."""
 
 
 class PreflightSpec(_Spec):
@@ -366,6 +395,10 @@ class RetrySpec(_Spec):
     """Times the job is started again, from its last checkpoint, after its command exits
     non-zero with a code ``restart_on_exit_codes`` covers; past it (and by default,
     0) such an exit fails the job (cause ``user-command-failed``)."""
+    hangs: Annotated[int, Strict(), Field(ge=0, le=1000)] = 3
+    """Attempts in a row that may end ``hung`` (``gang.hang_timeout``) and be placed
+    again, from the last checkpoint; the next one fails the job (cause ``hung``): a job
+    that hangs wherever it runs is stuck in its own code."""
     restart_on_exit_codes: Annotated[
         tuple[Annotated[int, Strict(), Field(ge=-255, le=255)], ...],
         at_most_items(MAX_EXIT_CODES, "codes"),
@@ -399,6 +432,10 @@ class JobSpec(_Spec):
     """Names of values the daemon holds (``[secrets]`` in its config) that the job's
     environment gets on the node, and nothing else ever shows."""
     retry: RetrySpec = RetrySpec()
+    keep_on_failure: Duration | None = None
+    """How long (real time) the nodes of the attempt that fails the job are kept running for
+    inspection, their addresses in ``spotd status``, billed as any node; ``spotd release``
+    stops them sooner. None: stopped at once. Not for a job failed over its budget."""
     priority: Priority = 0
     """Higher is placed first when jobs wait for the same capacity; equal priorities
     go oldest first. A running job is never stopped for a higher one."""

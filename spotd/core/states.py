@@ -51,10 +51,13 @@ TRANSITIONS: Mapping[JobStatus, frozenset[JobStatus]] = {
     S.CHECKPOINTING: frozenset({S.RECOVERING, S.SUCCEEDED, S.FAILED, S.CANCELLED}),
     S.RECOVERING: frozenset({S.PROVISIONING, S.FAILED, S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
-    S.FAILED: frozenset(),
-    S.CANCELLED: frozenset(),
+    # A retry (``spotd retry``, cause RETRIED) and nothing else: the job recovers, under
+    # the same id, from its last complete checkpoint (spotd.engine.retrying).
+    S.FAILED: frozenset({S.RECOVERING}),
+    S.CANCELLED: frozenset({S.RECOVERING}),
 }
-"""Allowed changes of status. Terminal statuses allow none."""
+"""Allowed changes of status. A job that succeeded is over for good; one that failed or
+was cancelled may only be retried (to recovering), by a user, never by the loop."""
 
 
 def allowed(from_status: JobStatus, to_status: JobStatus) -> bool:

@@ -47,7 +47,8 @@ class JobStatus(StrEnum):
 
 
 TERMINAL = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-"""The statuses a job never leaves."""
+"""The statuses a job ends in. It leaves one only when a user retries it (failed or
+cancelled to recovering, :mod:`spotd.engine.retrying`); the loop never moves it."""
 
 
 class FailureCause(StrEnum):
@@ -66,6 +67,9 @@ class FailureCause(StrEnum):
     """Its launches failed (``launch-failed`` or ``no-capacity`` attempts) more often than
     ``retry.launch_failures`` allows, or in every pool it could use more often than
     ``retry.launch_failures_per_pool``."""
+    HUNG = "hung"
+    """Its gang hung (no rank's step moved for ``gang.hang_timeout``) on more attempts in
+    a row than ``retry.hangs`` allows."""
 
 
 class Market(StrEnum):
@@ -176,6 +180,18 @@ class PlacementObject:
     tags: Mapping[str, str] = field(default_factory=dict)
 
 
+class Reach(StrEnum):
+    """What a node must reach over the network while it runs a job (``spotd check-cloud``
+    reports those a node without a public address cannot, :mod:`spotd.core.egress`)."""
+
+    DAEMON = "daemon"
+    """``[agent] daemon_url``: heartbeats, notices, the exit code."""
+    PACKAGE_INDEX = "package index"
+    """Where ``[agent] install`` gets spotd from (PyPI or a mirror)."""
+    CHECKPOINT_STORE = "checkpoint store"
+    """The job's checkpoint URI, and the shipped code beside it."""
+
+
 @dataclass(frozen=True, slots=True)
 class CheckOutcome:
     """One check of ``spotd check-cloud``: passed, or what is missing."""
@@ -185,6 +201,8 @@ class CheckOutcome:
     ok: bool
     detail: str
     """On a pass what was found; on a failure the permission, quota or value to fix."""
+    unreachable: tuple[Reach, ...] = ()
+    """For a failed egress check: what the nodes of that subnet cannot reach."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,12 +255,34 @@ class EventCause(StrEnum):
     CANCELLED = "cancelled by user"
     PRIORITY = "priority changed"
     """A user gave the job another priority (from and to its own status)."""
+    YIELDING = "yielding"
+    """The running job is told to stop as on a preemption notice, for a pending job of its
+    team with a higher priority or for its team's budget (running to checkpointing)."""
+    NODE_REPLACED = "node replaced"
+    """Some nodes of a gang went and the others stand by: the next attempt keeps those and
+    launches new nodes for the lost ranks in the same pool (recovering to provisioning)."""
     OVER_BUDGET = "over budget"
     DEADLINE_IMPOSSIBLE = "deadline impossible"
     NO_CAPACITY = "no capacity"
     LAUNCH_FAILED_EVERYWHERE = "launch failed everywhere"
     LAUNCH_REFUSED = "launch request refused"
     CHECKPOINT_UNUSABLE = "checkpoint location unusable"
+    HANG = "hang"
+    """No rank's step moved for ``gang.hang_timeout`` while its nodes were up: the attempt
+    ends ``hung`` (:mod:`spotd.engine.hang`)."""
+    RETRIED = "retried"
+    """A user retried the failed or cancelled job (``spotd retry``): it recovers, as a new
+    attempt under the same id, from its last complete checkpoint (failed or cancelled to
+    recovering)."""
+    RELEASED = "nodes released"
+    """The nodes a failed attempt kept for inspection (``keep_on_failure``) were stopped:
+    the hold ran out, or a user released it (from and to the job's own status)."""
+    DRILL = "drill"
+    """A user's drill (``spotd drill``): the provider was asked to preempt one node of the
+    running job through its own notice, which the job then meets as any preemption (from
+    and to running; the facts name the node)."""
+    DRILL_FAILED = "drill failed"
+    """The provider refused a drill (the facts name the node and the error); the job runs on."""
 
 
 class AttemptEnd(StrEnum):
@@ -262,6 +302,12 @@ class AttemptEnd(StrEnum):
     """The gang's preflight (all-reduce bandwidth, node checks) fell short."""
     SETUP_FAILED = "setup-failed"
     """A node could not be prepared for the job: its code, its secrets or a setup command."""
+    HUNG = "hung"
+    """The gang made no progress for ``gang.hang_timeout`` while its nodes were up: a rank
+    died, stopped or got stuck, and the others waited for it (:mod:`spotd.engine.hang`)."""
+    YIELDED = "yielded"
+    """The job stopped on the daemon's notice (:mod:`spotd.core.orders`): a job of its team
+    with a higher priority took its place, or its team's budget would have run out."""
 
 
 def event_cause(value: str) -> EventCause | AttemptEnd:
@@ -351,7 +397,10 @@ _FACT_TYPES: dict[str, type] = {
     "exit_cause": ExitCause,
     "oom_kills": int,
     "check": str,
+    "drill": bool,
 }
+_FACT_LISTS: dict[str, type] = {"process_ranks": int, "nodes": str}
+"""Facts that are lists, by the type of their items."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +439,15 @@ class EventFacts:
     agent counted them in its cgroup; None where the agent could not tell."""
     check: str | None = None
     """The preflight check that failed (``checkpoint_writable``), for a failed preflight."""
+    process_ranks: tuple[int, ...] | None = None
+    """The job's processes the event is about, by global rank (torch's ``RANK``): a hang's
+    suspects (their process died or stopped, or their step is behind the others')."""
+    nodes: tuple[str, ...] | None = None
+    """The instance ids of every node the event is about, ``node`` first (a hang's
+    suspect nodes)."""
+    drill: bool | None = None
+    """True on the notice and the end of an attempt a drill preempted (``spotd drill``):
+    the preemption was asked for, not the market's."""
 
     @property
     def signal_name(self) -> str | None:
@@ -402,10 +460,16 @@ class EventFacts:
         except ValueError:
             return None
 
-    def to_json(self) -> dict[str, int | str]:
+    def to_json(self) -> dict[str, int | str | list[int | str]]:
         """The fields that are set, as a JSON object (empty when none is)."""
         pairs = ((name, getattr(self, name)) for name in _FACT_TYPES)
-        return {name: value for name, value in pairs if value is not None}
+        found: dict[str, int | str | list[int | str]] = {
+            name: value for name, value in pairs if value is not None
+        }
+        for name in _FACT_LISTS:
+            if (items := getattr(self, name)) is not None:
+                found[name] = list(items)
+        return found
 
     @classmethod
     def from_json(cls, data: Mapping[str, object] | None) -> EventFacts:
@@ -416,8 +480,16 @@ class EventFacts:
             return EMPTY_FACTS
         known: dict[str, Any] = {}
         for name, value in data.items():
+            if name in _FACT_LISTS and value is not None:
+                known[name] = _fact_list(name, value, _FACT_LISTS[name])
+                continue
             kind = _FACT_TYPES.get(name)
             if kind is None or value is None:
+                continue
+            if kind is bool:
+                if not isinstance(value, bool):
+                    raise ValueError(f"event fact {name} is {value!r}, expected bool")
+                known[name] = value
                 continue
             if issubclass(kind, StrEnum) and isinstance(value, str):
                 # A value this spotd does not know is a newer one's: skipped like a key.
@@ -433,6 +505,15 @@ class EventFacts:
 
 EMPTY_FACTS = EventFacts()
 """An event that says nothing beside its cause."""
+
+
+def _fact_list(name: str, value: object, kind: type) -> tuple[Any, ...]:
+    """A list fact as stored (a JSON array of ``kind``), as a tuple; ValueError otherwise."""
+    if not isinstance(value, list) or any(
+        not isinstance(item, kind) or isinstance(item, bool) for item in value
+    ):
+        raise ValueError(f"event fact {name} is {value!r}, expected a list of {kind.__name__}")
+    return tuple(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -460,6 +541,9 @@ class AttemptClose:
     reason: AttemptEnd
     exit_code: int | None = None
     """The job command's exit code that ended it (its first failing node's), if one did."""
+    held_until: datetime | None = None
+    """Keep the attempt's nodes for inspection until then (``keep_on_failure``): the
+    executor and the reaper leave them running, the ledger bills them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -490,6 +574,15 @@ class AttemptRecord:
     exit_code: int | None = None
     """The job command's exit code that ended the attempt (its first failing node's);
     None when no command's exit ended it."""
+    held_until: datetime | None = None
+    """While the closed attempt's nodes are kept for inspection (``keep_on_failure``):
+    when the hold runs out. None before and after (:mod:`spotd.engine.holds`)."""
+    released_at: datetime | None = None
+    """When the nodes a hold kept were stopped; None for an attempt whose nodes were
+    never kept, or are kept still."""
+    before_retry: bool = False
+    """The attempt came before the job's latest retry (``spotd retry``): the ``[retry]``
+    bounds no longer count it."""
 
     @property
     def open(self) -> bool:
@@ -789,6 +882,16 @@ class InstanceReport:
     gpu_samples: int | None = None
     gpu_low_samples: int | None = None
     """Samples in which some GPU was under the utilisation threshold."""
+    ranks: str | None = None
+    """The job's ranks on the node at the last heartbeat, as JSON
+    (:func:`spotd.core.ranks.ranks_json`): step, pid and process state of each."""
+    progress_key: str | None = None
+    """A digest of the node's progress at the last heartbeat that said any
+    (:func:`spotd.core.ranks.progress_key`)."""
+    progress_at: datetime | None = None
+    """When (the daemon's clock) ``progress_key`` last changed: the node's progress moved."""
+    heard_at: datetime | None = None
+    """When (the daemon's clock) the last heartbeat with a ``progress_key`` came."""
 
     @property
     def gpu_util_mean_pct(self) -> float | None:

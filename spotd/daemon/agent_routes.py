@@ -54,6 +54,8 @@ from spotd.core.agent_wire import (
     Waiting,
     agent_token,
 )
+from spotd.core.orders import ORDERS_PATH, AgentOrders, Orders, OrdersAsk
+from spotd.core.rejoin import REJOIN_PATH, AgentRejoin, RejoinAnswer, RejoinAsk
 from spotd.daemon.guard import Check, bearer_token, checked_first, same_token, unauthorized
 from spotd.daemon.problems import PROBLEM_MEDIA_TYPE, problem_of
 
@@ -107,9 +109,16 @@ def create_agent_router(
     reports: AgentReports,
     attempt_token_of: AttemptTokenOf,
     logs: AgentLogs | None = None,
+    orders: AgentOrders | None = None,
+    *,
+    rejoin: AgentRejoin | None = None,
 ) -> APIRouter:
     """The agent routes, delivering to ``reports``, and the nodes' output to ``logs``
-    (without it, no ``log`` route: an agent's chunks get 404 and it stops shipping).
+    (without it, no ``log`` route: an agent's chunks get 404 and it stops shipping),
+    and answers a node's ask for its orders from ``orders`` (:mod:`spotd.core.orders`;
+    without it, 404, which an agent takes as no orders), and tells a gang node standing
+    by after its command what next from ``rejoin`` (:mod:`spotd.core.rejoin`; without
+    it, 404, on which the agent leaves).
 
     ``attempt_token_of(job_id, attempt)`` returns the client token the attempt
     was launched with, or None when no such attempt exists.
@@ -144,6 +153,20 @@ def create_agent_router(
     @router.post(EXIT_PATH, status_code=204)
     def exited(report: ExitReport) -> None:
         reports.exited(report)
+
+    if orders is not None:
+        told = orders
+
+        @router.post(ORDERS_PATH, response_model=Orders)
+        def orders_of(ask: OrdersAsk) -> Orders:
+            return told.orders(ask)
+
+    if rejoin is not None:
+        asked = rejoin
+
+        @router.post(REJOIN_PATH, response_model=RejoinAnswer)
+        def next_step(ask: RejoinAsk) -> RejoinAnswer:
+            return asked.next_step(ask)
 
     if logs is not None:
         kept = logs

@@ -29,7 +29,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Header, Query, Response
 from fastapi.routing import APIRoute
-from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
 from spotd import __version__
 from spotd.core.agent_wire import Secrets, SecretsAsk
@@ -55,10 +55,12 @@ from spotd.daemon.limits import (
 )
 from spotd.daemon.logview import LogsView, decode_cursor
 from spotd.daemon.metrics import Outboxlike, create_metrics_router
+from spotd.daemon.orders import DaemonOrders
 from spotd.daemon.planning import PlanView, plan_submitted
 from spotd.daemon.problem_handlers import install_problem_handlers
 from spotd.daemon.problems import field_problems, invalid, invalid_field
 from spotd.daemon.reader import Reader
+from spotd.daemon.rejoin import DaemonRejoin
 from spotd.daemon.secrets import missing_secrets
 from spotd.daemon.views import (
     STATUS_WORDS,
@@ -97,12 +99,22 @@ class PriorityBody(BaseModel):
     priority: Priority
 
 
+class DrillBody(BaseModel):
+    """Which node of the running job to drill, by its rank (0 when left out)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    node: int = Field(default=0, ge=0)
+
+
 class DaemonReports(StoreReports):
     """The agents' reports kept in the store (:class:`~spotd.engine.reports.StoreReports`),
     and the job's secrets they ask for, from the values the daemon holds (``held``)."""
 
-    def __init__(self, store: Store, held: Mapping[str, SecretStr] | None = None) -> None:
-        super().__init__(store)
+    def __init__(
+        self, store: Store, held: Mapping[str, SecretStr] | None = None, clock: Clock | None = None
+    ) -> None:
+        super().__init__(store, clock)
         self._held = dict(held or {})
 
     def secrets(self, ask: SecretsAsk) -> Secrets:
@@ -146,9 +158,12 @@ def create_app(
         return next((a.client_token for a in attempts if a.seq == seq), None)
 
     held = dict(secrets or {})
-    reports = DaemonReports(reader.store, held)
+    reports = DaemonReports(reader.store, held, reader.clock)  # the engine's clock
     kept_logs = JobLogRows.of(reader.store, keep_bytes=log_keep_bytes)
-    app.include_router(create_agent_router(token, reports, attempt_token_of, kept_logs))
+    orders = DaemonOrders(reader.store, reader.clock)
+    rejoin = DaemonRejoin(reader.store, token)
+    app.include_router(create_agent_router(token, reports, attempt_token_of, kept_logs, orders,
+                                           rejoin=rejoin))  # fmt: skip
 
     guarded = checked_first(token_check(token))
     # Spend figures are not for anyone on the host: Prometheus sends the
@@ -172,12 +187,14 @@ def create_jobs_router(
     secrets: Mapping[str, SecretStr] | None = None,
     wall: Clock = WALL,
 ) -> APIRouter:
-    """The job routes (submit, list, show, events, plan, cancel, priority, logs) and the
-    prices (their ages by ``wall``), each guarded by ``route_class``
+    """The job routes (submit, list, show, events, plan, cancel, retry, release, drill,
+    priority, logs) and the prices (their ages by ``wall``), each guarded by ``route_class``
     (:func:`~spotd.daemon.guard.checked_first`) and ``dependencies``.
 
-    Every answer is read from the store; a cancel or a priority is an intent stored
-    for the loop of the daemon that holds the job (202: asked, not done yet)."""
+    Every answer is read from the store; a cancel, a release or a priority is an intent
+    stored for the loop of the daemon that holds the job (202: asked, not done yet). A
+    retry moves the ended job to recovering itself (:mod:`spotd.engine.retrying` says
+    why), and a daemon's next pass places it (202 too)."""
     router = APIRouter(dependencies=list(dependencies), route_class=route_class)
     clock = clock_note(reader.clock)
 
@@ -256,6 +273,9 @@ def create_jobs_router(
         reader.ask(job, IntentKind.CANCEL)
         return view(job.id)
 
+    _add_retry_routes(router, reader)
+    _add_drill_route(router, reader)
+
     @router.post("/v1/jobs/{ref}/priority", status_code=202)
     def priority(ref: str, body: PriorityBody) -> JobView:
         """Ask for another priority; its daemon's next pass gives it."""
@@ -282,6 +302,36 @@ def create_jobs_router(
         return job_logs(reader, job, attempt=attempt, node=node, after=offsets)
 
     return router
+
+
+def _add_retry_routes(router: APIRouter, reader: Reader) -> None:
+    """The routes on a job that failed or was cancelled: retry it, release its kept nodes."""
+
+    @router.post("/v1/jobs/{ref}/retry", status_code=202)
+    def retry(ref: str) -> JobView:
+        """Retry a failed or cancelled job under its id; a daemon's next pass places it, to
+        resume from its last complete checkpoint."""
+        job = reader.retry(reader.store.find_job(ref))
+        return reader.view(job)
+
+    @router.post("/v1/jobs/{ref}/release", status_code=202)
+    def release(ref: str) -> JobView:
+        """Ask for the nodes a failed job keeps (``keep_on_failure``) to be stopped now."""
+        job = reader.store.find_job(ref)
+        reader.ask(job, IntentKind.RELEASE)
+        return reader.view(job)
+
+
+def _add_drill_route(router: APIRouter, reader: Reader) -> None:
+    """The route that asks for a drill of a running job (:mod:`spotd.engine.drills`)."""
+
+    @router.post("/v1/jobs/{ref}/drill", status_code=202)
+    def drill(ref: str, body: DrillBody | None = None) -> JobView:
+        """Ask for a drill: its daemon's next pass has the provider preempt the node with
+        its own notice. 409 ``drill-refused`` for a job that cannot have one now."""
+        job = reader.store.find_job(ref)
+        reader.drill(job, (body or DrillBody()).node)
+        return reader.view(reader.store.get_job(job.id))
 
 
 def _job_page(

@@ -4,7 +4,9 @@ For each enabled provider (or the one named) the adapter checks credentials,
 permissions and quotas with dry runs and read-only calls; with a job file, it
 also checks the very launch request the daemon would send for the job there:
 the offering the policy would choose on that provider, its node count, its
-placement object and fabric interfaces. Nothing billable is created.
+placement object and fabric interfaces, and whether nodes without a public
+address can reach the daemon, the package index and the checkpoint store.
+Nothing billable is created.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from fnmatch import fnmatchcase
 
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock, CloudChecker, Provider
+from spotd.core.egress import CHECKPOINT_URI_VAR
 from spotd.core.errors import ConfigError
 from spotd.core.fabric_env import fabric_environment
 from spotd.core.spec import JobSpec
@@ -109,6 +112,8 @@ def launch_request_for(
     checkpoints = spec.checkpoint.uri or str(settings.checkpoints_dir / CHECK_JOB_ID)
     env.update(shipping_environment(spec, offering, checkpoints))
     env.update(SPOTD_JOB_ID=CHECK_JOB_ID, SPOTD_ATTEMPT="1", SPOTD_NUM_NODES=str(choice.nodes))
+    # As a real launch says it: the egress checks ask which store the nodes must reach.
+    env[CHECKPOINT_URI_VAR] = checkpoints
     request = LaunchRequest(
         offering=offering,
         market=choice.market,

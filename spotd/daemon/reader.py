@@ -33,9 +33,11 @@ from spotd.core.values import (
 )
 from spotd.daemon.forecasting import ForecastView, forecast_of, forecast_view, over_budget_detail
 from spotd.daemon.views import JobView, job_view
-from spotd.engine.attempts import cooling_until
+from spotd.engine.attempts import cooling_until, open_attempt
 from spotd.engine.context import placement_context
+from spotd.engine.drills import drill_refusal
 from spotd.engine.placing import shown_to
+from spotd.engine.retrying import retry
 from spotd.engine.settings import EngineSettings
 from spotd.engine.submission import notify_warnings, submit
 from spotd.engine.waiting import Cooling, submit_warning
@@ -213,3 +215,18 @@ class Reader:
     def ask(self, job: JobRecord, kind: IntentKind, *, priority: int | None = None) -> IntentRecord:
         """Store an intent for the loop of the daemon that holds ``job``."""
         return self.store.request_intent(job.id, kind, at=self.clock.now(), priority=priority)
+
+    def drill(self, job: JobRecord, node: int) -> IntentRecord:
+        """Ask for node ``node`` (a rank) of the running ``job`` to be drilled by its
+        provider (:mod:`spotd.engine.drills`); DrillRefused, or RequestInvalid for a rank
+        it lacks, when it cannot have one now."""
+        attempt = open_attempt(self.store.attempts(job.id))
+        provider = self.providers.get(attempt.pool.provider) if attempt is not None else None
+        drill_refusal(job, attempt, node, provider)
+        return self.store.request_intent(job.id, IntentKind.DRILL, at=self.clock.now(), node=node)
+
+    def retry(self, job: JobRecord) -> JobRecord:
+        """Retry the failed or cancelled ``job`` (:func:`spotd.engine.retrying.retry`): the
+        one change a request makes itself, since an ended job has no loop to act on an
+        intent; the next pass of a daemon places it."""
+        return retry(self.store, job.id, now=self.clock.now())

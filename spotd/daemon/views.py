@@ -98,6 +98,23 @@ class AttemptView(BaseModel):
     """The job command's exit code that ended the attempt (its first failing node's)."""
     gang: GangView | None = None
     """What the attempt's agents reported; None where none did (or an older daemon)."""
+    held_until: datetime | None = None
+    """While a hold keeps the failed attempt's nodes for inspection: when it runs out."""
+    released_at: datetime | None = None
+    """When the nodes a hold kept were stopped."""
+
+
+class HeldView(BaseModel):
+    """The nodes a failed job keeps for inspection (``keep_on_failure``), while it does."""
+
+    attempt: int
+    """The seq of the attempt whose nodes they are."""
+    until: datetime
+    """When the hold runs out and the nodes are stopped (``spotd release`` stops them
+    sooner, ``spotd retry`` too)."""
+    instance_ids: list[str]
+    addresses: list[str]
+    """The nodes' addresses as their agents reported them, in rank order."""
 
 
 class EventFactsView(BaseModel):
@@ -128,6 +145,12 @@ class EventFactsView(BaseModel):
     """Processes of the job the kernel's OOM killer killed while it ran (its agent's count)."""
     check: str | None = None
     """The preflight check that failed."""
+    process_ranks: list[int] | None = None
+    """The job's processes the event is about, by global rank (a hang's suspects)."""
+    nodes: list[str] | None = None
+    """Every node the event is about, ``node`` first (a hang's suspect nodes)."""
+    drill: bool | None = None
+    """True on the notice and the end of an attempt a drill preempted (``spotd drill``)."""
     exit_said: str | None = None
     """How the command ended, in a few words (``command not found (exit 127)``):
     :func:`spotd.core.failures.exit_sentence` of these facts."""
@@ -200,10 +223,12 @@ class IntentView(BaseModel):
     (:mod:`spotd.core.intents`)."""
 
     kind: str
-    """``cancel`` or ``priority``."""
+    """``cancel``, ``priority``, ``release`` or ``drill``."""
     requested_at: datetime
     priority: int | None = None
     """The priority asked for (``priority`` only)."""
+    node: int | None = None
+    """The rank of the node to drill (``drill`` only)."""
 
 
 class JobView(BaseModel):
@@ -250,6 +275,9 @@ class JobView(BaseModel):
     all the same."""
     asked: list[IntentView] = Field(default_factory=list)
     """What users asked of the job (a cancel, a priority) that its daemon has yet to do."""
+    held: HeldView | None = None
+    """The nodes the failed job keeps for inspection, while it keeps them; None otherwise
+    (and from an older daemon)."""
     forecast: ForecastView | None = None
     """What the job is expected to spend from now and when it ends, with their P90
     (:mod:`spotd.daemon.forecasting`): in the view of one job that has not ended; None in
@@ -327,7 +355,20 @@ def attempt_view(
         checkpoint_interval_hours=a.checkpoint_interval_hours,
         saves_on_notice=a.saves_on_notice,
         gang=gang_view(a, reports),
+        held_until=a.held_until,
+        released_at=a.released_at,
     )
+
+
+def held_view(attempts: Sequence[AttemptRecord], views: Sequence[AttemptView]) -> HeldView | None:
+    """The nodes a hold keeps (its attempt's ``views``, with their reported addresses), if
+    one does."""
+    for a, v in zip(attempts, views, strict=True):
+        if a.held_until is not None:
+            addresses = v.gang.addresses if v.gang is not None else []
+            return HeldView(attempt=a.seq, until=a.held_until, instance_ids=list(a.instance_ids),
+                            addresses=addresses)  # fmt: skip
+    return None
 
 
 def job_view(
@@ -375,6 +416,7 @@ def job_view(
         last_exit_code=last_error_exit(attempts, reports),
         waiting=job.waiting,
         asked=[intent_view(i) for i in asked],
+        held=held_view(attempts, views),
         clock=clock,
         forecast=forecast,
     )
@@ -383,7 +425,7 @@ def job_view(
 def intent_view(intent: IntentRecord) -> IntentView:
     """The view of an open intent."""
     return IntentView(kind=str(intent.kind), requested_at=intent.requested_at,
-                      priority=intent.priority)  # fmt: skip
+                      priority=intent.priority, node=intent.node)  # fmt: skip
 
 
 def restarts_of(job: JobRecord, attempts: Sequence[AttemptRecord]) -> int:
@@ -466,6 +508,8 @@ def event_facts_view(facts: EventFacts) -> EventFactsView:
         error_code=facts.error_code, provider=facts.provider, provider_code=facts.provider_code,
         exit_cause=str(facts.exit_cause) if facts.exit_cause else None,
         oom_kills=facts.oom_kills, check=facts.check, exit_said=exit_sentence(facts),
+        process_ranks=list(facts.process_ranks) if facts.process_ranks is not None else None,
+        nodes=list(facts.nodes) if facts.nodes is not None else None, drill=facts.drill,
     )  # fmt: skip
 
 

@@ -10,17 +10,26 @@ from collections.abc import Sequence
 
 from spotd.core.intents import IntentKind, IntentRecord
 from spotd.core.values import AttemptEnd, AttemptRecord, EventCause, JobStatus
+from spotd.engine.drills import judge_drill
 from spotd.engine.verdicts import End, Reprioritise, Verdict
 
 
-def judge_intents(intents: Sequence[IntentRecord], attempt: AttemptRecord | None) -> Verdict | None:
-    """The verdict of the job's open ``intents`` (a cancel first, then a priority), or
-    None when it has none; ``attempt`` is its open attempt, which a cancel closes."""
+def judge_intents(
+    intents: Sequence[IntentRecord],
+    attempt: AttemptRecord | None,
+    status: JobStatus | None = None,
+) -> Verdict | None:
+    """The verdict of the job's open ``intents`` (a cancel first, then a priority, then a
+    drill), or None when it has none; ``attempt`` is its open attempt, which a cancel
+    closes, and ``status`` the job's (a drill is carried out only while it runs)."""
     if any(i.kind is IntentKind.CANCEL for i in intents):
         return cancel(attempt)
     asked = [i for i in intents if i.kind is IntentKind.PRIORITY]
     if asked:
         return Reprioritise(asked[-1])
+    drills = [i for i in intents if i.kind is IntentKind.DRILL]
+    if drills:
+        return judge_drill(drills[0], attempt, status)
     return None
 
 

@@ -81,8 +81,16 @@ LAUNCH_FAILURES = frozenset({AttemptEnd.LAUNCH_FAILED, AttemptEnd.NO_CAPACITY})
 """Attempt ends that are a failed launch, as ``retry.launch_failures`` counts them."""
 
 
+def since_retry(attempts: Sequence[AttemptRecord]) -> Sequence[AttemptRecord]:
+    """The attempts since the job's latest retry (``spotd retry``; all of them if it was
+    never retried): those the ``[retry]`` bounds count. A retry starts them afresh."""
+    return [a for a in attempts if not a.before_retry]
+
+
 def since_last_run(attempts: Sequence[AttemptRecord]) -> Sequence[AttemptRecord]:
-    """The attempts after the last one that ran (all of them if none did)."""
+    """The attempts after the last one that ran (all of them if none did), since the
+    job's latest retry."""
+    attempts = since_retry(attempts)
     for i in range(len(attempts) - 1, -1, -1):
         if attempts[i].running_at is not None:
             return attempts[i + 1 :]
@@ -116,9 +124,10 @@ def exhausted_pools(attempts: Sequence[AttemptRecord], per_pool: int) -> dict[Po
 
 
 def error_exits(attempts: Sequence[AttemptRecord]) -> int:
-    """How many attempts ended because the job's command exited non-zero (``user-failed``):
-    while the job is active, the restarts ``retry.max_restarts_on_errors`` counts."""
-    return sum(1 for a in attempts if a.end_reason is AttemptEnd.USER_FAILED)
+    """How many attempts since the job's latest retry ended because its command exited
+    non-zero (``user-failed``): while the job is active, the restarts
+    ``retry.max_restarts_on_errors`` counts."""
+    return sum(1 for a in since_retry(attempts) if a.end_reason is AttemptEnd.USER_FAILED)
 
 
 def restartable(codes: Sequence[int], restart_on: Sequence[int]) -> bool:

@@ -15,6 +15,8 @@ from dataclasses import replace
 
 from spotd.core.contracts import Clock, EngineStore, Provider
 from spotd.core.errors import CapacityError, ProviderError
+from spotd.core.intents import IntentOutcome
+from spotd.core.orders import STOP_WHY
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus, Transition, transition
 from spotd.core.values import (
@@ -34,19 +36,24 @@ from spotd.core.values import (
 from spotd.engine import judge
 from spotd.engine.attempts import open_attempt
 from spotd.engine.bills import Bills
+from spotd.engine.drills import carry_out_drill
+from spotd.engine.holds import held_note, hold_until
 from spotd.engine.launching import launch_request
 from spotd.engine.placements import attempt_tags, release
 from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, EngineSettings, checkpoint_uri
 from spotd.engine.verdicts import (
     Checkpoint,
     Defer,
+    Drill,
     End,
     Launch,
+    Moot,
     Place,
     Reprioritise,
     Running,
     Verdict,
     Wait,
+    Yield,
 )
 from spotd.market.cache import MarketCache
 
@@ -103,8 +110,20 @@ class Executor:
                 return self.move(job, JobStatus.CHECKPOINTING, EventCause.NOTICE,
                                  detail=str(verdict.attempt.pool),
                                  facts=on_pool(verdict.facts, verdict.attempt.pool))  # fmt: skip
+            case Yield():
+                return self.move(job, JobStatus.CHECKPOINTING, EventCause.YIELDING,
+                                 detail=f"{verdict.attempt.pool}: stops as on a preemption "
+                                 f"notice: {STOP_WHY[verdict.reason]}",
+                                 facts=on_pool(EMPTY_FACTS, verdict.attempt.pool))  # fmt: skip
             case Reprioritise():
                 return self.reprioritise(job, verdict)
+            case Drill():
+                carry_out_drill(self._store, self._providers[verdict.attempt.pool.provider],
+                                verdict, at=self._clock.now())  # fmt: skip
+                self._changed(job.id)
+            case Moot():
+                self._store.settle_intent(verdict.intent, IntentOutcome.MOOT, at=self._clock.now())
+                log.info("job %s: %s intent moot: %s", job.id, verdict.intent.kind, verdict.why)
             case Defer():
                 log.warning("job %s: %s", job.id, verdict.why)
             case _:
@@ -134,19 +153,23 @@ class Executor:
         return moved
 
     def end(self, job: JobRecord, verdict: End) -> JobRecord:
-        """Close the verdict's attempt, move the job, then stop the attempt's nodes and bill."""
+        """Close the verdict's attempt, move the job, then stop the attempt's nodes and bill.
+        The nodes of an attempt that fails a job with ``keep_on_failure`` are kept instead,
+        until the hold's keeper stops them (:mod:`spotd.engine.holds`)."""
         attempt = verdict.attempt
         close = None
         facts = verdict.facts
+        held = hold_until(job, verdict, self._clock)
         if attempt is not None:
             close = AttemptClose(attempt.id, verdict.end or AttemptEnd.CANCELLED,
-                                 exit_code=verdict.exit_code)  # fmt: skip
+                                 exit_code=verdict.exit_code, held_until=held)  # fmt: skip
             facts = on_pool(facts, attempt.pool)
-        moved = self.move(job, verdict.status, verdict.cause, detail=verdict.detail,
+        moved = self.move(job, verdict.status, verdict.cause,
+                          detail=verdict.detail + held_note(job, held),
                           failure=verdict.failure, close=close, facts=facts)  # fmt: skip
         # Gang: one lost node ends the attempt; stop the rest. The reaper covers a
         # crash between the transition and this call.
-        self.settle(moved, attempt)
+        self.settle(moved, attempt if held is None else None)
         return moved
 
     def place(self, job: JobRecord, verdict: Place) -> JobRecord:

@@ -34,8 +34,9 @@ from spotd.core.values import (
     exit_cause_of,
     signal_of_exit,
 )
-from spotd.engine.attempts import error_exits, failed_launches, restartable
+from spotd.engine.attempts import error_exits, failed_launches, restartable, since_retry
 from spotd.engine.gang import GangState, assembly_seconds, job_failure, preflight_summary
+from spotd.engine.hang import GangProgress, hung
 from spotd.engine.verdicts import Checkpoint, Defer, End, Replan, Running, Stay, Verdict
 
 # -- limits that end a job wherever it is -------------------------------------
@@ -176,6 +177,8 @@ class WatchFacts:
     """Real seconds per second of the engine's clock (the gang timeouts are real)."""
     unweighed_warning: bool
     """A node reported a rebalance warning that no re-plan has weighed yet."""
+    progress: GangProgress | None = None
+    """What its agents said of its progress, for the hang watch (:mod:`spotd.engine.hang`)."""
 
 
 def watch(facts: WatchFacts) -> Verdict:
@@ -199,7 +202,8 @@ def watch(facts: WatchFacts) -> Verdict:
     if job.status is JobStatus.RUNNING:
         noticed = _first(instances, InstanceState.NOTICE)
         if noticed is None:
-            return Replan(attempt)
+            stuck = hung(job, attempt, facts.attempts, facts.progress)
+            return Replan(attempt) if stuck is None else stuck
         return Checkpoint(attempt, facts=node_facts(attempt, noticed.id))
     return Stay()
 
@@ -264,7 +268,7 @@ def setup_failed(
         if report.exit_detail:
             detail += f": {report.exit_detail}"
         facts = node_facts(attempt, report.instance_id, report.exit_code, report.oom_kills)
-    failed_before = sum(1 for a in attempts if a.end_reason is AttemptEnd.SETUP_FAILED)
+    failed_before = sum(1 for a in since_retry(attempts) if a.end_reason is AttemptEnd.SETUP_FAILED)
     if failed_before >= job.spec.retry.setup_failures:
         return End.attempt_ended(attempt, JobStatus.FAILED, AttemptEnd.SETUP_FAILED, detail,
                                  failure=FailureCause.SETUP_FAILED, facts=facts)  # fmt: skip

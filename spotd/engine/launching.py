@@ -47,6 +47,24 @@ def job_environment(
     return env
 
 
+def attempt_environment(attempt: AttemptRecord) -> dict[str, str]:
+    """What a node's environment says differently from one attempt of a job to the next
+    in the same pool: all a node kept for the next attempt (:mod:`spotd.engine.repair`)
+    is told when it rejoins. :func:`job_environment` gives a new node the same values."""
+    env = {
+        "SPOTD_ATTEMPT": str(attempt.seq),
+        "SPOTD_RDZV_ID": attempt.client_token,
+        "PET_RDZV_ID": attempt.client_token,
+        "SPOTD_NUM_NODES": str(attempt.nodes),
+        "PET_NNODES": str(attempt.nodes),
+        "SPOTD_RESUME_FROM": attempt.resume_from or "",
+    }
+    if attempt.checkpoint_interval_hours is not None:
+        seconds = round(attempt.checkpoint_interval_hours * 3600)
+        env["SPOTD_CHECKPOINT_INTERVAL_SECONDS"] = str(seconds)
+    return env
+
+
 def max_run_seconds(spec: JobSpec) -> int | None:
     """The job's ``market.max_run_hours`` in whole seconds, as launch requests carry it."""
     hours = spec.market.max_run_hours

@@ -50,6 +50,8 @@ class PassMemory:
         self.quiet = QuietJobs()
         self.replans = DueTimes[datetime]()
         """When each running job is next asked whether it should move."""
+        self.hang_checks = DueTimes[datetime]()
+        """When each watched running job is next looked at for a hang (:mod:`spotd.engine.hang`)."""
         self._seen: dict[str, dict[str, Instance]] = {}
         """The last describe of each provider, by instance id: a pass wakes the jobs of
         the instances that changed."""
@@ -81,6 +83,7 @@ class PassMemory:
         described = self._describe_all()
         self.quiet.wake(self._reports.refresh(self._store, held, same_jobs=same_jobs))
         due = self.replans.due(replans_due_before) | self.quiet.budget.due(now)
+        due |= self.hang_checks.due(now)
         stepped = self.quiet.to_step(held, moved, due, same_jobs=same_jobs)
         jobs = self._records(held, stepped)
         # An intent bumps its job's version, so the job is stepped; the open intents are
@@ -231,6 +234,7 @@ class PassMemory:
         self._kept.keep_only(held)
         self._reports.keep_only(held)
         self.replans.keep_only(held)
+        self.hang_checks.keep_only(held)
 
     def _read_back(self, wrote: set[str]) -> None:
         """Read the attempts of the jobs the pass wrote to, at their new versions: the

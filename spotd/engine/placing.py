@@ -35,14 +35,27 @@ from spotd.engine.attempts import cooling_until, exhausted_pools
 from spotd.engine.bills import Bills
 from spotd.engine.context import placement_context
 from spotd.engine.memory import PassMemory
+from spotd.engine.repair import moved_from
 from spotd.engine.settings import EngineSettings, checkpoint_uri
-from spotd.engine.teams import TeamBook
+from spotd.engine.teams import TeamBook, gave_way
 from spotd.engine.verdicts import End, Place, Stay, Verdict, Wait
 from spotd.engine.waiting import Cooling, WaitingReason, waiting_reason
 from spotd.market.cache import MarketCache, OfferingIndex
 from spotd.market.stats import HistoryStats, expected_preemptions
 
 _WaitKey = tuple[OfferingIndex, tuple[object, ...]]
+
+
+def _held(job: JobRecord, attempts: Sequence[AttemptRecord], teams: TeamBook) -> Wait | None:
+    """The wait of a job its team's limits hold back, with the running job of the team
+    that is to make way for it, if one is (:mod:`spotd.engine.yielding`)."""
+    hold = teams.hold_reason(job, attempts[-1] if gave_way(attempts) else None)
+    if hold is None:
+        return None
+    victim = teams.make_way(job)
+    if victim is not None:
+        hold += f"; {victim.id} (priority {victim.spec.priority}) is told to make way"
+    return Wait(WaitingReason.of(hold), EventCause.HELD, make_way=victim)
 
 
 def shown_to(
@@ -52,7 +65,9 @@ def shown_to(
     ``retry.launch_failures_per_pool`` failed launches in a pool the job never asks
     that pool again, in either market, so its offerings are left out. (A new index
     for such jobs only: the market's is shared.)"""
-    spent = exhausted_pools(attempts, job.spec.retry.launch_failures_per_pool)
+    spent = set(exhausted_pools(attempts, job.spec.retry.launch_failures_per_pool))
+    if (left := moved_from(job.spec, attempts)) is not None:
+        spent.add(left)  # ``[gang] on_node_failure = "move"`` (spotd.engine.repair)
     if not spent:
         return offerings
     return OfferingIndex(o for o in offerings if o.pool not in spent)
@@ -141,11 +156,14 @@ class Placer:
         attempts = self._memory.attempts(job.id)
         if (ended := judge.over_budget(job, self._bills.spent(job, attempts, now))) is not None:
             return ended
-        if job.status is JobStatus.PENDING:
-            if (ended := judge.deadline_impossible(job, now)) is not None:
-                return ended
-            if teams is not None and (hold := teams.hold_reason(job)) is not None:
-                return Wait(WaitingReason.of(hold), EventCause.HELD)
+        pending = job.status is JobStatus.PENDING
+        if pending and (ended := judge.deadline_impossible(job, now)) is not None:
+            return ended
+        # A job that gave way to its team's limits waits for them as a new one does.
+        if teams is not None and (pending or gave_way(attempts)):
+            held = _held(job, attempts, teams)
+            if held is not None:
+                return held
         ctx, shown, decision = self.decide(job)
         if decision.choice is not None:
             return self._placement(job, decision.choice)

@@ -15,6 +15,7 @@ from spotd.core.contracts import EngineStore, Provider
 from spotd.core.errors import ProviderError, SpotdError, StoreError
 from spotd.core.values import AttemptRecord
 from spotd.engine.executor import Executor
+from spotd.engine.holds import keeps_nodes
 from spotd.engine.placements import reap_placements
 from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, TAG_OWNER
 
@@ -89,7 +90,7 @@ class Reaper:
             log.exception("reaper: listing %s raised", provider.name)  # an adapter's bug
             return 0
         live = [i for i in mine if not i.ended]
-        orphans = [i.id for i in live if self.orphaned(i.tags)]
+        orphans = [i.id for i in live if self.orphaned(i.tags, i.id)]
         stopped = _stop_orphans(provider, orphans) if orphans else 0
         try:
             # Orphans stopped just now still hold their placement: it goes next pass.
@@ -99,8 +100,11 @@ class Reaper:
             log.exception("reaper: placements of %s raised", provider.name)  # an adapter's bug
         return stopped
 
-    def orphaned(self, tags: Mapping[str, str]) -> bool:
-        """Whether the attempt named by these tags (an instance's or a placement's) has ended."""
+    def orphaned(self, tags: Mapping[str, str], instance_id: str | None = None) -> bool:
+        """Whether the attempt named by these tags (an instance's or a placement's) has
+        ended, and no hold keeps its nodes (:mod:`spotd.engine.holds`), nor does an open
+        attempt of its job hold the instance ``instance_id`` (a node kept when its gang
+        was repaired, :mod:`spotd.engine.repair`)."""
         job_id = tags.get(TAG_JOB, "")
         try:
             attempts = self._store.attempts(job_id)
@@ -111,7 +115,11 @@ class Reaper:
                         job_id, exc)  # fmt: skip
             return False
         owner = next((a for a in attempts if str(a.seq) == tags.get(TAG_ATTEMPT)), None)
-        return owner is None or not owner.open
+        if instance_id is not None and any(a.open and instance_id in a.instance_ids
+                                           for a in attempts):  # fmt: skip
+            return False
+        # Nodes a hold keeps for inspection are the hold's keeper's to stop.
+        return owner is None or not (owner.open or keeps_nodes(owner))
 
 
 def _stop_orphans(provider: Provider, orphans: list[str]) -> int:

@@ -36,18 +36,23 @@ from spotd.engine import judge
 from spotd.engine.asked import judge_intents
 from spotd.engine.attempts import open_attempt, with_report
 from spotd.engine.bills import Bills
+from spotd.engine.drills import drill_refusal, with_drill_fact
 from spotd.engine.executor import Executor
 from spotd.engine.gang import gang_state
+from spotd.engine.hang import gang_progress, next_check
+from spotd.engine.holds import HoldKeeper
 from spotd.engine.memory import PassMemory
 from spotd.engine.placing import Placer
 from spotd.engine.reaper import Reaper
+from spotd.engine.repairing import Repairer
 from spotd.engine.reports import with_kept_exits
 from spotd.engine.settings import EngineSettings, checkpoint_uri
 from spotd.engine.submission import submit
 from spotd.engine.teams import TeamBook, pass_order
-from spotd.engine.verdicts import Launch, Place, Replan, Running, Stay, Verdict, Wait
+from spotd.engine.verdicts import Launch, Place, Repair, Replan, Running, Stay, Verdict, Wait
 from spotd.engine.waiting import gist_of
 from spotd.engine.watch import budget_check_at
+from spotd.engine.yielding import give_way, open_stop, stop_notice_hours
 from spotd.market.cache import MarketCache
 from spotd.market.stats import HistoryStats
 
@@ -79,6 +84,8 @@ class Engine:
         """How many daemons share the database now: a pass claims that share of the free jobs."""
         self._teams: TeamBook | None = None
         """The teams' usage as the current pass counts it."""
+        self._budgets_at: datetime | None = None
+        """When the teams' budgets were last weighed against the running jobs."""
         self.memory = PassMemory(store, self.providers)
         bills = Bills(store, self.providers, self.market, clock)
         stats = HistoryStats(store, now=clock.now(),
@@ -89,6 +96,10 @@ class Engine:
                                  bills=bills, interval_hours=self.placer.interval_hours,
                                  changed=self._changed)  # fmt: skip
         self._reaper = Reaper(store, self.providers, self.executor)
+        self._repairs = Repairer(store, self.providers, self.market, settings, clock,
+                                 executor=self.executor, placer=self.placer,
+                                 memory=self.memory, changed=self._changed)  # fmt: skip
+        self._holds = HoldKeeper(store, bills, self.executor.terminate, clock)
 
     @property
     def policy(self) -> Policy:
@@ -140,19 +151,27 @@ class Engine:
         # Highest priority first, then oldest: when capacity is short, the jobs that
         # matter most ask first (spotd.engine.teams).
         jobs = pass_order(jobs)
-        self._teams = TeamBook(self.store, now, self.settings.teams)
+        period = self._replan_period()
+        self._teams = TeamBook(self.store, now, self.settings.teams, period)
+        # Once a re-plan period: stop the running jobs a team's budget cannot keep.
+        if self._teams.has_budgets and (self._budgets_at is None
+                                        or now - self._budgets_at >= period):  # fmt: skip
+            self._budgets_at = now
+            self._teams.stop_over_budget()
         try:
             for job in jobs:
                 self.step(job)
         finally:
             self._teams = None  # the next pass counts afresh
             self.memory.end(jobs)
+        # The nodes failed jobs keep for inspection: stopped once released or run out.
+        self._holds.keep([self.settings.owner])
 
     def step(self, job: JobRecord) -> None:
         """Move one job one step. Its errors are logged and it is tried again next pass;
         only StoreUnavailable (the database's fault, not the job's) ends the pass."""
         try:
-            self._apply(job, self._judge(job))
+            self._apply(job, with_drill_fact(self._judge(job), lambda: self.store.events(job.id)))
         except LostTransition as exc:
             log.info("job %s changed under us, next pass sees it: %s", job.id, exc)
         except StoreUnavailable:
@@ -178,25 +197,38 @@ class Engine:
         holds the job carries out (its instances stopped, the job ended as cancelled)."""
         return self.store.request_intent(job_id, IntentKind.CANCEL, at=self.clock.now())
 
+    def request_drill(self, job_id: str, node: int = 0) -> IntentRecord:
+        """Ask for node ``node`` (a rank) of the running job to be drilled: its provider
+        preempts it with its own notice (:mod:`spotd.engine.drills`). DrillRefused (or
+        RequestInvalid for a rank it lacks) when the job cannot have a drill now."""
+        job = self.store.get_job(job_id)
+        attempt = open_attempt(self.store.attempts(job_id))
+        provider = self.providers.get(attempt.pool.provider) if attempt is not None else None
+        drill_refusal(job, attempt, node, provider)
+        return self.store.request_intent(job_id, IntentKind.DRILL, at=self.clock.now(), node=node)
+
     def reap(self, owners: Sequence[str] | None = None) -> int:
         """Stop running instances no open attempt owns, and delete placement objects
         no live instance or open attempt holds; return how many instances were stopped.
 
         ``owners``: whose objects to look at (by their ``spotd-owner`` tag); this
         daemon's by default. The leader of several daemons reaps every owner's:
-        a dead daemon's orphans are nobody else's to stop.
+        a dead daemon's orphans are nobody else's to stop. The holds of those owners'
+        jobs that are due end first (:mod:`spotd.engine.holds`).
         """
+        self._holds.keep(owners or [self.settings.owner])
         return self._reaper.reap(owners or [self.settings.owner])
 
     # -- judging ------------------------------------------------------------
 
     def _judge(self, job: JobRecord) -> Verdict:
         asked = self.memory.intents(job.id)
-        if asked and (verdict := judge_intents(asked, self._open(job))) is not None:
+        if asked and (verdict := judge_intents(asked, self._open(job), job.status)) is not None:
             return verdict
         if job.status in (JobStatus.PENDING, JobStatus.RECOVERING):
             if self._teams is None:  # stepped outside a pass
-                self._teams = TeamBook(self.store, self.clock.now(), self.settings.teams)
+                self._teams = TeamBook(self.store, self.clock.now(), self.settings.teams,
+                                       self._replan_period())  # fmt: skip
             return self.placer.place(job, self._teams)
         attempt = open_attempt(self.memory.attempts(job.id))
         if attempt is None:
@@ -205,7 +237,14 @@ class Engine:
             # Crashed between committing the attempt and recording its launch: the
             # same client token returns the instances of the first call.
             return Launch(attempt)
-        return judge.watch(self._watch_facts(job, attempt))
+        facts = self._watch_facts(job, attempt)
+        watched = judge.watch(facts)
+        if asked and (stop := open_stop(asked, attempt)) is not None:
+            notice = stop_notice_hours(attempt.pool.provider, self.clock.seconds_to_real(1.0))
+            return give_way(job, attempt, stop, watched, now=self.clock.now(),
+                            notice_hours=notice)  # fmt: skip
+        # A node of a gang went: keep the others? (spotd.engine.repair)
+        return self._repairs.weigh(job, watched, facts)
 
     def _open(self, job: JobRecord) -> AttemptRecord | None:
         return open_attempt(self.memory.attempts(job.id))
@@ -218,12 +257,16 @@ class Engine:
         if any(i is None or i.ended for i in instances):
             uri = checkpoint_uri(job, self.settings)
             instances = with_kept_exits(self.store, uri, attempt, instances, reports)
+        progress = gang_progress(attempt, reports)
+        if (check_at := next_check(job, progress, now)) is not None:
+            self.memory.hang_checks.by(job.id, check_at)  # a quiet job is woken then
         return judge.WatchFacts(
             job=job, attempt=attempt, attempts=attempts, instances=instances,
             gang=gang_state(attempt, reports), now=now,
             spent=self.executor.bills.spent(job, attempts, now),
             real_per_second=self.clock.seconds_to_real(1.0),
             unweighed_warning=attempt.id not in self._warned and _rebalance(attempt, reports),
+            progress=progress,
         )  # fmt: skip
 
     def _describe(self, attempt: AttemptRecord) -> list[Instance | None]:
@@ -246,6 +289,8 @@ class Engine:
         """Carry ``verdict`` out; the loop's own verdicts (waits, re-plans) here."""
         if isinstance(verdict, Wait):
             self._wait(job, verdict)
+        elif isinstance(verdict, Repair):
+            self._repairs.carry_out(job, verdict)
         elif isinstance(verdict, Replan):
             self._replan(job, verdict.attempt)
         else:
@@ -265,6 +310,10 @@ class Engine:
         """Record why the job waits when the gist of the reason changed: not on every
         pass it waits for the same one (its figures may move meanwhile). The record's
         own reason is the last one said, by this daemon or another."""
+        if verdict.make_way is not None:
+            # The loop's own intent, so that whichever daemon holds that job stops it.
+            self.store.request_intent(verdict.make_way.id, IntentKind.YIELD_PRIORITY,
+                                      at=self.clock.now())  # fmt: skip
         same = job.waiting is not None and gist_of(job.waiting) == verdict.reason.gist
         wrote = not same and self.executor.wait(job, verdict)
         if verdict.cause is EventCause.WAITING:

@@ -25,8 +25,9 @@ from spotd.core.agent_wire import (
     Roster,
     Waiting,
 )
-from spotd.core.contracts import Store
+from spotd.core.contracts import Clock, Store
 from spotd.core.errors import CheckpointError
+from spotd.core.ranks import progress_key, ranks_json
 from spotd.core.values import (
     AttemptRecord,
     Instance,
@@ -42,13 +43,20 @@ log = logging.getLogger(__name__)
 
 
 class StoreReports:
-    """Each kind of agent report merged into its instance's report in ``store``."""
+    """Each kind of agent report merged into its instance's report in ``store``.
 
-    def __init__(self, store: Store) -> None:
+    ``clock`` is the engine's: with it, a heartbeat that says how far the job got
+    also records when (on that clock) the node's progress last moved, which the hang
+    watch reads (:mod:`spotd.engine.hang`). Without it nothing is recorded of that,
+    and the job is not watched for hangs.
+    """
+
+    def __init__(self, store: Store, clock: Clock | None = None) -> None:
         self._store = store
+        self._clock = clock
 
     def heartbeat(self, report: HeartbeatReport) -> None:
-        """The agent is alive; its job's progress and a GPU sample."""
+        """The agent is alive; its job's progress (its ranks' too) and a GPU sample."""
         fields: dict[str, Any] = {
             "heartbeat_at": report.at,
             "step": report.step,
@@ -57,6 +65,13 @@ class StoreReports:
         }
         if report.gpus:
             fields.update(gpu_fields(report.gpus))
+        if report.ranks:
+            fields["ranks"] = ranks_json(report.ranks)
+        key = progress_key(report.step, report.checkpoint, report.ranks)
+        if key is not None and self._clock is not None:
+            # The store keeps progress_at unless the key changed (spotd.store.history).
+            now = self._clock.now()
+            fields.update(progress_key=key, progress_at=now, heard_at=now)
         self._store.save_report(_base(report, **fields))
 
     def join(self, report: JoinReport) -> Roster | Waiting:

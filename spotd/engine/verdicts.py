@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from spotd.core.intents import IntentRecord
+from spotd.core.orders import StopReason
 from spotd.core.values import (
     EMPTY_FACTS,
     AttemptEnd,
@@ -19,6 +20,7 @@ from spotd.core.values import (
     EventCause,
     EventFacts,
     FailureCause,
+    JobRecord,
     JobStatus,
     NewAttempt,
 )
@@ -44,6 +46,8 @@ class Wait:
 
     reason: WaitingReason
     cause: EventCause = EventCause.WAITING
+    make_way: JobRecord | None = None
+    """A running job of the team that is to stop for this one (a held job's only)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +82,15 @@ class Checkpoint:
     attempt: AttemptRecord
     facts: EventFacts = EMPTY_FACTS
     """The noticed node (its id and rank), for the event."""
+
+
+@dataclass(frozen=True, slots=True)
+class Yield:
+    """The daemon stops the running job as on a preemption notice
+    (:mod:`spotd.core.orders`): it checkpoints, and waits for ``reason`` to pass."""
+
+    attempt: AttemptRecord
+    reason: StopReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,11 +149,61 @@ class End:
 
 
 @dataclass(frozen=True, slots=True)
+class Repair:
+    """Some nodes of a gang went and the others stand by (:mod:`spotd.engine.repair`):
+    close ``attempt`` as ``end``, stop only the lost nodes, and open the next attempt in
+    the same pool and market with the kept nodes at their ranks and new nodes launched
+    for the others."""
+
+    attempt: AttemptRecord
+    end: AttemptEnd
+    """How the attempt ended (preempted, lost), which is also its close event's cause."""
+    detail: str
+    facts: EventFacts
+    """The (first) lost node, its id and rank."""
+    kept: tuple[str | None, ...]
+    """By rank: the instance id kept there, or None where a new node is launched."""
+
+    @property
+    def kept_ids(self) -> tuple[str, ...]:
+        """The instances the next attempt keeps."""
+        return tuple(i for i in self.kept if i is not None)
+
+    @property
+    def lost_ids(self) -> tuple[str, ...]:
+        """The instances of the attempt that the next one does not keep."""
+        return tuple(i for i in self.attempt.instance_ids if i not in self.kept)
+
+
+@dataclass(frozen=True, slots=True)
 class Reprioritise:
     """A user asked for another priority: give the job the one ``intent`` names."""
 
     intent: IntentRecord
 
 
-Verdict = Stay | Defer | Wait | Place | Launch | Running | Checkpoint | Replan | End | Reprioritise
+@dataclass(frozen=True, slots=True)
+class Drill:
+    """A user asked for a drill (``spotd drill``): have the provider preempt node ``rank``
+    of the running ``attempt`` through its own notice, and say so with an event. The
+    notice then takes the path of any preemption (:mod:`spotd.engine.drills`)."""
+
+    intent: IntentRecord
+    attempt: AttemptRecord
+    rank: int
+
+
+@dataclass(frozen=True, slots=True)
+class Moot:
+    """An intent left with nothing to do (a drill of a job that stopped running first):
+    settle it as moot."""
+
+    intent: IntentRecord
+    why: str
+
+
+Verdict = (
+    Stay | Defer | Wait | Place | Launch | Running | Checkpoint | Yield | Replan | End
+    | Reprioritise | Repair | Drill | Moot
+)
 """Everything a step can decide for one job."""

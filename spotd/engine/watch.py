@@ -33,10 +33,11 @@ T = TypeVar("T", float, datetime)
 
 PROGRESS_FIELDS = frozenset(
     {"heartbeat_at", "step", "total_steps", "checkpoint", "gpus", "gpu_util_sum",
-     "gpu_samples", "gpu_low_samples"}
+     "gpu_samples", "gpu_low_samples", "ranks", "progress_key", "progress_at", "heard_at"}
 )  # fmt: skip
-"""Report fields no step acts on: a heartbeat brings them every 30 s. The policy reads
-them (progress) when it re-plans a job, from the reports kept here."""
+"""Report fields no step acts on at once: a heartbeat brings them every 30 s. The policy
+reads them (progress) when it re-plans a job, and the hang watch when its check is due
+(:mod:`spotd.engine.hang`), from the reports kept here."""
 
 _VERDICT_FIELDS = tuple(f.name for f in fields(InstanceReport) if f.name not in PROGRESS_FIELDS)
 
@@ -124,6 +125,13 @@ class DueTimes(Generic[T]):
         self._at[job_id] = at
         self._pushed += 1
         heapq.heappush(self._heap, (at, self._pushed, job_id))
+
+    def by(self, job_id: str, at: T) -> None:
+        """The job is due at ``at``, or sooner if it already is (one heap entry per due
+        time, however often a job that is stepped on every pass asks)."""
+        known = self._at.get(job_id)
+        if known is None or at < known:
+            self.schedule(job_id, at)
 
     def cancel(self, job_id: str) -> None:
         """The job is due for nothing."""

@@ -13,11 +13,14 @@ from sqlalchemy import (
     Row,
     Text,
     and_,
+    case,
     cast,
     func,
     insert,
+    literal,
     select,
 )
+from sqlalchemy.dialects import postgresql, sqlite
 
 from spotd.core.values import InstanceReport, Market, Offering, Pool, PricePoint
 from spotd.store.tables import PRICES, REPORTS, conflict_insert
@@ -44,6 +47,10 @@ REPORT_FIELDS = (
     "gpu_util_sum",
     "gpu_samples",
     "gpu_low_samples",
+    "ranks",
+    "progress_key",
+    "progress_at",
+    "heard_at",
 )
 SUMMED_FIELDS = frozenset({"gpu_util_sum", "gpu_samples", "gpu_low_samples"})
 """Fields a report adds to the row's value instead of replacing it (running sums)."""
@@ -93,7 +100,9 @@ def select_history(conn: Connection, pool: Pool, since: datetime) -> list[PriceP
 
 def upsert_report(conn: Connection, report: InstanceReport) -> None:
     """Merge a report into the instance's row: fields left None keep their value,
-    running sums add up, and a first-only field keeps its first value."""
+    running sums add up, a first-only field keeps its first value, and
+    ``progress_at`` changes only with ``progress_key`` (the time the node's progress
+    last moved)."""
     values: dict[str, Any] = {
         "instance_id": report.instance_id,
         "provider": report.provider,
@@ -106,10 +115,33 @@ def upsert_report(conn: Connection, report: InstanceReport) -> None:
     values["revision"] = _next_revision(postgres)
     stmt = conflict_insert(conn, REPORTS).values(**values)
     update: dict[str, Any] = {f: _merged(f, v) for f, v in changed.items()}
+    if "progress_at" in changed and "progress_key" in changed:
+        # The node's progress moved only if its key did: else it keeps the time it moved.
+        moved = REPORTS.c.progress_key.is_distinct_from(changed["progress_key"])
+        at = literal(changed["progress_at"], REPORTS.c.progress_at.type)  # UTC, as stored
+        update["progress_at"] = case((moved, at), else_=REPORTS.c.progress_at)
+    # A node kept for its job's next attempt (spotd.engine.repair) starts its row afresh
+    # with its first report there; a late report of its earlier attempt is dropped.
+    update = _afresh_when_later(stmt, update)
     update["revision"] = _next_revision(postgres)
     conn.execute(
-        stmt.on_conflict_do_update(index_elements=["instance_id", "provider"], set_=update)
+        stmt.on_conflict_do_update(index_elements=["instance_id", "provider"], set_=update,
+                                   where=REPORTS.c.attempt <= stmt.excluded.attempt)
     )
+
+
+def _afresh_when_later(
+    stmt: postgresql.Insert | sqlite.Insert, update: dict[str, Any]
+) -> dict[str, Any]:
+    """``update``, or for a report of a later attempt than the row's, the report's own
+    fields alone (those it leaves out empty, as in a new row) and its attempt."""
+    later = REPORTS.c.attempt < stmt.excluded.attempt
+    afresh: dict[str, Any] = {
+        f: case((later, stmt.excluded[f]), else_=update.get(f, REPORTS.c[f]))
+        for f in REPORT_FIELDS
+    }
+    afresh["attempt"] = stmt.excluded.attempt
+    return afresh
 
 
 def _next_revision(postgres: bool) -> ColumnElement[int]:

@@ -15,12 +15,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Row, insert, select, update
 
-from spotd.core.errors import IllegalTransition, JobNotFound
-from spotd.core.intents import IntentKind, IntentOutcome, IntentRecord
+from spotd.core.errors import IllegalTransition, JobNotFound, NothingHeld
+from spotd.core.intents import STOP_KINDS, IntentKind, IntentOutcome, IntentRecord
 from spotd.core.spec_io import spec_to_json
 from spotd.core.states import JobStatus
-from spotd.core.values import EventCause, JobRecord
+from spotd.core.values import EMPTY_FACTS, AttemptEnd, EventCause, EventFacts, JobRecord
 from spotd.store.base import SqlBase
+from spotd.store.holds import holding
 from spotd.store.job_sql import insert_event, load_job
 from spotd.store.rows import chunks
 from spotd.store.tables import INTENTS, JOBS
@@ -30,29 +31,42 @@ class IntentRows(SqlBase):
     """Intents in the SQL database (:class:`~spotd.core.contracts.IntentStore`)."""
 
     def request_intent(
-        self, job_id: str, kind: IntentKind, *, at: datetime, priority: int | None = None
+        self,
+        job_id: str,
+        kind: IntentKind,
+        *,
+        at: datetime,
+        priority: int | None = None,
+        node: int | None = None,
     ) -> IntentRecord:
         """Store what a user asks of an active job and wake the job for its daemon.
 
         Asking again what is already asked and not yet done stores nothing new: the
-        open intent is returned (a second priority replaces the first one's figure).
+        open intent is returned (a second priority replaces the first one's figure, a
+        second drill the first one's node).
         :class:`~spotd.core.errors.JobNotFound` for an unknown job,
-        :class:`~spotd.core.errors.IllegalTransition` for one that has ended.
+        :class:`~spotd.core.errors.IllegalTransition` for one that has ended (but a
+        ``release``, asked of a job that keeps nodes: :class:`~spotd.core.errors.NothingHeld`
+        when it keeps none).
         """
         with self._write() as conn:
             status = conn.execute(select(JOBS.c.status).where(JOBS.c.id == job_id)).scalar()
             if status is None:
                 raise JobNotFound(f"no job {job_id!r}", job_id=job_id)
-            if JobStatus(status).terminal:
+            if kind is IntentKind.RELEASE:
+                # Of an ended job as much as of a retried one: whether it keeps nodes.
+                if not holding(conn, job_id):
+                    raise NothingHeld(f"job {job_id} keeps no nodes to release", job_id=job_id)
+            elif JobStatus(status).terminal:
                 raise IllegalTransition(f"job {job_id} already {status}", job_id=job_id)
             found = _open_of(conn, job_id, kind)
             if found is not None:
                 asked = update(INTENTS).where(INTENTS.c.id == found.id)
-                conn.execute(asked.values(priority=priority))
+                conn.execute(asked.values(priority=priority, node=node))
                 intent_id = found.id
             else:
                 new = {"job_id": job_id, "kind": kind.value, "requested_at": at}
-                added = conn.execute(insert(INTENTS).values(**new, priority=priority))
+                added = conn.execute(insert(INTENTS).values(**new, priority=priority, node=node))
                 intent_id = added.inserted_primary_key[0]  # type: ignore[index]
             woken = update(JOBS).where(JOBS.c.id == job_id)
             conn.execute(woken.values(version=JOBS.c.version + 1))
@@ -101,12 +115,46 @@ class IntentRows(SqlBase):
             return load_job(conn, job.id)
 
 
+    def settle_intent(
+        self,
+        intent: IntentRecord,
+        outcome: IntentOutcome,
+        *,
+        at: datetime,
+        cause: EventCause | None = None,
+        detail: str = "",
+        facts: EventFacts = EMPTY_FACTS,
+    ) -> None:
+        """Settle ``intent`` as ``outcome`` (if it is still open) and, with a ``cause``,
+        write an event of it from and to the job's status, in one transaction."""
+        with self._write() as conn:
+            status = conn.execute(select(JOBS.c.status).where(JOBS.c.id == intent.job_id)).scalar()
+            if status is None:
+                raise JobNotFound(f"no job {intent.job_id!r}", job_id=intent.job_id)
+            if cause is not None:
+                job_status = JobStatus(status)
+                insert_event(conn, intent.job_id, at=at, from_status=job_status,
+                             to_status=job_status, cause=cause, detail=detail,
+                             facts=facts)  # fmt: skip
+            _settle(conn, [intent.id], outcome, at)
+
+
 def settle_open(conn: Connection, job_id: str, ended: JobStatus, at: datetime) -> None:
     """Settle the job's open intents as it ends as ``ended``: a cancel is applied by
     ending as cancelled, and everything else is moot."""
     for intent in _open(conn, job_id):
         done = intent.kind is IntentKind.CANCEL and ended is JobStatus.CANCELLED
         _settle(conn, [intent.id], IntentOutcome.APPLIED if done else IntentOutcome.MOOT, at)
+
+
+def settle_stops(conn: Connection, job_id: str, closed: AttemptEnd, at: datetime) -> None:
+    """Settle the job's open stop intents (``yield-*``) as its attempt closes as
+    ``closed``: applied when it yielded, moot when it ended some other way first. A stop
+    is about the attempt that ran when it was asked, never the next one."""
+    stops = [i.id for i in _open(conn, job_id) if i.kind in STOP_KINDS]
+    if stops:
+        outcome = IntentOutcome.APPLIED if closed is AttemptEnd.YIELDED else IntentOutcome.MOOT
+        _settle(conn, stops, outcome, at)
 
 
 def intent_record(row: Row[Any]) -> IntentRecord:
@@ -117,6 +165,7 @@ def intent_record(row: Row[Any]) -> IntentRecord:
         kind=IntentKind(row.kind),
         requested_at=row.requested_at,
         priority=row.priority,
+        node=row.node,
         settled_at=row.settled_at,
         outcome=IntentOutcome(row.outcome) if row.outcome is not None else None,
     )

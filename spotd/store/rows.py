@@ -114,4 +114,7 @@ def attempt_record(row: Row[Any]) -> AttemptRecord:
         checkpoint_interval_hours=row.checkpoint_interval_hours,
         saves_on_notice=row.saves_on_notice,
         exit_code=row.exit_code,
+        held_until=row.held_until,
+        released_at=row.released_at,
+        before_retry=bool(row.before_retry),
     )

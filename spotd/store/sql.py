@@ -8,7 +8,8 @@ each reaching the database through :class:`~spotd.store.base.SqlBase`:
 - :class:`~spotd.store.attempts.AttemptRows`: attempts and their agents' reports;
 - :class:`~spotd.store.ledger.LedgerRows`: prices, the ledger, notification claims;
 - :class:`~spotd.store.sessions.SessionRows`: the dashboard's logged-out sessions;
-- :class:`~spotd.store.intents.IntentRows`: what users asked of jobs, for the loop.
+- :class:`~spotd.store.intents.IntentRows`: what users asked of jobs, for the loop;
+- :class:`~spotd.store.holds.HoldRows`: the nodes failed attempts keep for inspection.
 
 What is left here is the write across them: a change of status. Every write is
 one transaction. A change of status is a guarded ``UPDATE ... WHERE status =
@@ -31,7 +32,8 @@ from spotd.core.states import Transition
 from spotd.core.values import AttemptClose, JobRecord, NewAttempt
 from spotd.store.attempts import AttemptRows
 from spotd.store.base import make_engine
-from spotd.store.intents import IntentRows, settle_open
+from spotd.store.holds import HoldRows, leave_end
+from spotd.store.intents import IntentRows, settle_open, settle_stops
 from spotd.store.job_sql import guarded_status_update, insert_event, load_job
 from spotd.store.jobs import JobRows
 from spotd.store.leases import LeaseRows
@@ -65,7 +67,7 @@ def open_store(url: str, *, wall: Clock = WALL) -> SqlStore:
     return SqlStore(engine, wall=wall)
 
 
-class SqlStore(JobRows, LeaseRows, AttemptRows, LedgerRows, SessionRows, IntentRows):
+class SqlStore(JobRows, LeaseRows, AttemptRows, LedgerRows, SessionRows, IntentRows, HoldRows):
     """Jobs, events and attempts in a SQL database (see :func:`open_store`): the
     parts of the store by concern, and the change of status that writes across them.
 
@@ -78,7 +80,9 @@ class SqlStore(JobRows, LeaseRows, AttemptRows, LedgerRows, SessionRows, IntentR
 
         In one transaction: the status update guarded by the expected status,
         the event row, the attempt closed and/or opened with it, and (for an end) the
-        job's open intents settled (:func:`~spotd.store.intents.settle_open`). Raises
+        job's open intents settled (:func:`~spotd.store.intents.settle_open`; a closed attempt's
+        stop intents by :func:`~spotd.store.intents.settle_stops`; for a retry, out of an
+        end, the attempts' retry marks and holds by :func:`~spotd.store.holds.leave_end`). Raises
         :class:`~spotd.core.errors.LostTransition` when the guard fails,
         :class:`~spotd.core.errors.JobNotFound` for an unknown job and
         :class:`~spotd.core.errors.StoreError` when the attempt to close is not an
@@ -98,6 +102,9 @@ class SqlStore(JobRows, LeaseRows, AttemptRows, LedgerRows, SessionRows, IntentR
             )
             if change.close_attempt is not None:
                 _close_attempt(conn, change.job_id, change.close_attempt, now)
+                settle_stops(conn, change.job_id, change.close_attempt.reason, now)
+            if change.expected.terminal:  # a retry: spotd.engine.retrying
+                leave_end(conn, change.job_id, now)
             if change.open_attempt is not None:
                 _open_attempt(conn, change.job_id, change.open_attempt, now)
             if change.new.terminal:
@@ -113,7 +120,8 @@ def _close_attempt(conn: Connection, job_id: str, close: AttemptClose, now: date
             ATTEMPTS.c.job_id == job_id,
             ATTEMPTS.c.ended_at.is_(None),
         )
-        .values(ended_at=now, end_reason=close.reason.value, exit_code=close.exit_code)
+        .values(ended_at=now, end_reason=close.reason.value, exit_code=close.exit_code,
+                held_until=close.held_until)
     )
     if conn.execute(closing).rowcount == 0:
         raise StoreError(f"job {job_id}: attempt {close.attempt_id} is not an open attempt of it")

@@ -154,6 +154,13 @@ class AttemptRow(SQLModel, table=True):
     saves_on_notice: bool | None = None
     exit_code: int | None = None
     """The job command's exit code that ended the attempt (its first failing node's)."""
+    held_until: datetime | None = Field(default=None, sa_type=UtcDateTime, index=True)
+    """While the closed attempt's nodes are kept for inspection: when the hold runs out;
+    null otherwise, so the index holds the holds in force only (read every pass)."""
+    released_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    """When the nodes a hold kept were stopped."""
+    before_retry: bool = False
+    """The attempt came before the job's latest retry: the [retry] bounds skip it."""
 
 
 class PriceRow(SQLModel, table=True):
@@ -218,6 +225,13 @@ class InstanceReportRow(SQLModel, table=True):
     gpu_util_sum: float | None = None
     gpu_samples: int | None = None
     gpu_low_samples: int | None = None
+    ranks: str | None = Field(default=None, sa_type=Text)
+    """The job's ranks on the node at the last heartbeat, as JSON (spotd.core.ranks)."""
+    progress_key: str | None = None
+    progress_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    """When (the daemon's clock) ``progress_key`` last changed."""
+    heard_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
+    """When (the daemon's clock) the last heartbeat with a ``progress_key`` came."""
     revision: int = Field(default=0, sa_type=BigInteger)
     """Where the row's last change stands in the store's report feed
     (:func:`spotd.store.history.report_changes`): readers ask for what changed since."""
@@ -324,6 +338,8 @@ class IntentRow(SQLModel, table=True):
     kind: str
     requested_at: datetime = Field(sa_type=UtcDateTime)
     priority: int | None = None
+    node: int | None = None
+    """The rank of the node a drill is asked for (``drill`` intents only)."""
     settled_at: datetime | None = Field(default=None, sa_type=UtcDateTime)
     outcome: str | None = None
 

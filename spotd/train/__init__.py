@@ -40,7 +40,9 @@ The environment it reads (:meth:`Run.from_env`):
     The agent's preemption notice (JSON with the kill ``deadline``), written before
     it sends SIGTERM; its presence alone is a stop request.
 ``SPOTD_PROGRESS_FILE``
-    Where global rank 0 reports step, total and last complete checkpoint.
+    Where global rank 0 reports step, total and last complete checkpoint; beside it,
+    every rank keeps its own step and pid (``progress-rank-<rank>.json``), which the
+    daemon's hang watch reads (:mod:`spotd.train.ranks`).
 
 The rules (collective decisions, marker after every rank's shards, skipping an
 emergency save that cannot finish before the deadline) are in :mod:`spotd.train.run`.

@@ -54,7 +54,9 @@ Rules it keeps
 * **Progress.** Global rank 0 writes ``SPOTD_PROGRESS_FILE`` (step, total steps,
   last complete checkpoint, time) atomically at restore, after every completed
   checkpoint, at most every ``progress_every_seconds`` from :meth:`Run.report`, and
-  at close.
+  at close. Every rank also keeps its own ``progress-rank-<rank>.json`` beside it
+  (step and pid, :mod:`spotd.train.ranks`), at most every
+  ``rank_file_every_seconds``, for the daemon's hang watch.
 
 Library messages go, one line each, prefixed ``spotd.train:``, to stderr from rank
 0 (or to the ``log`` callable given).
@@ -79,6 +81,7 @@ from spotd.train.dcp import WriterFactory
 from spotd.train.log import RankLog
 from spotd.train.preemption import Preemption
 from spotd.train.progress import ProgressReporter
+from spotd.train.ranks import RankFile, rank_file_beside
 from spotd.train.resume import ResumeSource, load_checkpoint
 from spotd.train.schedule import SaveSchedule
 
@@ -137,6 +140,7 @@ class Run:
         save_factor: float = 1.5,
         save_margin_seconds: float = 2.0,
         progress_every_seconds: float = 5.0,
+        rank_file_every_seconds: float = 1.0,
         async_save: bool = True,
         handle_signals: bool = True,
         writer_factory: WriterFactory | None = None,
@@ -152,6 +156,9 @@ class Run:
         # Only global rank 0 writes the progress file; the others keep count.
         report_to = progress_file if self._comm.is_main else None
         self._progress = ProgressReporter(report_to, progress_every_seconds, clock, self._say)
+        # Every rank keeps its own step: the daemon finds a hung gang's suspects by them.
+        self._rank_file = RankFile(rank_file_beside(progress_file, self._comm.rank),
+                                   self._comm.rank, rank_file_every_seconds, clock, self._say)
         self._checkpoints = Checkpointer(
             checkpoint_uri or None,
             comm=self._comm,
@@ -260,6 +267,7 @@ class Run:
         self._checkpoints.resumed(step, folder)
         self.resumed_from = folder
         self._progress.resumed(step, folder)
+        self._rank_file.report(step)
         return step
 
     # ------------------------------------------------------------- decisions
@@ -316,9 +324,11 @@ class Run:
 
         Cheap to call every step: the file is rewritten at most every
         ``progress_every_seconds``, unless ``force`` or a new checkpoint completed.
+        Every rank also notes the step in its own file (:mod:`spotd.train.ranks`).
         Not collective.
         """
         self._progress.report(step, total_steps, force=force)
+        self._rank_file.report(step)
 
     # ------------------------------------------------------------------ close
 
@@ -341,6 +351,7 @@ class Run:
                 self._comm.close()
             self._progress.flush()
         finally:
+            self._rank_file.close()
             self._preemption.close()
 
     def __enter__(self) -> Self:

@@ -73,9 +73,12 @@ def test_every_status_is_reachable() -> None:
         assert all(allowed(a, b) for a, b in itertools.pairwise(chain))
 
 
-def test_terminal_statuses_allow_nothing() -> None:
+def test_ended_statuses_allow_a_retry_only() -> None:
     for status in S:
-        assert (not TRANSITIONS[status]) == status.terminal
+        if not status.terminal:
+            assert TRANSITIONS[status], status
+    assert TRANSITIONS[S.SUCCEEDED] == frozenset()
+    assert TRANSITIONS[S.FAILED] == TRANSITIONS[S.CANCELLED] == frozenset({S.RECOVERING})
 
 
 PAIRS = [
@@ -132,8 +135,9 @@ def test_only_failed_has_a_cause(
     module_store: SqlStore, spec: JobSpec, from_status: S, to_status: S
 ) -> None:
     job_id = job_in(module_store, spec, from_status)
+    before = module_store.get_job(job_id).failure  # a failed job's own, for a retry
     change = Transition(job_id, from_status, to_status, cause="x", failure=FailureCause.OVER_BUDGET)
     with pytest.raises(IllegalTransition, match="failure cause"):
         transition(module_store, change, now=T0 + timedelta(hours=1))
     assert module_store.get_job(job_id).status is from_status
-    assert module_store.get_job(job_id).failure is None
+    assert module_store.get_job(job_id).failure is before

@@ -338,7 +338,7 @@ def test_a_priority_is_asked_with_202_and_given_by_the_loop(engine: Engine) -> N
     assert asked.status_code == 202, asked.text
     assert asked.json()["asked"] == [
         {"kind": "priority", "requested_at": asked.json()["asked"][0]["requested_at"],
-         "priority": 7}
+         "priority": 7, "node": None}
     ]  # fmt: skip
     engine.step(engine.store.get_job(job.id))
     assert engine.store.get_job(job.id).spec.priority == 7
@@ -381,6 +381,7 @@ def test_events_carry_their_facts_as_typed_fields(engine: Engine) -> None:
         "error_class": None, "error_code": None, "provider": "fake", "provider_code": None,
         # Said from the code where the event names no cause of its own (an older one).
         "exit_cause": None, "oom_kills": None, "check": None,
+        "process_ranks": None, "nodes": None, "drill": None,
         "exit_said": "killed by SIGKILL (exit 137)",
     }  # fmt: skip
     (parsed,) = TypeAdapter(list[EventView]).validate_python([failed])

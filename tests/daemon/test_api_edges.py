@@ -30,7 +30,7 @@ from spotd.daemon.wiring import build_reader
 from spotd.engine.reconcile import Engine
 
 TOKEN = "t" * 32
-AGENT_PATHS = ["heartbeat", "join", "preflight", "notice", "secrets", "exit"]
+AGENT_PATHS = ["heartbeat", "join", "preflight", "notice", "secrets", "exit", "orders"]
 
 
 def send(engine: Engine, method: str, path: str, **kw: object) -> httpx.Response:

@@ -48,6 +48,9 @@ def test_the_checked_request_is_the_one_the_daemon_would_send(tmp_path: Path) ->
     assert request.tags["spotd-owner"] == settings.daemon.owner
     assert request.env["SPOTD_NUM_NODES"] == str(spec.resources.nodes)
     assert "NCCL_SOCKET_IFNAME" in request.env or "FI_PROVIDER" in request.env
+    # As a real launch says it: the egress checks read which store the nodes must reach.
+    assert request.env["SPOTD_CHECKPOINT_URI"] == (
+        spec.checkpoint.uri or str(settings.checkpoints_dir / CHECK_JOB_ID))
 
 
 def test_cli_prints_a_line_per_check_and_what_a_launch_would_create(tmp_path: Path) -> None:

@@ -38,3 +38,22 @@ def test_a_job_that_names_its_own_tmpdir_keeps_it() -> None:
     assert JOB_TMPDIR not in _request()
     env = _request(env={"TMPDIR": "/scratch"})
     assert (env["TMPDIR"], env[JOB_TMPDIR]) == ("/scratch", "1")
+
+
+def test_a_kept_node_rejoining_is_told_what_a_new_node_of_the_attempt_is() -> None:
+    from dataclasses import replace
+
+    from spotd.engine.launching import attempt_environment, job_environment
+
+    job = JobRecord("j-1", "t", spec(resources={"gpus": ["A100"], "gpus_per_node": 1,
+                                                "nodes": 2, "min_gbps_per_gpu": 10}),
+                    JobStatus.PROVISIONING, None, EPOCH, EPOCH)  # fmt: skip
+    attempt = AttemptRecord(1, "j-1", 3, OFFERING.pool, Market.SPOT, 2, 1.0, "j-1-a3", (),
+                            "/ck/j-1/step-00000040", EPOCH, None, None, None,
+                            checkpoint_interval_hours=0.5)  # fmt: skip
+    new_node = job_environment(job, attempt, OFFERING, checkpoint_uri="/ck/j-1",
+                               interval_hours=0.5)  # fmt: skip
+    rejoining = attempt_environment(attempt)
+    assert rejoining == {k: new_node[k] for k in rejoining}
+    assert rejoining["SPOTD_RESUME_FROM"] == "/ck/j-1/step-00000040"
+    assert attempt_environment(replace(attempt, resume_from=None))["SPOTD_RESUME_FROM"] == ""

@@ -6,7 +6,9 @@ for spot placement scores and does not serve the Price List API. Those three
 are answered here from canned data by ``before-call`` hooks on the session the
 adapter's clients are made from, so request building, paging and the client's
 parameter handling stay boto3's own. Service quotas are answered the same way
-(moto has none for EC2).
+(moto has none for EC2). moto stores Fault Injection Service templates and
+experiments but runs none: an ``after-call`` hook on ``StartExperiment`` does what
+its spot interruption action does to its target instances (:meth:`FakeAws.interrupt`).
 
 moto 5.2.5 has no placement groups at all (NotImplementedError) and ignores
 ``Placement.GroupName``; it also folds the ``NetworkInterfaces`` of a launch
@@ -171,6 +173,7 @@ class FakeAws:
         """Hook every client later made from ``session`` (a ``boto3.Session``)."""
         session.events.register("before-parameter-build", self._record)
         session.events.register("before-call", self._before_call)
+        session.events.register("after-call.fis.StartExperiment", self._run_experiment)
 
     # -- levers ------------------------------------------------------------------
 
@@ -210,6 +213,19 @@ class FakeAws:
         return str(images[0].id)
 
     # -- hooks -------------------------------------------------------------------
+
+    def _run_experiment(self, parsed: dict[str, Any], **_: Any) -> None:
+        """What FIS does with a started experiment (moto only stores it): each spot
+        interruption action interrupts its targets' instances, here at once."""
+        experiment = parsed.get("experiment") or {}
+        targets = experiment.get("targets") or {}
+        for action in (experiment.get("actions") or {}).values():
+            if action.get("actionId") != "aws:ec2:send-spot-instance-interruptions":
+                continue
+            for name in (action.get("targets") or {}).values():
+                for arn in targets.get(name, {}).get("resourceArns") or []:
+                    _, _, _, region, _, resource = arn.split(":", 5)
+                    self.interrupt(resource.removeprefix("instance/"), region)
 
     def _record(self, params: dict[str, Any], model: Any, **_: Any) -> None:
         self.calls.append((str(model.name), copy.deepcopy(params)))
@@ -281,6 +297,24 @@ class FakeAws:
                 if all(attributes.get(k) == v for k, v in wanted.items()):
                     items.append(item)
         return {"FormatVersion": "aws_v1", "PriceList": items}
+
+
+def nat_for_default_vpc(region: str) -> str:
+    """Give the default VPC's main route table a 0.0.0.0/0 route to a NAT gateway, so its
+    subnets' nodes without a public address get out (EFA gang nodes have none); the NAT
+    gateway's id. moto's default VPC has no route out at all."""
+    ec2 = boto3.client("ec2", region_name=region)  # unhooked
+    vpc = ec2.describe_vpcs(Filters=[{"Name": "is-default", "Values": ["true"]}])["Vpcs"][0]
+    subnet = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc["VpcId"]]}])
+    eip = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    nat = ec2.create_nat_gateway(SubnetId=subnet["Subnets"][0]["SubnetId"],
+                                 AllocationId=eip)["NatGateway"]["NatGatewayId"]  # fmt: skip
+    (table,) = ec2.describe_route_tables(Filters=[
+        {"Name": "vpc-id", "Values": [vpc["VpcId"]]},
+        {"Name": "association.main", "Values": ["true"]}])["RouteTables"]  # fmt: skip
+    ec2.create_route(RouteTableId=table["RouteTableId"], DestinationCidrBlock="0.0.0.0/0",
+                     NatGatewayId=nat)  # fmt: skip
+    return str(nat)
 
 
 # -- placement groups and launch fabric, taught to moto ---------------------------

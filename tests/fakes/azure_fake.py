@@ -21,9 +21,15 @@ ARM (``/subscriptions/{sub}/...``, paths matched case-insensitively, the
   instances), ``GET .../{name}/virtualMachines[?$expand=instanceView]`` and
   ``GET .../{name}/networkInterfaces`` (the network API's NIC list, with a
   private address per VM);
+- ``POST .../virtualMachines/{name}/simulateEviction`` and ``POST
+  .../virtualMachineScaleSets/{name}/virtualMachines/{id}/simulateEviction``: 204, and a
+  Spot VM is evicted at once (409 ``OperationNotAllowed`` for any other);
 - ``GET providers/Microsoft.Compute/locations/{loc}/usages`` (quotas),
   ``GET .../publishers/{p}/artifacttypes/vmimage/offers/{o}/skus/{s}/versions[/{v}]``
-  (images), ``GET {scope}/providers/Microsoft.Authorization/permissions``.
+  (images), ``GET {scope}/providers/Microsoft.Authorization/permissions``;
+- network reads: ``GET .../Microsoft.Network/virtualNetworks/{v}/subnets/{s}`` (a NAT
+  gateway on it unless :attr:`FakeAzure.subnets` says otherwise) and
+  ``GET .../Microsoft.Network/routeTables/{t}`` (:attr:`FakeAzure.route_tables`).
 
 Every VM and scale set PUT body is read with the SDK's own models
 (``VirtualMachine``, ``VirtualMachineScaleSet``) and refused (400
@@ -204,6 +210,10 @@ SET_ROUTE = re.compile(
     ARM + r"/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/virtualMachineScaleSets"
     r"(?:/(?P<name>[^/]+)(?:/(?P<part>virtualMachines|networkInterfaces|delete))?)?$",
     re.IGNORECASE)  # fmt: skip
+EVICT_ROUTE = re.compile(
+    ARM + r"/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Compute/(?:virtualMachineScaleSets/"
+    r"(?P<set>[^/]+)/virtualMachines/(?P<index>[^/]+)|virtualMachines/(?P<name>[^/]+))"
+    r"/simulateEviction$", re.IGNORECASE)  # fmt: skip
 USAGE_ROUTE = re.compile(ARM + r"/providers/Microsoft\.Compute/locations/(?P<loc>[^/]+)/usages$",
                          re.IGNORECASE)  # fmt: skip
 IMAGE_ROUTE = re.compile(
@@ -212,6 +222,12 @@ IMAGE_ROUTE = re.compile(
     r"(?:/(?P<version>[^/]+))?$", re.IGNORECASE)  # fmt: skip
 PERMISSIONS_ROUTE = re.compile(r"^(?P<scope>/subscriptions/.+)/providers/"
                                r"Microsoft\.Authorization/permissions$", re.IGNORECASE)  # fmt: skip
+SUBNET_ROUTE = re.compile(
+    ARM + r"/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Network/virtualNetworks/"
+    r"(?P<vnet>[^/]+)/subnets/(?P<name>[^/]+)$", re.IGNORECASE)  # fmt: skip
+ROUTE_TABLE_ROUTE = re.compile(
+    ARM + r"/resourceGroups/(?P<rg>[^/]+)/providers/Microsoft\.Network/routeTables/"
+    r"(?P<name>[^/]+)$", re.IGNORECASE)  # fmt: skip
 PRICES_ROUTE = "/api/retail/prices"
 
 DEFAULT_IMAGES = frozenset({("microsoft-dsvm", "ubuntu-hpc", "2204", "2204.2026.1101")})
@@ -272,6 +288,10 @@ class FakeAzure:
         """Actions the caller's permissions list leaves out (``notActions``)."""
         self.usages: dict[str, tuple[int, int]] = default_usages()
         self.images: set[tuple[str, str, str, str]] = set(DEFAULT_IMAGES)
+        self.subnets: dict[str, JSON] = {}
+        """Subnet name -> its ``properties``; a subnet not here has a NAT gateway."""
+        self.route_tables: dict[str, JSON] = {}
+        """Route table name -> its ``properties`` (``routes``)."""
         self.state = _State()
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
@@ -369,6 +389,27 @@ class FakeAzure:
                 return
             del self.state.vms[name]
             self.state.evicted.add(name)
+
+    def simulate_eviction(self, name: str) -> tuple[int, JSON | None]:
+        """``simulateEviction`` of a VM (or a scale set's ``set_index``): a Spot one is
+        evicted at once (:meth:`evict`); any other is refused as Azure does (409)."""
+        with self.lock:
+            set_name, _, index = name.rpartition("_")
+            held = self.state.sets.get(set_name)
+            if held is not None:
+                found = index in held.members
+                priority = held.body["properties"]["virtualMachineProfile"].get("priority")
+            else:
+                vm = self.state.vms.get(name)
+                found = vm is not None
+                priority = vm["properties"].get("priority") if vm is not None else None
+        if not found:
+            return 404, _error("ResourceNotFound", f"The Resource '{name}' was not found.")
+        if str(priority).lower() != "spot":
+            return 409, _error("OperationNotAllowed", "Simulate eviction is only supported "
+                               "for Spot virtual machines.")  # fmt: skip
+        self.evict(name)
+        return 204, None
 
     def vm(self, name: str) -> JSON | None:
         """The stored VM, as PUT plus what ARM adds."""
@@ -656,6 +697,17 @@ class FakeAzure:
         return 200, {"name": version, "location": loc, "id": f"{base}/{version}",
                      "properties": {"osImage": {"operatingSystem": "Linux"}}}  # fmt: skip
 
+    def subnet(self, path: str, name: str) -> tuple[int, JSON]:
+        group = path.partition("/providers/")[0]
+        nat = {"id": f"{group}/providers/Microsoft.Network/natGateways/nat"}
+        props = self.subnets.get(name, {"addressPrefix": "10.0.0.0/24", "natGateway": nat})
+        return 200, {"id": path, "name": name, "properties": props}
+
+    def route_table(self, path: str, name: str) -> tuple[int, JSON]:
+        if name not in self.route_tables:
+            return 404, _error("ResourceNotFound", f"route table {name} not found")
+        return 200, {"id": path, "name": name, "properties": self.route_tables[name]}
+
     def permissions(self) -> tuple[int, JSON]:
         with self.lock:
             denied = sorted(self.denied)
@@ -784,9 +836,16 @@ def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
                 return (*fake.permissions(), {})
             if USAGE_ROUTE.match(path) and method == "GET":
                 return (*fake.list_usages(), {})
+            if (sn := SUBNET_ROUTE.match(path)) and method == "GET":
+                return (*fake.subnet(path, sn["name"]), {})
+            if (rt := ROUTE_TABLE_ROUTE.match(path)) and method == "GET":
+                return (*fake.route_table(path, rt["name"]), {})
             if (img := IMAGE_ROUTE.match(path)) and method == "GET":
                 return (*fake.image(img["loc"], img["pub"], img["offer"], img["sku"],
                                     img["version"]), {})  # fmt: skip
+            if (ev := EVICT_ROUTE.match(path)) and method == "POST":
+                name = ev["name"] or f"{ev['set']}_{ev['index']}"
+                return (*fake.simulate_eviction(name), {})
             if (ss := SET_ROUTE.match(path)) is not None:
                 return self._scale_set(method, ss, query, body)
             if (op := OP_ROUTE.match(path)) and method == "GET":

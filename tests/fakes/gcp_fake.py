@@ -14,13 +14,15 @@ Paths below are under ``/compute/v1/projects/P`` (P = the fake's project):
 - GET ``zones/Z/instances/N``: get (each read moves a booting VM one step on)
 - DELETE ``zones/Z/instances/N``: delete
 - GET ``zones/Z/instances/N/serialPort``: serial port output
+- POST ``zones/Z/instances/N/simulateMaintenanceEvent``: a Spot VM is preempted at once
 - GET ``zones/Z/operations``: list (``operationType`` filter, paged)
 - GET ``zones/Z/operations/O`` and POST ``.../O/wait``: get / wait (finish the operation)
 - GET ``zones/Z/machineTypes/M``: get
 - POST / GET ``regions/R/resourcePolicies``, GET / DELETE ``regions/R/resourcePolicies/N``
   (a delete while an instance names the policy: 400 ``resourceInUseByAnotherResource``)
 - GET ``regions/R/operations/O`` and POST ``.../O/wait``
-- GET ``regions/R`` (with its ``quotas``), GET ``regions/R/subnetworks/S``
+- GET ``regions/R`` (with its ``quotas``), GET ``regions/R/subnetworks[/S]``
+- GET ``regions/R/routers`` (:attr:`GcpFake.routers`, with their Cloud NAT)
 - GET ``/compute/v1/projects/IP/global/images/N`` and ``.../images/family/F`` (any project)
 
 plus ``POST /v1/projects/P:testIamPermissions`` (Cloud Resource Manager) and the
@@ -30,7 +32,8 @@ Inserted instances and resource policies are parsed back into
 ``compute_v1.Instance`` / ``compute_v1.ResourcePolicy`` with unknown fields
 refused (400 ``invalid``), so a misspelt field fails like a real API would;
 the NICs must name subnetworks the fake knows, MRDMA NICs only on a RoCE
-network and no other NIC there, and named resource policies must exist.
+network and no other NIC there, named resource policies must exist, and the
+Hyperdisk-only families (A3 Ultra, A4, A4X) refuse a Persistent Disk boot disk.
 
 Unknown query parameters (``$alt=json;enum-encoding=int``) are ignored.
 Levers: :meth:`GcpFake.fail_next_insert` (by error kind, optionally after
@@ -126,6 +129,8 @@ FABRIC_NICS: dict[str, tuple[str, int]] = {
     "a3-ultragpu-8g": ("MRDMA", 8),
 }
 REGIONS = ("us-central1", "us-east4", "europe-west4")
+HYPERDISK_ONLY = ("a3-ultragpu-", "a4-highgpu-", "a4x-")
+"""Machine type prefixes whose VMs take Hyperdisk only (GCE refuses Persistent Disk)."""
 IMAGE_PROJECT = "fake-images"
 
 
@@ -286,6 +291,8 @@ class GcpFake:
     subnetworks: dict[tuple[str, str], dict[str, Any]] = field(
         default_factory=default_subnetworks)
     roce_networks: set[str] = field(default_factory=lambda: {"roce-net"})
+    routers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """Region -> its Cloud Routers as the API gives them (``network``, ``nats``)."""
     images: dict[tuple[str, str], dict[str, Any]] = field(default_factory=lambda: {
         (IMAGE_PROJECT, "family/gpu"): {"name": "gpu-v20261201", "family": "gpu"},
         (IMAGE_PROJECT, "gpu-v20261201"): {"name": "gpu-v20261201", "family": "gpu"},
@@ -331,6 +338,15 @@ class GcpFake:
             self._server = None
 
     # -- levers --------------------------------------------------------------
+
+    def add_cloud_nat(self, region: str, network: str = "default") -> None:
+        """A Cloud Router of ``network`` in ``region`` with one NAT for all its subnets."""
+        self.routers.setdefault(region, []).append({
+            "name": f"router-{network}",
+            "network": f"{BASE}/projects/{self.project}/global/networks/{network}",
+            "nats": [{"name": "nat-all",
+                      "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES"}],
+        })  # fmt: skip
 
     def fail_next_insert(self, kind: str, *, after: int = 0) -> None:
         """Fail the insert after ``after`` more successful ones, as ``kind`` (INSERT_FAILURES)."""
@@ -439,6 +455,7 @@ class GcpFake:
             (rf"{z}/instances/([^/]+)", "GET", self._get_instance),
             (rf"{z}/instances/([^/]+)", "DELETE", self._delete_instance),
             (rf"{z}/instances/([^/]+)/serialPort", "GET", self._serial),
+            (rf"{z}/instances/([^/]+)/simulateMaintenanceEvent", "POST", self._maintenance),
             (rf"{z}/operations", "GET", self._list_operations),
             (rf"{z}/operations/([^/]+)", "GET", self._get_operation),
             (rf"{z}/operations/([^/]+)/wait", "POST", self._get_operation),
@@ -450,6 +467,8 @@ class GcpFake:
             (rf"{r}/operations/([^/]+)", "GET", self._get_region_operation),
             (rf"{r}/operations/([^/]+)/wait", "POST", self._get_region_operation),
             (rf"{r}/subnetworks/([^/]+)", "GET", self._get_subnetwork),
+            (rf"{r}/subnetworks", "GET", self._list_subnetworks),
+            (rf"{r}/routers", "GET", self._list_routers),
             (r"regions/([^/]+)", "GET", self._get_region),
         ]
 
@@ -512,6 +531,12 @@ class GcpFake:
         except ParseError as exc:
             raise HttpError(400, "invalid", f"Invalid JSON payload received. {exc}") from exc
         region = zone.rsplit("-", 1)[0]
+        machine = body.get("machineType", "").rsplit("/", 1)[-1]
+        for disk in body.get("disks", []):
+            kind = disk.get("initializeParams", {}).get("diskType", "").rsplit("/", 1)[-1]
+            if machine.startswith(HYPERDISK_ONLY) and not kind.startswith("hyperdisk-"):
+                raise HttpError(400, "invalid", f"[{kind}] disk type cannot be used by "
+                                f"[{machine}] machine type")
         for i, nic in enumerate(body.get("networkInterfaces", [])):
             network = nic.get("network", "").rsplit("/", 1)[-1]
             if "subnetwork" in nic:
@@ -568,6 +593,16 @@ class GcpFake:
         self._vm(zone, name)
         del self.instances[(zone, name)]
         return self._new_operation(zone, name, "delete", done=True)
+
+    def _maintenance(self, zone: str, name: str, **kw: Any) -> dict[str, Any]:
+        """A simulated maintenance event: a Spot VM is preempted (:meth:`preempt`) at once;
+        any other VM is left running, as a live migration would."""
+        vm = self._vm(zone, name)
+        op = self._new_operation(zone, name, "compute.instances.simulateMaintenanceEvent",
+                                 done=True)  # fmt: skip
+        if vm.get("scheduling", {}).get("provisioningModel") == "SPOT":
+            self.preempt(zone, name)
+        return op
 
     def _serial(self, zone: str, name: str, **kw: Any) -> dict[str, Any]:
         self._vm(zone, name)
@@ -714,7 +749,17 @@ class GcpFake:
                                              f"{region}/subnetworks/{name}' was not found")
         return {"kind": "compute#subnetwork", "name": name, "ipCidrRange": subnet["ipCidrRange"],
                 "network": f"{BASE}/projects/{self.project}/global/networks/{subnet['network']}",
-                "region": f"{BASE}/projects/{self.project}/regions/{region}"}
+                "region": f"{BASE}/projects/{self.project}/regions/{region}",
+                "privateIpGoogleAccess": bool(subnet.get("privateIpGoogleAccess", False))}
+
+    def _list_subnetworks(self, region: str, **kw: Any) -> dict[str, Any]:
+        items = [self._get_subnetwork(r, n) for r, n in sorted(self.subnetworks) if r == region]
+        return self._page(items, kw["query"], "items")
+
+    def _list_routers(self, region: str, **kw: Any) -> dict[str, Any]:
+        items = [{"kind": "compute#router", "region": region, **router}
+                 for router in self.routers.get(region, [])]  # fmt: skip
+        return self._page(items, kw["query"], "items")
 
     def _image(self, project: str, name: str) -> dict[str, Any]:
         image = self.images.get((project, name))

@@ -26,6 +26,7 @@ from fakes.aws_fake import (
     MotoLoopback,
     aws_env,
     moto_placement_groups,
+    nat_for_default_vpc,
     new_session,
 )
 from moto import mock_aws
@@ -35,6 +36,8 @@ from spotd.core.values import LaunchRequest, Market, Offering
 from spotd_aws import AwsProvider, AwsSettings
 
 REGION = "us-east-1"
+FIS_ROLE = "arn:aws:iam::123456789012:role/spotd-fis"
+"""The role drills name (moto keeps it, nothing checks it)."""
 GANG_TYPE = "p5.48xlarge"
 
 # (code, HTTP status) EC2 answers with for each kind; InsufficientInstanceCapacity
@@ -161,11 +164,12 @@ def make_harness(tmp_path: Path) -> Iterator[AwsHarness]:
     with aws_env(tmp_path), mock_aws(), moto_placement_groups():
         fake = FakeAws()
         seed_market(fake)
+        nat_for_default_vpc(REGION)  # the gang's EFA nodes have no public address
         session: Any = new_session()
         fake.install(session)
         settings = AwsSettings(
             enabled=True, regions=[REGION], instance_types=["g5.xlarge", GANG_TYPE],
-            image_id={REGION: fake.ami(REGION)},
+            image_id={REGION: fake.ami(REGION)}, fis_role_arn=FIS_ROLE,
         )  # fmt: skip
         harness = AwsHarness(
             AwsProvider(settings, user_data=bootstrap, session=session), fake, settings

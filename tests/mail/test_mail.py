@@ -206,7 +206,7 @@ def attempt(job_id: str, hours: float, price: float, *, end: AttemptEnd | None =
     return AttemptRecord(
         id=seq, job_id=job_id, seq=seq, pool=Pool("sim-aws", "us-east-1", "us-east-1a", "p4d"),
         market=Market.SPOT, nodes=1, price_per_node_hour=price, client_token=f"t{seq}",
-        instance_ids=("i-1",), resume_from=None, started_at=started, running_at=started,
+        instance_ids=(f"i-{seq}",), resume_from=None, started_at=started, running_at=started,
         ended_at=NOW if end else None, end_reason=end,
     )
 

@@ -62,6 +62,7 @@ from spotd.core.values import (
     Market,
     Offering,
     Pool,
+    Reach,
 )
 from spotd.daemon.bootstrap import bootstrap_for
 from spotd.market import catalog as interconnect_module
@@ -69,7 +70,14 @@ from spotd.market.catalog import UNKNOWN_NODE_GBPS
 from spotd_aws import AwsProvider, AwsSettings, build_aws_provider, map_aws_errors
 from spotd_aws.check import quota_for
 from spotd_aws.errors import ERROR_CODES
-from spotd_aws.fabric import efa_interfaces, network_facts
+from spotd_aws.fabric import (
+    EFA_LAYOUTS,
+    EfaCard,
+    NetworkFacts,
+    efa_interfaces,
+    network_facts,
+    table_drift,
+)
 from spotd_aws.figures import INSTANCE_TYPES
 from spotd_aws.instances import (
     IDEMPOTENCY_TAG,
@@ -721,40 +729,77 @@ def test_a_gang_gets_its_placement_group_first_and_launches_into_it(env: Env) ->
     assert placement.kind == "placement-group" and placement.tags == GANG_TAGS
 
 
-def test_efa_interfaces_of_a_p5_follow_its_network_cards(env: Env) -> None:
+def _nic(card: int, device: int, kind: str, subnet: str, groups: list[str]) -> dict[str, Any]:
+    return {"NetworkCardIndex": card, "DeviceIndex": device, "InterfaceType": kind,
+            "SubnetId": subnet, "Groups": groups, "DeleteOnTermination": True}  # fmt: skip
+
+
+def test_efa_interfaces_of_a_p5_follow_the_guide(env: Env) -> None:
     provider = env.provider(instance_types=["p5.48xlarge"])
     provider.launch(request(p5_offering(env, provider), nodes=4))
     (params,) = env.fake.params("RunInstances")
     # With interfaces the subnet and groups go into each one: EC2 refuses both.
     assert "SubnetId" not in params and "SecurityGroupIds" not in params
-    nics = params["NetworkInterfaces"]
-    assert len(nics) == 32  # EfaInfo.MaximumEfaInterfaces of p5.48xlarge
     groups = [_group_id("default"), _group_id("spotd-gang")]
     subnet = _default_subnet("us-east-1a")
-    assert nics[0] == {"NetworkCardIndex": 0, "DeviceIndex": 0, "InterfaceType": "efa",
-                       "SubnetId": subnet, "Groups": groups, "DeleteOnTermination": True}
-    for card, nic in enumerate(nics[1:], start=1):
-        assert nic == {"NetworkCardIndex": card, "DeviceIndex": 1, "InterfaceType": "efa-only",
-                       "SubnetId": subnet, "Groups": groups, "DeleteOnTermination": True}
+    # An ENA primary, card 0's EFA-only at device 1, one EFA-only per further card.
+    assert params["NetworkInterfaces"] == [
+        _nic(0, 0, "interface", subnet, groups), _nic(0, 1, "efa-only", subnet, groups),
+        *(_nic(card, 0, "efa-only", subnet, groups) for card in range(1, 32)),
+    ]  # fmt: skip
 
 
-@pytest.mark.parametrize("itype", [
-    "p4d.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "g5.48xlarge",
-    "g6.48xlarge", "g5.xlarge",
-])  # fmt: skip
-def test_efa_interfaces_come_from_the_types_network_info(env: Env, itype: str) -> None:
+def test_efa_interfaces_of_a_p4d_follow_the_table(env: Env) -> None:
+    provider = env.provider(instance_types=["p4d.24xlarge"])
+    env.fake.add_spot_price("us-east-1a", "p4d.24xlarge", 9.8)
+    provider.launch(request(by_zone(provider.offerings(), "p4d.24xlarge")["us-east-1a"], nodes=2))
+    (params,) = env.fake.params("RunInstances")
+    layout = [(n["NetworkCardIndex"], n["DeviceIndex"], n["InterfaceType"])
+              for n in params["NetworkInterfaces"]]  # fmt: skip
+    assert layout == [(0, 0, "interface"), (0, 1, "efa-only"), (1, 0, "efa-only"),
+                      (2, 0, "efa-only"), (3, 0, "efa-only")]  # fmt: skip
+    assert EFA_LAYOUTS["p4d.24xlarge"].efa_interfaces == 4
+
+
+@pytest.mark.parametrize("itype", sorted(EFA_LAYOUTS))
+def test_the_efa_table_matches_what_ec2_says(env: Env, itype: str) -> None:
+    """moto carries EC2's own instance type data: the table agrees with it."""
+    facts = network_facts(env.session.client("ec2", region_name=EAST), itype)
+    assert table_drift(facts) is None
+    nics = efa_interfaces(facts, "subnet-1", ["sg-1"])
+    efa = [n for n in nics if n["InterfaceType"] == "efa-only"]
+    assert len(efa) == facts.max_efa_interfaces  # every EFA the type allows
+    assert len({n["NetworkCardIndex"] for n in efa}) == len(efa)  # one per card
+    assert (nics[0]["NetworkCardIndex"], nics[0]["DeviceIndex"], nics[0]["InterfaceType"]) \
+        == (0, 0, "interface")  # fmt: skip
+
+
+def test_a_p6_b300_keeps_card_0_for_ena(env: Env) -> None:
+    facts = network_facts(env.session.client("ec2", region_name=EAST), "p6-b300.48xlarge")
+    nics = efa_interfaces(facts, "subnet-1", ["sg-1"])
+    assert [(n["NetworkCardIndex"], n["DeviceIndex"]) for n in nics] == \
+        [(0, 0), *((card, 0) for card in range(1, 17))]  # fmt: skip
+
+
+@pytest.mark.parametrize("itype", ["g6e.24xlarge", "g5.xlarge"])
+def test_types_outside_the_table_follow_the_same_rule_from_the_api(env: Env, itype: str) -> None:
     (row,) = _unhooked().describe_instance_types(InstanceTypes=[itype])["InstanceTypes"]
     info = row["NetworkInfo"]
     wanted = info["EfaInfo"]["MaximumEfaInterfaces"] if info.get("EfaSupported") else 0
-    facts = network_facts(env.session.client("ec2", region_name=EAST), itype)
-    nics = efa_interfaces(facts, "subnet-1", ["sg-1"])
-    assert len(nics) == wanted == facts.efa_interfaces
-    assert len({n["NetworkCardIndex"] for n in nics}) == wanted  # one per card
-    cards = {c["NetworkCardIndex"] for c in info["NetworkCards"]}
-    assert {n["NetworkCardIndex"] for n in nics} <= cards
-    if nics:
-        assert (nics[0]["NetworkCardIndex"], nics[0]["DeviceIndex"]) == (0, 0)
-        assert nics[0]["InterfaceType"] == "efa"
+    nics = efa_interfaces(network_facts(env.session.client("ec2", region_name=EAST), itype),
+                          "subnet-1", ["sg-1"])  # fmt: skip
+    assert itype not in EFA_LAYOUTS
+    assert len([n for n in nics if n["InterfaceType"] == "efa-only"]) == wanted
+    assert len(nics) == (wanted + 1 if wanted else 0)
+
+
+def test_a_table_out_of_step_with_ec2_is_named() -> None:
+    facts = NetworkFacts("p5.48xlarge", 192, max_efa_interfaces=16, network_cards=16,
+                         efa_cards=tuple(EfaCard(i, i != 3) for i in range(16)))  # fmt: skip
+    drift = table_drift(facts)
+    assert drift is not None
+    assert "16 network cards, the table 32" in drift and "at most 16 EFAs" in drift
+    assert "card(s) 3, 16" in drift  # 3 takes no EFA-only, 16 is not an EFA card
 
 
 def test_the_gang_group_lets_members_reach_each_other_and_is_made_once(env: Env) -> None:
@@ -789,7 +834,7 @@ def test_a_named_gang_group_and_subnet_are_used_as_they_are(env: Env) -> None:
     offer = by_zone(provider.offerings(), "p4d.24xlarge")["us-east-1b"]
     provider.launch(request(offer, nodes=2))
     (params,) = env.fake.params("RunInstances")
-    assert len(params["NetworkInterfaces"]) == 4
+    assert len(params["NetworkInterfaces"]) == 5  # ENA primary and 4 EFA-only
     assert {n["SubnetId"] for n in params["NetworkInterfaces"]} == {subnet}
     assert all(n["Groups"] == ["sg-ops", named] for n in params["NetworkInterfaces"])
     for op in ("CreateSecurityGroup", "AuthorizeSecurityGroupIngress"):
@@ -859,14 +904,34 @@ def test_nodes_report_their_private_addresses(env: Env) -> None:
 # -- check-cloud ---------------------------------------------------------------------
 
 
+def way_out(zone: str, *, nat: bool, s3: bool = False) -> str:
+    """Give the zone's default subnet a route table of its own, with a NAT gateway route
+    and an S3 gateway endpoint if asked; the subnet's id."""
+    ec2 = _unhooked()
+    subnet = _default_subnet(zone)
+    vpc = ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]["VpcId"]
+    table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+    ec2.associate_route_table(RouteTableId=table, SubnetId=subnet)
+    if nat:
+        eip = ec2.allocate_address(Domain="vpc")["AllocationId"]
+        gateway = ec2.create_nat_gateway(SubnetId=subnet, AllocationId=eip)["NatGateway"]
+        ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0",
+                         NatGatewayId=gateway["NatGatewayId"])  # fmt: skip
+    if s3:
+        ec2.create_vpc_endpoint(VpcId=vpc, ServiceName=f"com.amazonaws.{EAST}.s3",
+                                VpcEndpointType="Gateway", RouteTableIds=[table])  # fmt: skip
+    return subnet
+
+
 def seed_check(env: Env) -> None:
     for zone in ("us-east-1a", "us-east-1b"):
         env.fake.scores[(zone, "p5.48xlarge")] = 7  # made up
     env.fake.quotas[(EAST, "L-C4BD4855")] = 1536.0  # made up: 8 p5 nodes
+    way_out("us-east-1a", nat=True)  # EFA nodes get no public address: they need NAT
 
 
-def gang_check_request(env: Env, provider: AwsProvider) -> LaunchRequest:
-    return request(p5_offering(env, provider), token="j-aws-3", nodes=4)
+def gang_check_request(env: Env, provider: AwsProvider, zone: str = "us-east-1a") -> LaunchRequest:
+    return request(p5_offering(env, provider, zone), token="j-aws-3", nodes=4)
 
 
 def failing(check: CloudCheck) -> list[CheckOutcome]:
@@ -888,6 +953,9 @@ def test_check_cloud_passes_every_check_and_creates_nothing(env: Env) -> None:
     assert "768" in by_name["quota L-C4BD4855"].detail  # 4 x 192 vCPUs
     assert by_name["capacity"].detail.startswith("spot placement score 7/10")
     assert by_name["launch"].detail.startswith("EC2 would accept")
+    assert by_name["efa layout p5.48xlarge"].ok
+    egress = by_name[f"egress subnet {_default_subnet('us-east-1a')}"]
+    assert egress.ok and "NAT gateway nat-" in egress.detail and egress.unreachable == ()
     assert check.would_create == (
         f"cluster placement group spotd-j-aws-3 in {EAST}",
         f"security group spotd-gang in {_unhooked().describe_vpcs()['Vpcs'][0]['VpcId']} "
@@ -898,7 +966,7 @@ def test_check_cloud_passes_every_check_and_creates_nothing(env: Env) -> None:
     # The launch was a dry run with the whole gang request: group and interfaces.
     dry = [p for p in env.fake.params("RunInstances") if p.get("DryRun")]
     assert len(dry) == 1 and dry[0]["Placement"]["GroupName"] == "spotd-j-aws-3"
-    assert len(dry[0]["NetworkInterfaces"]) == 32 and dry[0]["MinCount"] == 4
+    assert len(dry[0]["NetworkInterfaces"]) == 33 and dry[0]["MinCount"] == 4
     # Nothing was made: no group, no security group, no instance.
     assert provider.list_placements({}) == []
     assert not _unhooked().describe_security_groups(
@@ -951,6 +1019,65 @@ def test_check_cloud_without_credentials_says_so_once(tmp_path: Path) -> None:
         check = _offline_provider(new_session()).check_cloud(None)
     (only,) = check.outcomes
     assert only.name == "credentials" and not only.ok and "NoCredentialsError" in only.detail
+
+
+def egress_of(check: CloudCheck) -> CheckOutcome:
+    (found,) = [o for o in check.outcomes if o.name.startswith("egress")]
+    return found
+
+
+ALL_THREE = (Reach.DAEMON, Reach.PACKAGE_INDEX, Reach.CHECKPOINT_STORE)
+
+
+@pytest.mark.parametrize(("s3", "uri", "unreachable"), [
+    (False, "s3://ckpt/j", ALL_THREE),
+    (True, "s3://ckpt/j", (Reach.DAEMON, Reach.PACKAGE_INDEX)),
+    (True, "gs://ckpt/j", ALL_THREE),  # the S3 endpoint serves S3 only
+    (False, "/mnt/ckpt", (Reach.DAEMON, Reach.PACKAGE_INDEX)),  # nothing to reach
+])  # fmt: skip
+def test_efa_nodes_without_a_way_out_are_named_a_typed_finding(
+    env: Env, s3: bool, uri: str, unreachable: tuple[Reach, ...]
+) -> None:
+    seed_check(env)
+    subnet = way_out("us-east-1b", nat=False, s3=s3)
+    provider = env.provider(instance_types=["p5.48xlarge"])
+    req = replace(gang_check_request(env, provider, "us-east-1b"),
+                  env={"SPOTD_CHECKPOINT_URI": uri})  # fmt: skip
+    found = egress_of(provider.check_cloud(req))
+    assert found.name == f"egress subnet {subnet}" and not found.ok
+    assert found.unreachable == unreachable
+    assert "NAT gateway" in found.detail  # the fix
+    if s3 and uri.startswith("s3"):
+        assert "S3 gateway endpoint vpce-" in found.detail
+
+
+def test_a_lone_interface_in_a_public_subnet_needs_no_way_out(env: Env) -> None:
+    provider = env.provider()
+    found = egress_of(provider.check_cloud(request(g5_offering(env, provider))))
+    assert found.ok and "public address" in found.detail
+
+
+def test_nodes_told_to_have_no_public_address_ask_for_none(env: Env) -> None:
+    provider = env.provider(public_address=False)
+    provider.launch(request(g5_offering(env, provider)))
+    (params,) = env.fake.params("RunInstances")
+    assert "SubnetId" not in params and "SecurityGroupIds" not in params
+    assert params["NetworkInterfaces"] == [{
+        "DeviceIndex": 0, "SubnetId": _default_subnet("us-east-1a"),
+        "DeleteOnTermination": True, "AssociatePublicIpAddress": False}]  # fmt: skip
+
+
+@pytest.mark.parametrize("nat", [True, False])
+def test_private_nodes_get_their_subnets_checked_with_or_without_a_job(
+    env: Env, nat: bool
+) -> None:
+    subnet = way_out("us-east-1a", nat=nat)
+    provider = env.provider(public_address=False, subnet_ids={"us-east-1a": subnet},
+                            security_group_ids=[_group_id("default")])  # fmt: skip
+    for req in (None, request(g5_offering(env, provider))):
+        found = egress_of(provider.check_cloud(req))
+        assert found.name == f"egress subnet {subnet}" and found.ok is nat
+        assert found.unreachable == (() if nat else ALL_THREE)
 
 
 @pytest.mark.parametrize(("itype", "market", "code"), [

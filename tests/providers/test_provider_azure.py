@@ -61,6 +61,7 @@ from spotd.core.values import (
     Market,
     Offering,
     Pool,
+    Reach,
 )
 from spotd_azure import (
     AzureProvider,
@@ -725,7 +726,9 @@ def test_check_cloud_passes_every_check_and_creates_nothing(provider: AzureProvi
     assert "permissions on subnet of eastus" in names
     assert f"sku {H100} in eastus-1" in names and "quota lowPriorityCores in eastus" in names
     assert "image microsoft-dsvm/ubuntu-hpc/2204/latest in eastus" in names
-    assert names[-1] == "request"
+    assert names[-2:] == ["request", "egress subnet eastus"]
+    egress = check.outcomes[-1]
+    assert egress.ok and "NAT gateway nat" in egress.detail and egress.unreachable == ()
     (line,) = check.would_create
     assert set_name("chk") in line and "4 x Standard_ND96isr_H100_v5" in line
     assert not fake.requests_of("PUT") and not fake.requests_of("DELETE")
@@ -737,6 +740,47 @@ def test_check_cloud_without_a_request(provider: AzureProvider) -> None:
     assert check.ok and check.would_create == ()
     assert {o.name for o in check.outcomes} >= {
         "credentials", "image microsoft-dsvm/ubuntu-hpc/2204/latest in westus3"}
+
+
+ALL_THREE = (Reach.DAEMON, Reach.PACKAGE_INDEX, Reach.CHECKPOINT_STORE)
+PRIVATE: dict[str, Any] = {"addressPrefix": "10.0.0.0/24", "defaultOutboundAccess": False}
+
+
+@pytest.mark.parametrize(("endpoint", "uri", "unreachable"), [
+    (False, "az://ckpt/j", ALL_THREE),
+    (True, "az://ckpt/j", (Reach.DAEMON, Reach.PACKAGE_INDEX)),
+    (True, "s3://ckpt/j", ALL_THREE),  # the storage endpoint serves Azure Storage only
+])  # fmt: skip
+def test_a_private_subnet_without_nat_is_a_typed_finding(
+    provider: AzureProvider, fake: FakeAzure, endpoint: bool, uri: str,
+    unreachable: tuple[Reach, ...],
+) -> None:
+    fake.subnets["eastus"] = {**PRIVATE, "serviceEndpoints": (
+        [{"service": "Microsoft.Storage", "locations": ["eastus"]}] if endpoint else [])}
+    check = provider.check_cloud(replace(gang(provider), env={"SPOTD_CHECKPOINT_URI": uri}))
+    (bad,) = failures(check)
+    assert bad.name == "egress subnet eastus" and bad.unreachable == unreachable
+    assert "NAT gateway" in bad.detail
+    # Without a job every configured subnet is read (westus3's has its NAT gateway), and
+    # the store is taken to be Azure Storage.
+    (bad,) = failures(provider.check_cloud(None))
+    assert bad.name == "egress subnet eastus"
+    assert bad.unreachable == ((Reach.DAEMON, Reach.PACKAGE_INDEX) if endpoint else ALL_THREE)
+
+
+def test_other_ways_out_of_a_subnet(provider: AzureProvider, fake: FakeAzure) -> None:
+    table = ("/subscriptions/s/resourceGroups/net/providers/Microsoft.Network/"
+             "routeTables/to-firewall")  # fmt: skip
+    fake.route_tables["to-firewall"] = {"routes": [{"name": "out", "properties": {
+        "addressPrefix": "0.0.0.0/0", "nextHopType": "VirtualAppliance",
+        "nextHopIpAddress": "10.9.0.4"}}]}  # fmt: skip
+    fake.subnets["eastus"] = {**PRIVATE, "routeTable": {"id": table}}
+    fake.subnets["westus3"] = {"addressPrefix": "10.1.0.0/24"}  # default outbound access
+    by_name = {o.name: o for o in provider.check_cloud(None).outcomes}
+    assert by_name["egress subnet eastus"].ok
+    assert "appliance 10.9.0.4 (route table to-firewall" in by_name["egress subnet eastus"].detail
+    assert by_name["egress subnet westus3"].ok
+    assert "retiring" in by_name["egress subnet westus3"].detail
 
 
 def test_check_cloud_names_a_missing_permission(provider: AzureProvider,

@@ -18,10 +18,12 @@ import pytest
 from harnesses import ERROR_KINDS, PROVIDERS, ErrorKind, Harness
 
 from spotd.core.clock import WallClock
-from spotd.core.contracts import PlacementHost, Provider
+from spotd.core.contracts import Driller, PlacementHost, Provider
 from spotd.core.errors import (
     AuthError,
     CapacityError,
+    InvalidRequestError,
+    NotFoundError,
     ProviderError,
     ProviderUnavailable,
     QuotaError,
@@ -290,3 +292,43 @@ def test_a_finished_jobs_nodes_are_terminated(harness: Harness, tmp_path: Path) 
     eventually(harness, lambda: _state(harness, Instance(iid, attempt.pool, attempt.market,
                                                           InstanceState.RUNNING))
                in (InstanceState.TERMINATED, None))  # fmt: skip
+
+
+# -- drills: a preemption sent on purpose, through the provider's own mechanism ---------
+
+
+def driller(h: Harness) -> Driller:
+    if not isinstance(h.provider, Driller):
+        pytest.skip(f"{h.provider.name} sends no drills")
+    return h.provider
+
+
+def test_a_drill_preempts_a_spot_node_with_the_providers_notice(harness: Harness) -> None:
+    drills = driller(harness)
+    (inst,) = harness.provider.launch(request_for(harness, token="drill-1"))
+    eventually(harness, lambda: _state(harness, inst) is InstanceState.RUNNING)
+    drills.drill(inst.id)
+    taken = (InstanceState.NOTICE, InstanceState.PREEMPTED)
+    eventually(harness, lambda: _state(harness, inst) in taken)
+
+
+def test_a_drill_of_an_on_demand_node_is_refused(harness: Harness) -> None:
+    drills = driller(harness)
+    offering = harness.launchable()
+    request = replace(request_for(harness, token="drill-2", offering=offering),
+                      market=Market.ON_DEMAND)  # fmt: skip
+    (inst,) = harness.provider.launch(request)
+    eventually(harness, lambda: _state(harness, inst) is InstanceState.RUNNING)
+    with pytest.raises(InvalidRequestError) as err:
+        drills.drill(inst.id)
+    assert err.value.provider == harness.provider.name
+    assert _state(harness, inst) is InstanceState.RUNNING
+
+
+def test_a_drill_of_a_node_gone_is_not_found(harness: Harness) -> None:
+    drills = driller(harness)
+    (inst,) = harness.provider.launch(request_for(harness, token="drill-3"))
+    harness.provider.terminate([inst.id])
+    eventually(harness, lambda: _state(harness, inst) in (InstanceState.TERMINATED, None))
+    with pytest.raises(NotFoundError):
+        drills.drill(inst.id)

@@ -48,9 +48,11 @@ from spotd.core.values import (
     Market,
     Offering,
     PlacementObject,
+    Reach,
 )
 from spotd.daemon.bootstrap import bootstrap_for
-from spotd_gcp import GcpProvider, GcpSettings, build_gcp_provider, map_gcp_errors, naming
+from spotd_gcp import GcpProvider, GcpSettings, build_gcp_provider, machines, map_gcp_errors, naming
+from spotd_gcp import check as gcp_check
 from spotd_gcp import errors as gcp_errors
 
 SECRET = "ya29.NOT-A-REAL-TOKEN-but-secret-7f3a9c"
@@ -221,6 +223,40 @@ def test_spot_scheduling_and_metadata_are_sent(fake: GcpFake, provider: GcpProvi
     assert body["labels"]["spotd-launch"] == naming.token_hash("tok")
     assert body["disks"][0]["initializeParams"]["sourceImage"].endswith("family/gpu")
     assert insert.query["requestId"] == naming.request_id("tok", 0)
+
+
+@pytest.mark.parametrize(("zone", "machine", "configured", "disk"), [
+    ("us-east4-a", "a3-ultragpu-8g", "pd-balanced", "hyperdisk-balanced"),
+    ("us-east4-a", "a3-ultragpu-8g", "hyperdisk-extreme", "hyperdisk-extreme"),
+    ("us-central1-b", "a3-megagpu-8g", "pd-balanced", "pd-balanced"),
+    ("us-central1-a", "a2-highgpu-1g", "pd-ssd", "pd-ssd"),
+])  # fmt: skip
+def test_the_boot_disk_type_follows_the_machine_family(
+    fake: GcpFake, zone: str, machine: str, configured: str, disk: str
+) -> None:
+    p = provider_for(fake, boot_disk_type=configured)
+    p.launch(request(offering(p, zone, machine)))
+    (insert,) = fake.recorded("POST", f"/zones/{zone}/instances")
+    assert insert.body is not None
+    assert insert.body["disks"][0]["initializeParams"]["diskType"] == \
+        f"zones/{zone}/diskTypes/{disk}"  # fmt: skip
+
+
+def test_a_persistent_disk_is_refused_where_the_family_takes_hyperdisk_only(
+    fake: GcpFake,
+) -> None:
+    # What the adapter avoids, as GCE (and its fake) answers it.
+    body = {"name": "spotd-x-0", "machineType": "zones/us-east4-a/machineTypes/a3-ultragpu-8g",
+            "disks": [{"boot": True, "initializeParams": {
+                "diskType": "zones/us-east4-a/diskTypes/pd-balanced"}}]}  # fmt: skip
+    answer = requests.post(
+        f"{fake.url}/compute/v1/projects/{PROJECT}/zones/us-east4-a/instances", json=body,
+        timeout=5)  # fmt: skip
+    assert answer.status_code == 400 and "pd-balanced" in answer.text
+    assert machines.boot_disk_type("a4-highgpu-8g", "pd-balanced") == "hyperdisk-balanced"
+    assert machines.boot_disk_type("a4x-highgpu-4g", "pd-ssd") == "hyperdisk-balanced"
+    assert machines.hyperdisk_only("a3-ultragpu-8g") == "A3 Ultra"
+    assert machines.hyperdisk_only("a3-highgpu-8g") is None
 
 
 def test_stop_action_and_on_demand_scheduling(fake: GcpFake) -> None:
@@ -947,6 +983,50 @@ def test_check_cloud_reports_missing_gpu_networks_and_a_bad_request(fake: GcpFak
     assert bad.name == "gpu networks in us-central1-b" and "gpu_networks" in bad.detail
     (bad,) = failing(gang_check(provider_for(fake), max_run_seconds=5))
     assert bad.name == "launch request" and "max_run_seconds" in bad.detail
+
+
+def egress_of(check: CloudCheck) -> list[CheckOutcome]:
+    return [o for o in check.outcomes if o.name.startswith("egress")]
+
+
+def test_nodes_with_an_external_address_need_no_way_out(provider: GcpProvider) -> None:
+    (found,) = egress_of(gang_check(provider))
+    assert found.ok and "external_ip = true" in found.detail
+
+
+ALL_THREE = (Reach.DAEMON, Reach.PACKAGE_INDEX, Reach.CHECKPOINT_STORE)
+
+
+@pytest.mark.parametrize(("access", "uri", "unreachable"), [
+    (False, "gs://ckpt/j", ALL_THREE),
+    (True, "gs://ckpt/j", (Reach.DAEMON, Reach.PACKAGE_INDEX)),
+    (True, "s3://ckpt/j", ALL_THREE),  # Private Google Access reaches Google's APIs only
+])  # fmt: skip
+def test_private_nodes_without_cloud_nat_are_a_typed_finding(
+    fake: GcpFake, access: bool, uri: str, unreachable: tuple[Reach, ...]
+) -> None:
+    fake.subnetworks[("us-central1", "default")]["privateIpGoogleAccess"] = access
+    p = provider_for(fake, external_ip=False)
+    check = gang_check(p, env={"SPOTD_CHECKPOINT_URI": uri})
+    (found,) = egress_of(check)
+    assert found.name == "egress network default in us-central1" and not found.ok
+    assert found.unreachable == unreachable and "Cloud NAT" in found.detail
+    assert failing(check) == [found]
+    if unreachable != ALL_THREE:
+        assert "Private Google Access on default" in found.detail
+
+
+def test_private_nodes_get_out_through_cloud_nat(fake: GcpFake) -> None:
+    fake.add_cloud_nat("us-central1")
+    fake.add_cloud_nat("us-east4", network="gpu-net-0")  # another network's NAT: no help
+    p = provider_for(fake, external_ip=False)
+    (found,) = egress_of(gang_check(p))
+    assert found.ok and "Cloud NAT router-default/nat-all" in found.detail
+    by_region = {o.name: o for o in egress_of(p.check_cloud(None))}
+    assert by_region["egress network default in us-central1"].ok
+    assert not by_region["egress network default in us-east4"].ok
+    granted = gcp_check.required_permissions(settings_for(fake, external_ip=False), PROJECT)
+    assert {"compute.routers.list", "compute.subnetworks.list"} <= set(granted)
 
 
 def test_check_cloud_when_permissions_cannot_be_tested(

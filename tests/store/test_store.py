@@ -876,7 +876,7 @@ def test_claim_jobs_concurrently_is_exclusive(store_url: str) -> None:
 
 # -- schema ----------------------------------------------------------------------
 
-LATEST = "0005"
+LATEST = "0008"
 
 
 def test_the_migrations_make_the_schema_of_the_tables(empty_store_url: str) -> None:

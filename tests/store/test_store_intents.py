@@ -11,7 +11,7 @@ from spotd.core.errors import IllegalTransition, JobNotFound
 from spotd.core.intents import IntentKind, IntentOutcome
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus, Transition
-from spotd.core.values import EventCause
+from spotd.core.values import EventCause, EventFacts
 from spotd.store import SqlStore
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)
@@ -99,3 +99,30 @@ def test_a_priority_is_applied_with_an_event_and_settled(store: SqlStore) -> Non
     (settled,) = store.intents(job.id)
     assert settled.outcome is IntentOutcome.APPLIED and not settled.open
     assert store.get_job(job.id).spec == job.spec.model_copy(update={"priority": 9})
+
+
+def test_a_drill_keeps_its_node_and_is_settled_with_its_event(store: SqlStore) -> None:
+    job = store.create_job(job_spec(), now=T0)
+    first = store.request_intent(job.id, IntentKind.DRILL, at=T0, node=1)
+    again = store.request_intent(job.id, IntentKind.DRILL, at=T0, node=2)
+    assert again.id == first.id and again.node == 2, "the latest node wins"
+    assert store.open_intents([job.id])[job.id][0].node == 2
+    facts = EventFacts(node="i-2", rank=2, provider="fake")
+    store.settle_intent(again, IntentOutcome.APPLIED, at=T0 + timedelta(seconds=1),
+                        cause=EventCause.DRILL, detail="node 2 preempted", facts=facts)  # fmt: skip
+    (settled,) = store.intents(job.id)
+    assert (settled.outcome, settled.node) == (IntentOutcome.APPLIED, 2)
+    assert store.open_intents([job.id]) == {}
+    event = store.events(job.id)[-1]
+    assert (event.cause, event.from_status, event.to_status) == (
+        EventCause.DRILL, JobStatus.PENDING, JobStatus.PENDING)  # fmt: skip
+    assert event.facts == facts and event.detail == "node 2 preempted"
+
+
+def test_an_intent_settled_without_a_cause_writes_no_event(store: SqlStore) -> None:
+    job = store.create_job(job_spec(), now=T0)
+    intent = store.request_intent(job.id, IntentKind.DRILL, at=T0, node=0)
+    events = len(store.events(job.id))
+    store.settle_intent(intent, IntentOutcome.MOOT, at=T0)
+    assert len(store.events(job.id)) == events
+    assert store.intents(job.id)[0].outcome is IntentOutcome.MOOT

@@ -467,6 +467,10 @@ def test_sigterm_to_one_rank_stops_every_rank_at_the_same_step(tmp_path: Path) -
     assert progress["total_steps"] == STOP_TOTAL_STEPS
     assert not (tmp_path / "progress-1.json").exists()
     assert not (tmp_path / "progress-2.json").exists()
+    # ... and every rank its own file beside it, at the step it stopped at (hang watch).
+    for rank in range(3):
+        kept = json.loads((tmp_path / f"progress-rank-{rank}.json").read_text())
+        assert (kept["rank"], kept["step"]) == (rank, step) and kept["pid"] > 0
 
 
 @needs_torch

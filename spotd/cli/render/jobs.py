@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,8 @@ def print_jobs(jobs: list[JobView], *, one: bool) -> None:
         out.print(waits, highlight=False)
     for why in failure_lines(jobs, one=one):
         out.print(why, highlight=False)
+    for kept in held_lines(jobs, one=one):
+        out.print(kept, highlight=False)
     if one and jobs:
         line = progress_line(jobs[0])
         if line is not None:
@@ -79,6 +82,8 @@ def print_jobs(jobs: list[JobView], *, one: bool) -> None:
         if line is not None:
             out.print(line, highlight=False)
         print_attempts(jobs[0])
+        for line in repair_lines(jobs[0]):
+            out.print(line, highlight=False)
         for line in gang_lines(jobs[0]):
             out.print(line, highlight=False)
 
@@ -102,6 +107,23 @@ def failure_lines(jobs: list[JobView], *, one: bool) -> list[str]:
         for j in jobs
         if j.failure_reason is not None
     ]
+
+
+def held_lines(jobs: list[JobView], *, one: bool) -> list[str]:
+    """The nodes each failed job keeps for inspection (``keep_on_failure``), with their
+    addresses and when they are stopped; each prefixed with its id in a list of several."""
+    lines = []
+    for j in jobs:
+        h = j.held
+        if h is None:
+            continue
+        where = ", ".join(h.addresses) or "no address reported"
+        lines.append(escape(
+            f"{'' if one else j.id + ' '}kept for inspection until "
+            f"{when(h.until, Precision.MINUTE)}: attempt {h.attempt}'s "
+            f"{', '.join(h.instance_ids)} at {where} (`spotd release {j.id}` stops them now)"
+        ))  # fmt: skip
+    return lines
 
 
 def warning_line(warning: WarningView) -> str:
@@ -169,6 +191,23 @@ def forecast_line(job: JobView) -> str | None:
         said = f"{total:,.2f} of its {float(budget):,.2f} USD budget in all"
         line += f"; [red]{said}[/]" if total > float(budget) else f"; {said}"
     return line
+
+
+def repair_lines(job: JobView) -> list[str]:
+    """``attempt 2: node 1 replaced, node 0 kept (i-0...)`` for every attempt that kept
+    nodes of the one before it: a gang that lost a node and got a new one beside the
+    others (``[gang] on_node_failure``)."""
+    from spotd.engine.repair import nodes_said
+
+    lines = []
+    for before, after in itertools.pairwise(job.attempts):
+        kept = tuple(i if i in before.instance_ids else None for i in after.instance_ids)
+        if not any(kept) or all(kept):
+            continue
+        held = ", ".join(i for i in kept if i is not None)
+        lines.append(f"attempt {after.seq}: {nodes_said(kept, None)} replaced, "
+                     f"{nodes_said(kept, 'kept')} kept ({escape(held)})")  # fmt: skip
+    return lines
 
 
 def gang_lines(job: JobView) -> list[str]:
@@ -260,6 +299,8 @@ def facts_text(facts: EventFactsView) -> str:
         parts.append(facts.error_class)
     if facts.check is not None:
         parts.append(f"check {facts.check} failed")
+    if facts.drill:
+        parts.append("drill")
     return ", ".join(parts)
 
 
