@@ -86,6 +86,10 @@ def test_a_drill_of_node_1_preempts_it_and_the_job_resumes(uri: str) -> None:
         before, *after = store.attempts(job.id)
         assert before.end_reason is AttemptEnd.PREEMPTED
         assert after and after[0].resume_from is not None
+        # Node repair: node 0 kept at its rank, one new node for rank 1, nothing else.
+        assert after[0].instance_ids[0] == first.instance_ids[0]
+        assert after[0].instance_ids[1] != first.instance_ids[1]
+        assert len({i for a in store.attempts(job.id) for i in a.instance_ids}) == 3
         events = store.events(job.id)
         noticed = [e for e in events if e.cause is EventCause.NOTICE]
         ended = [e for e in events if e.cause is AttemptEnd.PREEMPTED]
