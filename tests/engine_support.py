@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -25,6 +25,7 @@ from spotd.daemon.config import (
     Settings,
 )
 from spotd.engine.reconcile import Engine
+from spotd.store import SqlStore
 from spotd_sim import SimSettings
 
 EPOCH = datetime(2026, 3, 2, tzinfo=UTC)
@@ -224,3 +225,17 @@ def memory_checkpoints(name: str) -> Iterator[str]:
         fs = fsspec.filesystem("memory")
         if fs.exists(root):
             fs.rm(root, recursive=True)
+
+
+def count_job_loads(store: SqlStore) -> list[list[str]]:
+    """Record each read of job records from ``store`` (the ids, sorted), to tell which jobs
+    a pass stepped: the list fills as the engine reads."""
+    loads: list[list[str]] = []
+    read = store.jobs_by_id
+
+    def counting(job_ids: Collection[str]) -> dict[str, JobRecord]:
+        loads.append(sorted(job_ids))
+        return read(job_ids)
+
+    store.jobs_by_id = counting  # type: ignore[method-assign]
+    return loads

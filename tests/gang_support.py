@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 
+from spotd.cli.client import Client
 from spotd.core.network import Fabric
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
 from spotd.core.values import AttemptRecord, JobRecord, LaunchRequest, Market, Offering
+from spotd.daemon.views import JobView
 from spotd.engine.launching import job_environment
 
 FABRIC_MARKS = {
@@ -74,3 +77,18 @@ def assert_gang_env(env: Mapping[str, str], fabric: Fabric, *, nodes: int = 2) -
     assert env["SPOTD_PREFLIGHT"] == "1"
     name, value = FABRIC_MARKS[fabric]
     assert env[name] == value, (fabric, name, env.get(name))
+
+
+def job_until(
+    client: Client, job_id: str, done: Callable[[JobView], bool], timeout: float
+) -> JobView:
+    """Ask the daemon for the job until ``done(job)`` holds; fail after ``timeout`` real
+    seconds (a safety net, not a measure), with the job's events."""
+    limit = time.monotonic() + timeout
+    while True:
+        job = client.job(job_id)
+        if done(job):
+            return job
+        if time.monotonic() > limit:
+            raise AssertionError(f"{job_id} stuck in {job.status}: {client.events(job_id)}")
+        time.sleep(0.2)

@@ -438,7 +438,8 @@ class JobSpec(_Spec):
     stops them sooner. None: stopped at once. Not for a job failed over its budget."""
     priority: Priority = 0
     """Higher is placed first when jobs wait for the same capacity; equal priorities
-    go oldest first. A running job is never stopped for a higher one."""
+    go oldest first. A running job gives way to a higher one only within its team's
+    ``max_running_jobs`` (``spotd.engine.yielding``), never for the market's capacity."""
     team: Annotated[str, Strict()] | None = None
     """The team (or project) the job is counted against: ``[teams.<name>]`` limits in
     the daemon's config. Same characters as ``name``."""

@@ -13,7 +13,7 @@ any daemon on a shared database answers the same from what is stored.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, timedelta, tzinfo
 
@@ -26,6 +26,7 @@ from spotd.core.intents import IntentKind, IntentRecord
 from spotd.core.spec import JobSpec
 from spotd.core.values import (
     Decision,
+    InstanceReport,
     JobRecord,
     PlacementContext,
     SubmitWarning,
@@ -54,6 +55,8 @@ class Answer:
     ctx: PlacementContext
     decision: Decision
     cooling: Cooling
+    reports: Sequence[InstanceReport] = ()
+    """The job's agents' reports the context was built from."""
 
 
 class Planner:
@@ -92,12 +95,13 @@ class Planner:
             policy = load_policy(policy_name)
         now = self._clock.now()
         attempts = self._store.attempts(job.id)
+        reports = self._store.reports(job.id)
         offerings = self._market.offerings()
         with self._lock:
             ctx = placement_context(
                 job.id, job.spec, now,
                 attempts=attempts,
-                reports=self._store.reports(job.id),
+                reports=reports,
                 pools=(o.pool for o in offerings),
                 cooldown_hours=self._settings.cooldown_hours,
                 changeover_hours=self._settings.changeover_hours,
@@ -106,7 +110,7 @@ class Planner:
             )  # fmt: skip
             decision = policy.place(ctx, shown_to(job, attempts, offerings))
         base = timedelta(hours=self._settings.cooldown_hours)
-        return Answer(policy.name, ctx, decision, cooling_until(attempts, now, base))
+        return Answer(policy.name, ctx, decision, cooling_until(attempts, now, base), reports)
 
     def forecast(self, job: JobRecord) -> ForecastView | None:
         """The job's cost to finish and finish time, with their P90
@@ -114,7 +118,7 @@ class Planner:
         if job.status.terminal:
             return None
         answer = self.ask(job)
-        return forecast_view(forecast_of(answer.ctx, answer.decision, self._store.reports(job.id)))
+        return forecast_view(forecast_of(answer.ctx, answer.decision, answer.reports))
 
     def to_finish(self, job: JobRecord) -> tuple[float, float] | None:
         """The job's expected spend to its end and its P90 in USD, for reports; None
@@ -199,7 +203,10 @@ class Reader:
         market = self.planner.submit_warning(spec)
         if market is not None:
             found.insert(0, SubmitWarning(SubmitWarningKind.MARKET, market))
-        elif (over := self.planner.budget_warning(spec)) is not None:
+        elif self.settings.forecast_over_budget is OverBudgetAction.WARN and (
+            over := self.planner.budget_warning(spec)
+        ) is not None:
+            # Under "refuse", submit asked this already: a stored job fits its budget.
             found.insert(0, SubmitWarning(SubmitWarningKind.OVER_BUDGET, over))
         return found
 

@@ -2,10 +2,10 @@
 
 A pass steps pending and recovering jobs highest ``priority`` first, then oldest
 first, so when the market cannot serve everyone (one pool left, a capacity
-signal that refuses the next launch) the job that matters most asks first. A
-running job is never stopped for a higher-priority one: preemption by priority
+signal that refuses the next launch) the job that matters most asks first. The
+market's capacity never stops a running job for a higher-priority one: that
 would throw away work since its last checkpoint for a gain the next free slot
-gives anyway.
+gives anyway. Only a team's own limits do (below).
 
 A team (``team`` in job.toml, ``[teams.<name>]`` in the daemon's config) may
 cap its jobs started and running at once (``max_running_jobs``) and what they

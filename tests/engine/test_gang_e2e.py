@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from engine_support import fast_settings
+from gang_support import job_until
 
 from spotd.cli.client import Client
 from spotd.core.spec import JobSpec
@@ -74,19 +75,6 @@ def gang_spec(code: str, **extra: object) -> JobSpec:
     return JobSpec.model_validate(body)
 
 
-def wait_for(
-    client: Client, job_id: str, done: Callable[[JobView], bool], timeout: float
-) -> JobView:
-    limit = time.monotonic() + timeout
-    while True:
-        job = client.job(job_id)
-        if done(job):
-            return job
-        if time.monotonic() > limit:
-            raise AssertionError(f"{job_id} stuck in {job.status}: {client.events(job_id)}")
-        time.sleep(0.2)
-
-
 def ended(job: JobView) -> bool:
     return JobStatus(job.status).terminal
 
@@ -94,7 +82,7 @@ def ended(job: JobView) -> bool:
 def test_every_node_gets_the_roster_its_rank_and_the_fabric_env(daemon: Daemon) -> None:
     client = client_of(daemon)
     job = client.submit(gang_spec(SHOW_ENV))
-    job = wait_for(client, job.id, ended, 90)
+    job = job_until(client, job.id, ended, 90)
     assert job.status == "succeeded", client.events(job.id)
     envs = [
         json.loads(line.removeprefix("ENV "))
@@ -135,12 +123,12 @@ def test_a_node_that_never_boots_ends_the_gang_as_lost_and_it_is_relaunched(
     spec = gang_spec("print('ran', flush=True)", gang={"timeout": "8s"},
                      preflight={"timeout": "30s"})  # fmt: skip
     job = client.submit(spec)
-    first = wait_for(client, job.id, lambda j: bool(j.attempts and j.attempts[0].instance_ids), 30)
+    first = job_until(client, job.id, lambda j: bool(j.attempts and j.attempts[0].instance_ids), 30)
     a1 = first.attempts[0]
     provider = daemon.engine.providers[a1.provider]
     assert isinstance(provider, SimProvider)
     provider.stall(a1.instance_ids[1])
-    job = wait_for(client, job.id, lambda j: len(j.attempts) >= 2, 90)
+    job = job_until(client, job.id, lambda j: len(j.attempts) >= 2, 90)
     lost = job.attempts[0]
     assert lost.end_reason == AttemptEnd.LOST
     events = client.events(job.id)
@@ -149,7 +137,7 @@ def test_a_node_that_never_boots_ends_the_gang_as_lost_and_it_is_relaunched(
     # Nothing ran on the partial gang: the healthy node's agent never started the command.
     assert not any("ran" in text.splitlines() for text in client.logs(job.id).logs.values())
     assert lost.gang is None or lost.gang.started == 0
-    job = wait_for(client, job.id, ended, 90)
+    job = job_until(client, job.id, ended, 90)
     assert job.status == "succeeded"
     assert len(job.attempts) == 2
 
@@ -160,7 +148,7 @@ def test_a_preflight_below_its_threshold_fails_cools_and_moves_the_job(
     client = client_of(daemon)
     spec = gang_spec("print('ran')", preflight={"min_busbw_gbps": 10_000})
     job = client.submit(spec)
-    job = wait_for(client, job.id, lambda j: len(j.attempts) >= 2, 120)
+    job = job_until(client, job.id, lambda j: len(j.attempts) >= 2, 120)
     first, second = job.attempts[0], job.attempts[1]
     assert first.end_reason == AttemptEnd.PREFLIGHT_FAILED
     assert first.gang is not None and first.gang.preflight is not None
@@ -197,7 +185,7 @@ def test_gpu_utilisation_is_watched_shown_and_flagged_in_the_report(
         "resources": {"gpus": ["A100"], "gpus_per_node": 8},
     })  # fmt: skip
     job = client.submit(spec)
-    job = wait_for(client, job.id, ended, 90)
+    job = job_until(client, job.id, ended, 90)
     assert job.status == "succeeded", client.events(job.id)
     # The report prices the share from the attempt's running (compute) hours: it ran.
     assert job.attempts[-1].running_at is not None, client.events(job.id)

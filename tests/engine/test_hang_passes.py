@@ -4,17 +4,17 @@ ends ``hung`` and is placed again (spotd.engine.hang, spotd.engine.memory)."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from engine_support import FakeProvider, StepClock, run_until, spec
+from engine_support import FakeProvider, StepClock, count_job_loads, run_until, spec
 
 from spotd.core.agent_wire import HeartbeatReport
 from spotd.core.ranks import RankReading, RankState
 from spotd.core.states import JobStatus
-from spotd.core.values import AttemptEnd, AttemptRecord, EventCause, JobRecord
+from spotd.core.values import AttemptEnd, AttemptRecord, EventCause
 from spotd.engine.reconcile import Engine
 from spotd.engine.reports import StoreReports
 from spotd.engine.settings import EngineSettings
@@ -33,14 +33,7 @@ def loop(tmp_path: Path) -> Iterator[Loop]:
     settings = EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck",
                               replan_seconds=86400.0)  # fmt: skip
     eng = Engine(store, {"fake": FakeProvider()}, CheapestPolicy(), clock, settings)
-    loads: list[list[str]] = []
-    read = store.jobs_by_id
-
-    def counting(job_ids: Collection[str]) -> dict[str, JobRecord]:
-        loads.append(sorted(job_ids))
-        return read(job_ids)
-
-    store.jobs_by_id = counting  # type: ignore[method-assign]
+    loads = count_job_loads(store)
     yield eng, clock, loads
     store.close()
 

@@ -13,13 +13,12 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
 import pytest
 from engine_support import fast_settings
+from gang_support import job_until
 from loopback_support import wait_for
 
 from spotd.agent.gang import free_port
@@ -67,17 +66,6 @@ def _reference(root: Path) -> str:
     return DIGEST.findall(run.stdout)[-1]
 
 
-def _wait(client: Client, job_id: str, done: Callable[[JobView], bool], timeout: float) -> JobView:
-    limit = time.monotonic() + timeout
-    while True:
-        job = client.job(job_id)
-        if done(job):
-            return job
-        if time.monotonic() > limit:
-            raise AssertionError(f"{job_id} stuck in {job.status}: {client.events(job_id)}")
-        time.sleep(0.2)
-
-
 def _trained_some(job: JobView) -> bool:
     attempt = job.attempts[-1] if job.attempts else None
     if attempt is None or attempt.ended_at is not None or attempt.gang is None:
@@ -94,11 +82,11 @@ def test_a_gang_that_loses_node_1_keeps_node_0_and_ends_with_an_uninterrupted_ru
     try:
         client = Client(f"http://127.0.0.1:{daemon.port}", daemon.settings.token_file.read_text())
         job = client.submit(_spec(tmp_path))
-        first = _wait(client, job.id, _trained_some, 120).attempts[-1]
+        first = job_until(client, job.id, _trained_some, 120).attempts[-1]
         provider = daemon.engine.providers[first.provider]
         assert isinstance(provider, SimProvider)
         provider.reclaim(first.instance_ids[1])
-        job = _wait(client, job.id, lambda j: JobStatus(j.status).terminal, 150)
+        job = job_until(client, job.id, lambda j: JobStatus(j.status).terminal, 150)
         events = client.events(job.id)
         logs = client.logs(job.id).logs
         # The job's bill is written once its nodes are stopped, just after it ended.

@@ -4,12 +4,12 @@ whose version, agents' reports, instances, budget or re-planning time calls for 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from engine_support import FakeProvider, StepClock, run_until, spec
+from engine_support import FakeProvider, StepClock, count_job_loads, run_until, spec
 
 from spotd.core.contracts import Clock
 from spotd.core.states import JobStatus, Transition, transition
@@ -64,14 +64,7 @@ def _quiet(tmp_path: Path, clock: Clock, replan_seconds: float = 60.0) -> Iterat
     settings = EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck",
                               replan_seconds=replan_seconds)  # fmt: skip
     eng = Engine(store, {"fake": provider}, CountingPolicy(), clock, settings)
-    loads: list[list[str]] = []
-    read = store.jobs_by_id
-
-    def counting(job_ids: Collection[str]) -> dict[str, JobRecord]:
-        loads.append(sorted(job_ids))
-        return read(job_ids)
-
-    store.jobs_by_id = counting  # type: ignore[method-assign]
+    loads = count_job_loads(store)
     yield eng, provider, loads
     store.close()
 
