@@ -12,8 +12,9 @@ back a single spot VM, with its provider's notice). Every rank agrees to
 stop, the emergency checkpoint is written if it fits in the notice, and the
 daemon resumes the job from the last complete checkpoint: with a new node
 beside the kept one where the pool still sells it (:mod:`spotd.engine.repair`),
-else on a new gang, in another provider when the policy's cooldowns say so. At the end the final
-weights' digest is compared with an uninterrupted run of the same world size.
+else on a new gang, in another provider when the policy's cooldowns say so. At the
+end the final weights' digest is compared with an uninterrupted run of the same
+world size.
 """
 
 from __future__ import annotations
