@@ -1,7 +1,7 @@
 """Run every shipped scenario and print Markdown result tables (for docs/benchmarks.md).
 
 Usage: python benchmarks/simulate_scenarios.py [--policy NAME ...] [--traces DIR] [--workers N]
-       [--hindsight-stats] [--judge NAME]
+       [--hindsight-stats] [--judge NAME] [--halves] [--scenario FILE ...]
 
 Scenarios run in parallel processes (one per core by default); every scenario
 is deterministic, so the tables do not depend on how many run at once.
@@ -12,6 +12,13 @@ deadline falls in the trace's first half (where rules may be chosen) and on
 those that start in its second half (held out), its mean, p75 and misses, the
 best baseline and the optimum on the same start points, and the share of the
 baseline's gap to the optimum it closes.
+
+With ``--halves`` every job is instead replayed on each half of its traces'
+timeline apart (:mod:`spotd.simulate.halves`: start points drawn within the
+half, half the job's start points in each), and one table gives, per job, on
+all start points, on the tuning (first) halves and on the held-out (second)
+halves: the best baseline, the optimum, and every product policy's mean,
+misses and closure. ``--scenario`` runs only the scenario files named.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import numpy as np
 
 from spotd.simulate.adapter import HINDSIGHT
 from spotd.simulate.cli import COLUMNS, job_title, table_rows
+from spotd.simulate.halves import HalfRow, half_rows, run_halves
 from spotd.simulate.metrics import Split, closure, halves, summarize
 from spotd.simulate.omniscient import OMNISCIENT
 from spotd.simulate.runner import JobReport, run_scenario
@@ -122,6 +130,46 @@ def _goal(job: JobReport) -> str:
     )
 
 
+def halves_rows(path: Path, policies: list[str], traces: Path | None) -> list[HalfRow]:
+    """One scenario's rows of the halves table (all, tuning half, held-out half per job)."""
+    return [row for report in run_halves(path, policies, traces=traces)
+            for row in half_rows(report)]
+
+
+def halves_table(policies: list[str], rows: list[HalfRow]) -> str:
+    """The halves rows as one Markdown table, then each policy's mean closure per split."""
+    names = [f"policy:{p}" for p in policies]
+    columns = ["job", "split", "starts", "best baseline", "optimum"]
+    for p in policies:
+        columns += [f"{p} mean", "misses", "closure"]
+    cells = []
+    for row in rows:
+        best, best_mean = row.best_baseline
+        line = [row.name, row.split, str(row.starts), f"{best} {best_mean:.3f}",
+                f"{row.optimum:.3f}"]
+        for name in names:
+            share = closure(row.means[name], best_mean, row.optimum)
+            line += [f"{row.means[name]:.3f}", str(row.misses[name]), f"{share:+.2f}"]
+        cells.append(line)
+    out = ["\nHalves: closure = (best baseline - policy) / (best baseline - optimum)\n"]
+    out.extend(_markdown(columns, cells))
+    out.append("")
+    for name in names:
+        for split in dict.fromkeys(r.split for r in rows):
+            mine = [r for r in rows if r.split == split]
+            shares = [closure(r.means[name], r.best_baseline[1], r.optimum) for r in mine]
+            # Behind by what the table shows (3 decimals); rows without a gap have no closure.
+            behind = sum(r.means[name] > r.best_baseline[1] + 5e-4 for r in mine)
+            misses = sum(r.misses[name] for r in mine)
+            gaps = sum(not np.isnan(x) for x in shares)
+            out.append(
+                f"- {name}, {split}: mean closure {np.nanmean(shares):+.3f} over the {gaps} "
+                f"of {len(mine)} rows with a gap, behind the best baseline on {behind}, "
+                f"{misses} misses"
+            )
+    return "\n".join(out)
+
+
 def main() -> None:
     """Run the scenarios and print their tables in file order, then the total time."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -132,13 +180,21 @@ def main() -> None:
                         help="also replay each policy on the whole trace's statistics")
     parser.add_argument("--judge", default=None,
                         help="product policy of the closure table (default: balanced if run)")
+    parser.add_argument("--halves", action="store_true",
+                        help="replay each half of the timeline apart: tuning and held-out rows")
+    parser.add_argument("--scenario", action="append", type=Path, default=[],
+                        help="scenario file to run (default: every scenarios/*.toml)")
     args = parser.parse_args()
     judge = args.judge or ("balanced" if "balanced" in args.policy else None)
     if judge is not None and judge not in args.policy:
         parser.error(f"--judge {judge}: not among the --policy names")
     label = None if judge is None else f"policy:{judge}"
     began = time.perf_counter()
-    paths = sorted((ROOT / "scenarios").glob("*.toml"))
+    paths = args.scenario or sorted((ROOT / "scenarios").glob("*.toml"))
+    if args.halves:
+        _run_halves(paths, args.policy, args.traces, args.workers)
+        print(f"\ntotal {time.perf_counter() - began:.1f} s")
+        return
     # The biggest scenarios (most start points and offerings) first, so the
     # small ones fill in behind them.
     order = sorted(paths, key=lambda p: -p.stat().st_size)
@@ -155,6 +211,16 @@ def main() -> None:
     if label is not None:
         print(closure_table(label, rows))
     print(f"\ntotal {time.perf_counter() - began:.1f} s")
+
+
+def _run_halves(paths: list[Path], policies: list[str], traces: Path | None, workers: int) -> None:
+    """Every scenario's halves rows, in file order, as one table."""
+    with ProcessPoolExecutor(max_workers=max(1, min(workers, len(paths)))) as pool:
+        # The biggest scenarios first, so the small ones fill in behind them.
+        order = sorted(paths, key=lambda p: -p.stat().st_size)
+        futures = {p: pool.submit(halves_rows, p, policies, traces) for p in order}
+        rows = [row for p in paths for row in futures[p].result()]
+    print(halves_table(policies, rows))
 
 
 if __name__ == "__main__":

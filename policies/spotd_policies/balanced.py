@@ -195,8 +195,10 @@ class BalancedPolicy:
         )
         work = (fastest or od[0]).breakdown["work_hours"]
         spot_price, spot_hours, notice = _spot_terms(ctx, spot, usable_spot)
-        model = availability.spot_model(
-            list(series.values()),
+        model = self._market(
+            ctx,
+            series,
+            spot,
             spot_price=spot_price,
             od_price=min(c.price_per_hour * c.breakdown["work_hours"] for c in od) / work,
             # Spot faster than any on-demand counts at on-demand's speed: it errs safe.
@@ -241,6 +243,23 @@ class BalancedPolicy:
         while len(self._plans) > self._cache_size:
             self._plans.popitem(last=False)
         return solved
+
+    def _market(
+        self,
+        ctx: PlacementContext,
+        series: dict[Pool, CapacitySeries],
+        spot: list[Candidate],
+        *,
+        spot_price: float,
+        od_price: float,
+        spot_speed: float,
+    ) -> deadline.SpotModel:
+        """The market model a plan is solved on: here every allowed pool's whole history,
+        pooled (a subclass may model it otherwise; ``spot`` is what is up now)."""
+        return availability.spot_model(
+            list(series.values()), spot_price=spot_price, od_price=od_price,
+            spot_speed=spot_speed,
+        )
 
 
 def expected_cost(ctx: PlacementContext) -> Score:

@@ -188,6 +188,9 @@ class AwsProvider:
         and the tag also finds the instances after EC2 forgot the token).
         A gang (nodes > 1) first gets its cluster placement group and security
         group (both idempotent), then launches into them with EFA interfaces.
+        Nodes that join a running gang (``request.joins``, a node repair) go into
+        that gang's placement group, zone and subnet, with its security groups and
+        the same EFA interfaces as its kept nodes.
         """
         region = self._check(request)
         token = aws_client_token(request.client_token)

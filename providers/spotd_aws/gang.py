@@ -77,21 +77,27 @@ class GangPlanner:
         return self.zone_network(pool.region, pool.zone).subnet_id
 
     def plan(self, request: LaunchRequest, *, create: bool) -> GangNetwork | None:
-        """The gang network of ``request``; None for one node.
+        """The gang network of ``request``; None for one node that joins no gang.
 
+        A request that joins a running gang (``request.joins``) gets that gang's
+        group, subnet, groups and EFA interfaces, as its kept nodes have them.
         With ``create`` the placement group and (if not named in config) the
         gang security group are made, idempotently, before the caller launches.
         Without, nothing is made and ``would_create`` says what would be.
         """
-        if request.nodes < 2:
+        if request.nodes < 2 and request.joins is None:
             return None
         pool = request.offering.pool
         ec2 = self._clients.ec2(pool.region)
-        name = group_name(request.tags)
+        # Nodes joining a running gang go into its group, named after the launch that made
+        # it; a new group would hold them apart from the kept nodes.
+        name = group_name(request.tags if request.joins is None else request.joins.tags)
         would = []
-        if create:
+        # A joined group is never made here: EC2 refuses one that is gone, and the
+        # gang restarts whole.
+        if create and request.joins is None:
             ensure_group(ec2, name, request.tags)
-        else:
+        elif request.joins is None:
             would.append(f"cluster placement group {name} in {pool.region}")
         facts = self.facts(pool.region, pool.instance_type)
         net = zone_network(ec2, pool.zone, self._settings.subnet_ids.get(pool.zone))

@@ -50,6 +50,8 @@ KIND: ProviderKind[AwsSettings] = ProviderKind(
     egress_usd_per_gb=0.09,
     inter_region_usd_per_gb=0.02,
     notice_seconds=NOTICE_SECONDS,
+    # A replacement node joins the kept nodes' placement group with their EFA layout.
+    replaces_gang_nodes=True,
     # EC2 user data: 16 KiB, counted before base64.
     boot=BootCarrier("EC2 user data", 16 * 1024),
     metadata_url=METADATA_URL,

@@ -31,7 +31,7 @@ from .figures import NOTICE_SECONDS
 from .gangs import ScaleSets
 from .offerings import offerings_of
 from .prices import RetailPrices
-from .scaleset import set_body, set_name, split_member, uses_scale_set
+from .scaleset import joined_set, set_body, set_name, split_member, uses_scale_set
 from .seen import SeenVms
 from .settings import AzureSettings, check_launchable
 from .skus import places
@@ -113,8 +113,13 @@ class AzureProvider:
         a repeated request finds the VMs of the first (read before any write)
         and creates only those missing. When any node fails, every node of the
         launch is deleted (waiting for the deletes) and the first error is raised.
+        Nodes that join a running gang (``request.joins``, a node repair) of a scale
+        set are new members of that set: the same placement group and fabric.
         """
         pool = self._check(request)
+        joined = joined_set(request)
+        if joined is not None:
+            return self._join_set(request, joined)
         if uses_scale_set(request):
             return self._launch_set(request, pool)
         names = [vm_name(request.client_token, rank) for rank in range(request.nodes)]
@@ -161,6 +166,12 @@ class AzureProvider:
         body = set_body(self._settings, pool, market=request.market, name=name,
                         nodes=request.nodes, tags=request.tags, custom_data=data)  # fmt: skip
         return self._sets.launch(body, name, request.nodes)
+
+    def _join_set(self, request: LaunchRequest, name: str) -> list[Instance]:
+        """New members of the running gang's scale set ``name``, booting as ``request``'s."""
+        with invalid_request(PROVIDER, "launch"):
+            data = encode_custom_data(self._custom_data(request))
+        return self._sets.join(name, request.client_token, request.nodes, data)
 
     def _existing(self, names: Sequence[str]) -> dict[str, VirtualMachine]:
         found = {}

@@ -3,11 +3,13 @@
 See :mod:`.scaleset` for why a gang is a scale set. A launch PUTs the set with
 ``capacity = nodes`` and waits for the long-running operation; when it fails
 or ends with fewer VMs than asked (a capacity shortfall), the set is deleted,
-VMs and all, and the error raised: a gang is never left half-made.
+VMs and all, and the error raised: a gang is never left half-made. Nodes that
+join a running gang (a node repair) scale its set out (:meth:`ScaleSets.join`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -15,7 +17,12 @@ from functools import partial
 
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import (
+    Sku,
     VirtualMachineScaleSet,
+    VirtualMachineScaleSetUpdate,
+    VirtualMachineScaleSetUpdateOSProfile,
+    VirtualMachineScaleSetUpdateProperties,
+    VirtualMachineScaleSetUpdateVMProfile,
     VirtualMachineScaleSetVM,
     VirtualMachineScaleSetVMInstanceRequiredIDs,
 )
@@ -41,6 +48,35 @@ log = logging.getLogger(__name__)
 
 SHORTFALL_CODE = "ScaleSetShortOfCapacity"
 """Our code for a set whose create succeeded with fewer VMs than asked."""
+
+
+JOIN_TAG = "spotd-join"
+"""Tag of a scale set that nodes joined after its launch (a node repair): the join's
+token hash and the indexes of the VMs the set had before, ``<hash>:<i>,<i>...``. Only the
+last join is kept: an earlier one's attempt has ended, and nothing retries it."""
+
+
+def join_mark(client_token: str) -> str:
+    """The hash a join's client token is known by in :data:`JOIN_TAG`."""
+    return hashlib.sha256(client_token.encode()).hexdigest()[:16]
+
+
+def join_tag(mark: str, before: frozenset[str]) -> tuple[str, str]:
+    """The :data:`JOIN_TAG` entry of a join: its mark and the set's VMs before it."""
+    return JOIN_TAG, f"{mark}:{','.join(sorted(before, key=int))}"
+
+
+def joined_before(tags: Mapping[str, str] | None, mark: str) -> frozenset[str] | None:
+    """The VM indexes the set had before the join ``mark``; None when it did not join."""
+    found, _, indexes = (tags or {}).get(JOIN_TAG, "").partition(":")
+    if found != mark:
+        return None
+    return frozenset(i for i in indexes.split(",") if i)
+
+
+def _index(instance: Instance) -> str:
+    parts = split_member(instance.id)
+    return parts[1] if parts is not None else ""
 
 
 class ScaleSets:
@@ -82,6 +118,68 @@ class ScaleSets:
                 provider=PROVIDER, code=SHORTFALL_CODE,
             )  # fmt: skip
         return members
+
+    def join(self, name: str, client_token: str, nodes: int, custom_data: str) -> list[Instance]:
+        """Scale the running gang's set ``name`` out by ``nodes`` VMs (a node repair), which
+        boot with ``custom_data``; the new VMs, all or none.
+
+        Idempotent by ``client_token``: one PATCH marks the set with the token's hash and
+        the members it had before (:data:`JOIN_TAG`) as it raises the capacity, so a
+        retried join reads back which VMs it added, and adds only those still missing.
+        """
+        vmss = self._get(name)
+        if vmss is None:
+            raise NotFoundError(f"azure: scale set {name} of the running gang is gone",
+                                provider=PROVIDER, code="ResourceNotFound")  # fmt: skip
+        mark = join_mark(client_token)
+        members = self.members(name)
+        before = joined_before(vmss.tags, mark)
+        if before is None:
+            before = frozenset(_index(m) for m in members)
+            # On top of the set's capacity, not of its live VMs: a lost VM whose delete is
+            # still under way counts in it until the delete takes it off.
+            base = vmss.sku.capacity if vmss.sku and vmss.sku.capacity is not None else None
+            if base is None:
+                base = sum(1 for m in members if not m.ended)
+            try:
+                self._scale(vmss, name, base + nodes, join_tag(mark, before), custom_data)
+            except ProviderError:
+                self._drop_added(name, before)
+                raise
+            members = self.members(name)
+        added = [m for m in members if _index(m) not in before and not m.ended]
+        if len(added) < nodes:
+            self._drop_added(name, before)
+            raise CapacityError(
+                f"azure scale out {name}: {SHORTFALL_CODE}: {len(added)} of {nodes} VMs",
+                provider=PROVIDER, code=SHORTFALL_CODE,
+            )  # fmt: skip
+        return added[:nodes]
+
+    def _drop_added(self, name: str, before: frozenset[str]) -> None:
+        """Delete the VMs a failed join added to set ``name`` (not in ``before``): the kept
+        ones stay, and the whole gang restarts."""
+        try:
+            self.terminate([m.id for m in self.members(name) if _index(m) not in before])
+        except ProviderError as exc:
+            log.warning("azure: VMs of a failed join to %s not deleted (the reaper stops "
+                        "them): %s", name, exc)
+
+    def _scale(self, vmss: VirtualMachineScaleSet, name: str, capacity: int,
+               mark: tuple[str, str], custom_data: str) -> None:  # fmt: skip
+        """One PATCH: the join's mark, the set's new capacity and its new VMs' custom data."""
+        sku = vmss.sku or Sku()
+        update = VirtualMachineScaleSetUpdate(
+            tags={**(vmss.tags or {}), mark[0]: mark[1]},
+            sku=Sku(name=sku.name, tier=sku.tier, capacity=capacity),
+            properties=VirtualMachineScaleSetUpdateProperties(
+                virtual_machine_profile=VirtualMachineScaleSetUpdateVMProfile(
+                    os_profile=VirtualMachineScaleSetUpdateOSProfile(custom_data=custom_data))),
+        )  # fmt: skip
+        with map_azure_errors(f"scale out {name}"):
+            poller = self._compute.virtual_machine_scale_sets.begin_update(self._rg, name, update)
+        with map_azure_errors(f"scale out {name}"):
+            poller.result()
 
     def roll_back(self, name: str) -> None:
         """Delete a failed gang's scale set (its VMs with it) and wait; log what stays."""

@@ -55,6 +55,8 @@ KIND: ProviderKind[AzureSettings] = ProviderKind(
     egress_usd_per_gb=0.087,
     inter_region_usd_per_gb=0.02,
     notice_seconds=NOTICE_SECONDS,
+    # A replacement node is a new member of the kept nodes' scale set.
+    replaces_gang_nodes=True,
     # Custom data via cloud-init: 64 KiB, counted after base64 (checked raw).
     boot=BootCarrier("Azure custom data via cloud-init", 64 * 1024),
     metadata_url=METADATA_URL,

@@ -70,6 +70,17 @@ def uses_scale_set(request: LaunchRequest) -> bool:
     return request.nodes > 1 and request.offering.interconnect.fabric is Fabric.INFINIBAND
 
 
+def joined_set(request: LaunchRequest) -> str | None:
+    """The scale set a launch's nodes join: that of the running gang it joins (a node
+    repair), when its kept nodes are members of the set the gang's first launch made;
+    None for a new gang, or one of plain VMs (its new nodes are plain VMs too)."""
+    if request.joins is None:
+        return None
+    name = set_name(request.joins.client_token)
+    kept = {parts[0] for i in request.joins.instance_ids if (parts := split_member(i))}
+    return name if name in kept else None
+
+
 def set_name(client_token: str) -> str:
     """The scale set of the launch with ``client_token``."""
     digest = hashlib.sha256(client_token.encode()).hexdigest()[:16]

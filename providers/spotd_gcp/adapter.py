@@ -111,22 +111,28 @@ class GcpProvider:
         derive from the client token, so a retry finds (409) or re-joins
         (same request id) what the first call made. When any node fails, the
         nodes created (and the policy) are deleted and the error raised.
+        Nodes that join a running gang (``request.joins``, a node repair) name
+        that gang's policy and get its GPU NICs; the policy is neither made nor,
+        on a failure, deleted here: the gang's kept nodes are in it.
         """
         self._check(request)
         with invalid_request(PROVIDER, "launch"):
             script = self._startup_script(request)
         zone = request.offering.pool.zone
         clients = self._clients()
-        gang = request.nodes > 1
+        gang = request.nodes > 1 or request.joins is not None
         url = placement.policy_url(clients.project, request) if gang else None
+        own_policy = gang and request.joins is None
         # Every body is built (and so validated) before anything is created.
         bodies = [
             resources.insert_request(clients.project, self._settings, request, rank, script,
                                      policy_url=url)
             for rank in range(request.nodes)
         ]
-        if gang:
+        if own_policy:
             self._policies.ensure(clients, request)
+        elif url is not None:
+            self._policies.require(clients, url)
         created: list[str] = []
         try:
             operations = []
@@ -139,7 +145,7 @@ class GcpProvider:
             return self._launched(request, [resources.instance_id(zone, n) for n in created])
         except ProviderError:
             self._delete_quietly(clients, zone, created)
-            if gang:
+            if own_policy:
                 self._delete_policy_quietly(clients, request)
             raise
 
@@ -323,7 +329,7 @@ class GcpProvider:
         if problem is not None:
             raise ProviderError(f"gcp: {problem}", provider=PROVIDER, code="InvalidRequest")
         layout = nics.layout_of(pool.instance_type)
-        if request.nodes > 1 and layout is not None:
+        if (request.nodes > 1 or request.joins is not None) and layout is not None:
             nics.gpu_subnets(self._settings, pool.zone, layout)  # raises when not configured
 
     def _delete_policy_quietly(self, clients: GcpClients, request: LaunchRequest) -> None:

@@ -70,6 +70,7 @@ def required_permissions(settings: GcpSettings, project: str) -> list[str]:
         "compute.regionOperations.get", "compute.regions.get",
         "compute.resourcePolicies.create", "compute.resourcePolicies.delete",
         "compute.resourcePolicies.list", "compute.resourcePolicies.use",
+        "compute.resourcePolicies.get",
     ]  # fmt: skip
     if settings.external_ip:
         perms.append("compute.subnetworks.useExternalIp")

@@ -54,6 +54,8 @@ KIND: ProviderKind[GcpSettings] = ProviderKind(
     egress_usd_per_gb=0.12,
     inter_region_usd_per_gb=0.02,
     notice_seconds=NOTICE_SECONDS,
+    # A replacement VM joins the kept VMs' compact placement policy and GPU NICs.
+    replaces_gang_nodes=True,
     # The startup-script metadata value: 256 KiB.
     boot=BootCarrier("GCE startup-script", 256 * 1024),
     metadata_url=METADATA_URL,

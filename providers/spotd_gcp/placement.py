@@ -102,9 +102,11 @@ def insert_request(project: str, request: LaunchRequest) -> compute_v1.InsertRes
 
 
 def policy_url(project: str, request: LaunchRequest) -> str:
-    """What ``Instance.resource_policies`` names the gang's policy by."""
+    """What ``Instance.resource_policies`` names the gang's policy by: the request's own,
+    or for nodes joining a running gang, the policy its first launch made."""
     region = region_of(request.offering.pool.zone)
-    name = policy_name(request.client_token)
+    token = request.client_token if request.joins is None else request.joins.client_token
+    name = policy_name(token)
     return f"projects/{project}/regions/{region}/resourcePolicies/{name}"
 
 
@@ -168,6 +170,16 @@ class GcpPolicies:
                     return  # made by an earlier call with this token
                 raise
         self._wait(clients, body.region, operation)
+
+    def require(self, clients: GcpClients, url: str) -> None:
+        """Read the policy ``url`` (``projects/P/regions/R/resourcePolicies/N``) that nodes
+        joining a running gang name; raises NotFoundError when it is gone (GCE would
+        refuse their insert as an invalid request, which fails a job, not a launch)."""
+        region, name = url.split("/regions/", 1)[1].split("/resourcePolicies/", 1)
+        with map_gcp_errors(f"get resource policy {region}/{name}"):
+            clients.resource_policies.get(project=clients.project, region=region,
+                                          resource_policy=name, retry=None,
+                                          timeout=self._timeout)  # fmt: skip
 
     def list(self, clients: GcpClients, tags: Mapping[str, str]) -> list[PlacementObject]:
         """spotd's policies in the configured zones' regions whose tags include ``tags``."""

@@ -7,9 +7,10 @@ Credentials (``google.auth.default()``), or are injected by tests.
 from __future__ import annotations
 
 from typing import Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from spotd.core.endpoints import checked_endpoint
 
 DEFAULT_ZONES = [
     "us-central1-a", "us-central1-b", "us-central1-c",
@@ -18,7 +19,6 @@ DEFAULT_ZONES = [
 ]  # fmt: skip
 """Zones with A100, H100 and L4 capacity in most projects."""
 
-_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class GcpGpuSubnet(BaseModel):
@@ -108,15 +108,7 @@ class GcpSettings(BaseModel):
     @field_validator("api_endpoint", "billing_endpoint", "resource_manager_endpoint")
     @classmethod
     def _plain_http_only_on_loopback(cls, value: str | None) -> str | None:
-        # An http:// endpoint would send bearer tokens in clear text: only fakes may use one.
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"endpoint must be an http(s) URL, got {value!r}")
-        if parts.scheme == "http" and parts.hostname not in _LOOPBACK_HOSTS:
-            raise ValueError(f"http:// endpoints are allowed only on loopback, got {value!r}")
-        return value.rstrip("/")
+        return checked_endpoint(value)
 
     @field_validator("zones")
     @classmethod

@@ -150,6 +150,9 @@ class _GangOutcome:
     """Node -> its failed check, as agreed by the gang; None when nothing was exchanged."""
     failure: PreflightCheck | None = None
     """The first failed check of the job's interpreter on this node; None when none failed."""
+    slow_node: int | None = None
+    """The node whose own links fell under the floor (:func:`slow_node`), when the gang's
+    did and its links say which."""
 
 
 @dataclass(frozen=True)
@@ -387,8 +390,37 @@ def _outcome(
     if result.world_size == 1:
         return _GangOutcome(checks=checks)
     failed_nodes = {n: _node_check(text) for n, text in result.failed_nodes.items()}
+    slow = None
+    if not bandwidth.ok and plan.min_busbw_gbps is not None:
+        slow = slow_node(result.link_gbps, plan.min_busbw_gbps)
+    if slow is not None:
+        bandwidth = _link_check(result.link_gbps, slow)
+        checks = (*passed, bandwidth)
     return _GangOutcome(checks=checks, busbw_gbps=result.busbw_gbps, failed_nodes=failed_nodes,
-                        failure=None if bandwidth.ok else bandwidth)  # fmt: skip
+                        failure=None if bandwidth.ok else bandwidth, slow_node=slow)  # fmt: skip
+
+
+def slow_node(links: Sequence[float], floor: float) -> int | None:
+    """The node both of whose links are under ``floor`` GB/s while some link is not; None
+    when no node or several are. ``links[k]`` is the link from node ``k-1`` into node
+    ``k`` (a ring), so node ``k``'s links are ``links[k]`` and ``links[k+1]``. Every link
+    under the floor is the fabric's or the pool's, not one node's."""
+    n = len(links)
+    if n < 3:
+        return None
+    slow = [rate < floor for rate in links]
+    if all(slow):
+        return None
+    suspects = [k for k in range(n) if slow[k] and slow[(k + 1) % n]]
+    return suspects[0] if len(suspects) == 1 else None
+
+
+def _link_check(links: Sequence[float], node: int) -> PreflightCheck:
+    n = len(links)
+    into, out = links[node], links[(node + 1) % n]
+    return failed(Name.NODE_LINK, Why.BELOW_FLOOR,
+                  f"its links carry {_gbps(into)} GB/s in from node {(node - 1) % n} and "
+                  f"{_gbps(out)} GB/s out to node {(node + 1) % n}")  # fmt: skip
 
 
 def _up_to(
@@ -484,8 +516,10 @@ def _verdict(plan: PreflightPlan, checks: list[PreflightCheck], gang: _GangOutco
         return _Verdict(failure.detail, None, failure)
     if failure is not None and failure.reason is Why.BELOW_FLOOR:
         busbw, floor = gang.busbw_gbps or 0.0, plan.min_busbw_gbps or 0.0
-        return _Verdict(f"bus bandwidth {_gbps(busbw)} GB/s below {_gbps(floor)} GB/s",
-                        None, failure)  # fmt: skip
+        line = f"bus bandwidth {_gbps(busbw)} GB/s below {_gbps(floor)} GB/s"
+        if gang.slow_node is not None:
+            line = f"node {gang.slow_node}: {failure.detail}; {line}"
+        return _Verdict(line, gang.slow_node, failure)
     if failure is not None:
         return _Verdict(f"node {me}: {failure.detail or failure.name}", me, failure)
     # Not reached by the checks above; kept so that no failed check can pass.

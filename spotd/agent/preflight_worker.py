@@ -19,7 +19,10 @@ the work from ``SPOTD_PREFLIGHT_SPEC`` (a :class:`WorkerSpec` as JSON). In order
 3. a world of one process stops here: nothing to measure against;
 4. join the gang's process group on a TCP store at the master
    (``process-group-failed``);
-5. share every node's check verdict and time the all-reduces (``allreduce-failed``).
+5. share every node's check verdict and time the all-reduces (``allreduce-failed``);
+6. in a gang of three nodes or more, time each node's link: node ``k-1``'s local rank 0
+   sends to node ``k``'s, one pair at a time, so that a node under the floor can be
+   told from a fabric under it (:func:`slow_node`).
 
 It prints a :class:`WorkerResult` as a JSON line on stdout once torch and the GPUs
 passed (without figures) and again at the end (exit 0), or a :class:`WorkerFailure`
@@ -126,6 +129,9 @@ class WorkerResult:
     size_bytes: int = 0
     failed_nodes: dict[int, str] = field(default_factory=dict)
     """Node rank -> that node's failed check, as its agent put it."""
+    link_gbps: list[float] = field(default_factory=list)
+    """Per node ``k``: GB/s from node ``k-1`` (in a ring of the nodes) into it, one pair at
+    a time; empty in a gang of fewer than three nodes."""
 
 
 @dataclass(frozen=True)
@@ -286,6 +292,30 @@ class Session:
             self.dist.all_reduce(buffer)
         self.synchronize()
 
+    def time_links(self, buffer: Any) -> list[float]:
+        """Per node ``k``: mean seconds of one send of ``buffer`` from node ``k-1``'s local
+        rank 0 to node ``k``'s, timed at the receiver, one pair at a time (a ring measured
+        at once would be paced by its slowest link everywhere)."""
+        torch, dist, spec = self.torch, self.dist, self.spec
+        per_node = self.rank.world_size // spec.nodes
+        seconds = torch.zeros(spec.nodes, dtype=torch.float64, device=self.device)
+        if self.rank.local_rank == 0:
+            incoming = torch.empty_like(buffer)
+            for k in range(spec.nodes):
+                sender = (k - 1) % spec.nodes
+                if spec.node_rank == sender:
+                    for _ in range(spec.iterations + 1):
+                        dist.send(buffer, dst=k * per_node)
+                elif spec.node_rank == k:
+                    dist.recv(incoming, src=sender * per_node)  # the pair's warm-up: in step
+                    start = self.clock.monotonic()
+                    for _ in range(spec.iterations):
+                        dist.recv(incoming, src=sender * per_node)
+                    self.synchronize()
+                    seconds[k] = (self.clock.monotonic() - start) / spec.iterations
+        dist.all_reduce(seconds, op=dist.ReduceOp.MAX)
+        return [float(v) for v in seconds.tolist()]
+
     def time_all_reduce(self, buffer: Any) -> float:
         """The slowest rank's mean seconds per all-reduce of ``buffer``."""
         start = self.clock.monotonic()
@@ -332,8 +362,14 @@ def join(torch: Any, dist: Any, spec: WorkerSpec, rank: Rank, clock: Timer) -> S
     )
 
 
-def measure(session: Session) -> tuple[float, dict[int, str]]:
-    """The slowest rank's seconds per all-reduce, and the failed nodes' verdicts."""
+LINK_NODES = 3
+"""The fewest nodes whose links are timed one by one: with two, the one link is both
+nodes', and says nothing of which is slow."""
+
+
+def measure(session: Session) -> tuple[float, dict[int, str], list[float]]:
+    """The slowest rank's seconds per all-reduce, the failed nodes' verdicts, and each
+    node's link seconds (empty under :data:`LINK_NODES` nodes)."""
     spec, torch = session.spec, session.torch
     try:
         # Zeros: the sums stay zero, so no overflow to inf however many iterations.
@@ -342,11 +378,12 @@ def measure(session: Session) -> tuple[float, dict[int, str]]:
         # The verdict all-reduce doubles as the barrier before the timed loop.
         failed = session.share_verdicts()
         seconds = session.time_all_reduce(buffer)
+        links = session.time_links(buffer) if spec.nodes >= LINK_NODES else []
     except Exception as exc:
         raise StepFailed(ALLREDUCE_FAILED, one_line(exc)) from exc
     finally:
         session.dist.destroy_process_group()
-    return seconds, failed
+    return seconds, failed, links
 
 
 def run_worker(
@@ -372,7 +409,7 @@ def run_worker(
         return result  # no peer: torch and its GPUs were all there was to check
     if ready is not None:
         ready(result)
-    seconds, failed = measure(join(torch, dist, spec, rank, clock))
+    seconds, failed, links = measure(join(torch, dist, spec, rank, clock))
     size = spec.size_bytes // 4 * 4
     return replace(
         result,
@@ -380,6 +417,7 @@ def run_worker(
         busbw_gbps=bus_bandwidth_gbps(size, seconds, rank.world_size),
         size_bytes=size,
         failed_nodes=failed,
+        link_gbps=[size / t / 1e9 if t > 0 else 0.0 for t in links],
     )
 
 

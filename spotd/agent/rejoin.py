@@ -3,7 +3,8 @@
 When some nodes of a running gang go and the others are healthy, the daemon may
 keep those for the next attempt and launch new nodes for the lost ranks only
 (:mod:`spotd.core.rejoin`). So once the command of a multi-node attempt has
-exited and its exit is reported, the agent of a node that had no notice of its
+exited (or its preflight failed on another node, which the daemon replaces
+alone) and its exit is reported, the agent of a node that had no notice of its
 own does not end at once: it asks the daemon what next, every
 ``SPOTD_AGENT_JOIN_POLL_SECONDS``, for at most ``SPOTD_AGENT_REJOIN_WAIT_SECONDS``.
 
@@ -50,11 +51,15 @@ _RUN_FILES = (OUTPUT_FILE, PROGRESS_FILE, NOTICE_FILE, "hostfile")
 """What a run leaves in a configured run folder that the next run must not find."""
 
 
-def stands_by(config: AgentConfig, *, phase: ExitPhase, noticed: bool, stopped: bool) -> bool:
+def stands_by(
+    config: AgentConfig, *, phase: ExitPhase, noticed: bool, stopped: bool,
+    peer_at_fault: bool = False,
+) -> bool:  # fmt: skip
     """Whether the node stands by after its run: a node of a gang of several, on a provider
     that can add a node to a running gang (``ProviderKind.replaces_gang_nodes``), reporting
-    to a daemon, whose command ran and ended with no notice on this node and no signal to
-    the agent (a node that is going never stands by)."""
+    to a daemon, whose command ran and ended (or whose preflight failed on another node,
+    ``peer_at_fault``) with no notice on this node and no signal to the agent (a node that
+    is going never stands by)."""
     try:
         nodes = int(config.job_env.get("SPOTD_NUM_NODES", "") or 1)
     except ValueError:
@@ -63,7 +68,8 @@ def stands_by(config: AgentConfig, *, phase: ExitPhase, noticed: bool, stopped: 
     return (
         kind is not None and kind.replaces_gang_nodes
         and bool(config.daemon_url) and config.rejoin_wait_seconds > 0 and nodes > 1
-        and phase == "command" and not noticed and not stopped
+        and (phase == "command" or (phase == "preflight" and peer_at_fault))
+        and not noticed and not stopped
     )  # fmt: skip
 
 

@@ -92,6 +92,8 @@ class _Agent:
         self.secrets = secrets
         self.exit_detail = ""
         self.phase: ExitPhase = "command"
+        self.peer_at_fault = False
+        """The preflight failed on another node of the gang, not this one."""
         """What the run's exit ended (the command, or the agent's setup, gang or preflight)."""
         self.oom_kills: int | None = None
         """OOM kills in the agent's cgroup while the command ran (:mod:`spotd.agent.oom`)."""
@@ -182,6 +184,7 @@ class _Agent:
         self.cwd = start.cwd
         if not start.ready:
             self.exit_detail = start.detail
+            self.peer_at_fault = start.peer_at_fault
             return start.exit_code, start.phase
         before = oom_kill_count()  # read before the job runs: its kills come after
         with self.start_lock:
@@ -517,7 +520,8 @@ def _run_attempt(
         following = None
         if reporter is not None and stands_by(agent.config, phase=agent.phase,
                                               noticed="preemption" in agent.noticed,
-                                              stopped=agent.aborted.is_set()):  # fmt: skip
+                                              stopped=agent.aborted.is_set(),
+                                              peer_at_fault=agent.peer_at_fault):  # fmt: skip
             stop = threading.Event()
             with stopping_on_signals(stop):
                 resolved = agent.config.model_copy(update={"instance_id": agent.instance_id})

@@ -79,6 +79,9 @@ class Startup:
     """Where the command starts: the unpacked code, or None for the agent's own folder."""
     detail: str = ""
     """What went wrong before the command, for the exit report."""
+    peer_at_fault: bool = False
+    """The gang's preflight failed on another node's own checks, which its verdict names:
+    this node passed, and may stand by for a new node in that one's place."""
 
     @property
     def ready(self) -> bool:
@@ -166,8 +169,15 @@ def _gang_and_preflight(
     put(PreflightReport(figures=figures, **config.speaker(instance_id)))
     if not figures.passed:
         log.error("preflight failed: %s", figures.reason)
-        return Startup(env, "preflight", EXIT_PREFLIGHT_FAILED)
+        return Startup(env, "preflight", EXIT_PREFLIGHT_FAILED,
+                       peer_at_fault=peer_at_fault(figures, roster.rank))  # fmt: skip
     return Startup(env)
+
+
+def peer_at_fault(figures: PreflightFigures, rank: int) -> bool:
+    """Whether the failed preflight ``figures`` name another node than ``rank`` (which then
+    passed its own checks, and may stand by for that node's replacement)."""
+    return figures.failed_rank is not None and figures.failed_rank != rank
 
 
 def _assemble(

@@ -14,7 +14,9 @@ Definitions:
   (:mod:`spotd.billing.savings`: theirs is spend only); savings % of those
   jobs' on-demand equivalent.
 - GPU-hours: billed node-hours times GPUs per node.
-- preemptions: attempts that ended ``preempted`` in the period.
+- preemptions: attempts that ended ``preempted`` in the period, but for those a
+  drill ended (``spotd drill``, :mod:`spotd.billing.drills`), which are counted
+  as drills, with what resuming from them cost (the next attempt's changeover).
 - time lost to recovery: the changeover hours (launch to running) of every
   attempt after a job's first, in the period: paid time that made no
   progress because the job had to start again (the first attempt's boot is
@@ -35,6 +37,7 @@ from datetime import date, datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
+from spotd.billing.drills import Drilled, drilled_attempts, resume_entries
 from spotd.billing.ledger import ledger_so_far
 from spotd.billing.savings import claims_saving, saving_of, spend_without_saving
 from spotd.core.agent_wire import GPU_UTIL_THRESHOLD_PCT
@@ -79,6 +82,10 @@ class Totals(_Frozen):
     """The spend of jobs that failed or were cancelled: in ``spend_usd``, with no saving."""
     running_usd: float = 0.0
     """The spend so far of jobs still running (in ``spend_usd``): it grows until they end."""
+    drills: int = 0
+    """Preemptions that drills asked for (not in ``preemptions``)."""
+    drill_usd: float = 0.0
+    """What resuming from the drills cost (in ``spend_usd``)."""
 
 
 class JobRow(_Frozen):
@@ -101,6 +108,10 @@ class JobRow(_Frozen):
     (:mod:`spotd.core.forecast`); None when unknown or not asked for."""
     to_finish_p90_usd: float | None = None
     """The 90th percentile of ``to_finish_usd``."""
+    drills: int = 0
+    """The job's preemptions that drills asked for (not in ``preemptions``)."""
+    drill_usd: float = 0.0
+    """What resuming from them cost: the changeover of the attempts that followed."""
 
     @property
     def status_shown(self) -> str:
@@ -201,7 +212,8 @@ def build_report(
     jobs.update((i, store.get_job(i)) for i in ids if i not in jobs)  # JobNotFound
     attempts = store.attempts_for(ids)
     reports = store.reports_for(ids)
-    built = report_from(entries, jobs, attempts, since=since, until=until, reports=reports)
+    built = report_from(entries, jobs, attempts, since=since, until=until, reports=reports,
+                        drilled=drilled_attempts(store, attempts))  # fmt: skip
     if to_finish is not None:
         built = built.model_copy(update={"jobs": [_with_forecast(r, jobs, to_finish)
                                                   for r in built.jobs]})  # fmt: skip
@@ -252,13 +264,15 @@ def report_from(
     since: datetime,
     until: datetime,
     reports: Mapping[str, Sequence[InstanceReport]] | None = None,
+    drilled: Drilled = frozenset(),
 ) -> Report:
     """The report of ledger lines and the attempts of their jobs, with what their
-    agents reported of the GPUs (pure)."""
+    agents reported of the GPUs and which attempts drills ended (pure)."""
     period = Period(since=since, until=until)
-    rows = _job_rows(entries, jobs, attempts, period)
+    rows = _job_rows(entries, jobs, attempts, period, drilled)
     totals = _totals(entries, rows)
     underused = _underused(entries, jobs, attempts, reports or {})
+    pools = _pool_reliability(attempts.values(), period, drilled)
     return Report(
         period=period,
         totals=totals,
@@ -271,10 +285,7 @@ def report_from(
         by_market=rollup(entries, lambda e: e.market),
         by_day=rollup(entries, lambda e: e.start.date().isoformat(), by_key=True),
         daily=_daily(entries),
-        findings=[
-            *findings(totals, rows, _pool_reliability(attempts.values(), period), period),
-            *_underused_sentences(underused),
-        ],
+        findings=[*findings(totals, rows, pools, period), *_underused_sentences(underused)],
         underused=underused,
     )
 
@@ -348,11 +359,13 @@ def _job_rows(
     jobs: dict[str, JobRecord],
     attempts: dict[str, list[AttemptRecord]],
     period: Period,
+    drilled: Drilled,
 ) -> list[JobRow]:
     by_job: dict[str, list[LedgerEntry]] = {i: [] for i in jobs}
     for e in entries:
         by_job.setdefault(e.job_id, []).append(e)
-    rows = [_job_row(jobs[i], lines, attempts.get(i, []), period) for i, lines in by_job.items()]
+    rows = [_job_row(jobs[i], lines, attempts.get(i, []), period, drilled)
+            for i, lines in by_job.items()]  # fmt: skip
     return sorted(rows, key=lambda r: (-r.spend_usd, r.job_id))
 
 
@@ -361,9 +374,12 @@ def _job_row(
     entries: Sequence[LedgerEntry],
     attempts: Sequence[AttemptRecord],
     period: Period,
+    drilled: Drilled,
 ) -> JobRow:
     spend = sum(e.usd for e in entries)
     on_demand = sum(e.on_demand_usd for e in entries)
+    preempted = [a for a in attempts if _preempted_in(a, period)]
+    drills = sum((job.id, a.seq) in drilled for a in preempted)
     return JobRow(
         job_id=job.id,
         name=job.name,
@@ -372,9 +388,11 @@ def _job_row(
         on_demand_usd=on_demand,
         savings_usd=on_demand - spend if claims_saving(job.status) else None,
         gpu_hours=sum(e.gpu_hours for e in entries),
-        preemptions=sum(1 for a in attempts if _preempted_in(a, period)),
+        preemptions=len(preempted) - drills,
         recovery_hours=sum(e.wall_hours for e in entries if _recovering(e)),
         so_far=not job.status.terminal,
+        drills=drills,
+        drill_usd=sum(e.usd for e in resume_entries(entries, drilled)),
     )
 
 
@@ -398,6 +416,8 @@ def _totals(entries: Sequence[LedgerEntry], rows: Sequence[JobRow]) -> Totals:
         jobs=len(rows),
         no_saving_usd=spend_without_saving(entries),
         running_usd=sum(e.usd for e in entries if e.job_id in running),
+        drills=sum(r.drills for r in rows),
+        drill_usd=sum(r.drill_usd for r in rows),
     )
 
 
@@ -439,13 +459,15 @@ def _preempted_in(attempt: AttemptRecord, period: Period) -> bool:
 
 
 def _pool_reliability(
-    attempts: Iterable[Sequence[AttemptRecord]], period: Period
+    attempts: Iterable[Sequence[AttemptRecord]], period: Period, drilled: Drilled
 ) -> list[PoolReliability]:
-    """Per pool: preemptions in the period and the running hours inside it."""
+    """Per pool: the market's preemptions in the period (not the drills') and the running
+    hours inside it."""
     seen: dict[str, tuple[int, float]] = {}
     for a in (a for job in attempts for a in job):
         count, hours = seen.get(str(a.pool), (0, 0.0))
-        seen[str(a.pool)] = (count + _preempted_in(a, period), hours + _running_hours(a, period))
+        market = _preempted_in(a, period) and (a.job_id, a.seq) not in drilled
+        seen[str(a.pool)] = (count + market, hours + _running_hours(a, period))
     return [PoolReliability(pool=p, preemptions=c, running_hours=h) for p, (c, h) in seen.items()]
 
 
@@ -461,7 +483,7 @@ def findings(
     totals: Totals, rows: Sequence[JobRow], pools: Sequence[PoolReliability], period: Period
 ) -> list[str]:
     """The period in a few plain sentences, most important first."""
-    said = [_savings_sentence(totals, period), _preemption_sentence(rows)]
+    said = [_savings_sentence(totals, period), _preemption_sentence(rows), _drill_sentence(rows)]
     unreliable = [p for p in pools if p.preemptions > 0]
     if unreliable:
         worst = max(unreliable, key=lambda p: (p.rate, p.preemptions, p.pool))
@@ -511,6 +533,18 @@ def _preemption_sentence(rows: Sequence[JobRow]) -> str:
     return (
         f"{jobs} {verb} preempted {_count(times, 'time')}; "
         f"recovery took {recovery:,.1f} paid hours without progress."
+    )
+
+
+def _drill_sentence(rows: Sequence[JobRow]) -> str:
+    drilled = [r for r in rows if r.drills > 0]
+    if not drilled:
+        return ""
+    times = sum(r.drills for r in drilled)
+    names = ", ".join(r.name for r in drilled[:3]) + (", ..." if len(drilled) > 3 else "")
+    return (
+        f"{_count(times, 'drill')} preempted {_count(len(drilled), 'job')} on purpose ({names}); "
+        f"resuming from them cost {usd(sum(r.drill_usd for r in drilled))} USD."
     )
 
 

@@ -35,6 +35,8 @@ CSV_COLUMNS = (
     "recovery_hours",
     "to_finish_usd",
     "to_finish_p90_usd",
+    "drills",
+    "drill_usd",
 )
 """CSV columns: ``row`` is ``job`` for each job and ``total`` for the last row (whose
 job_id, name and status are empty); USD and hours to 2 decimals; ``savings_pct`` of
@@ -43,7 +45,8 @@ was cancelled has empty ``savings_usd`` and ``savings_pct`` (its spend claims no
 a running job's status is ``running, so far`` (its spend up to the report's end), and
 ``to_finish_usd`` and ``to_finish_p90_usd`` are what it is expected to spend until it
 ends and the 90th percentile of that, where the daemon made the report (empty
-otherwise)."""
+otherwise); ``drills`` are the preemptions drills asked for (not in ``preemptions``) and
+``drill_usd`` what resuming from them cost."""
 
 
 def render_json(report: Report) -> str:
@@ -66,6 +69,7 @@ def render_csv(report: Report) -> str:
                 _cents(job.gpu_hours),
                 job.preemptions, _cents(job.recovery_hours),
                 _maybe(job.to_finish_usd), _maybe(job.to_finish_p90_usd),
+                job.drills, _cents(job.drill_usd),
             ]
         )  # fmt: skip
     t = report.totals
@@ -74,7 +78,7 @@ def render_csv(report: Report) -> str:
             "total", "", "", "",
             _cents(t.spend_usd), _cents(t.on_demand_usd), _cents(t.savings_usd),
             _cents(t.savings_pct), _cents(t.gpu_hours), t.preemptions, _cents(t.recovery_hours),
-            "", "",
+            "", "", t.drills, _cents(t.drill_usd),
         ]
     )  # fmt: skip
     return out.getvalue()

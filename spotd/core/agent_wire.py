@@ -190,6 +190,10 @@ class PreflightCheckName(StrEnum):
     """Every rank of the gang joined one process group."""
     BANDWIDTH = "allreduce_busbw"
     """The all-reduce ran, at no less than its floor."""
+    NODE_LINK = "node_link"
+    """A node's own links carried the floor: in a gang of three nodes or more whose
+    all-reduce fell under it, the one node both of whose links (from the node before it,
+    to the node after it) did not is named (:func:`spotd.agent.preflight.slow_node`)."""
     GANG = "gang_checks"
     """Every node of the gang passed its own checks."""
     OTHER = "other"

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from spotd.core.errors import InvalidRequestError, NotFoundError
-from spotd.core.values import Instance, Market
+from spotd.core.values import AttemptRecord, EventCause, EventRecord, Instance, Market
 
-__all__ = ["drill_target"]
+__all__ = ["drill_target", "drilled"]
 
 
 def drill_target(provider: str, instance_id: str, found: Sequence[Instance]) -> Instance:
@@ -23,3 +23,13 @@ def drill_target(provider: str, instance_id: str, found: Sequence[Instance]) -> 
                                   "a spot instance can be preempted", provider=provider,
                                   code="NotSpot")  # fmt: skip
     return instance
+
+
+def drilled(attempt: AttemptRecord, events: Sequence[EventRecord]) -> bool:
+    """Whether a drill was sent to a node of ``attempt`` while it ran, by its job's
+    ``events``: then its notice and its preemption were the drill's, not the market's."""
+    return any(
+        e.cause is EventCause.DRILL and e.at >= attempt.started_at
+        and e.facts.node in attempt.instance_ids
+        for e in events
+    )  # fmt: skip

@@ -129,10 +129,11 @@ class ProviderKind(Generic[S]):
     """Loggers of its SDK, kept at WARNING in the daemon's log: their INFO lines (found
     credentials, retried calls) are nothing an operator acts on."""
     replaces_gang_nodes: bool = False
-    """True: a launch of fewer nodes than its attempt's gang (``SPOTD_NUM_NODES``) puts
-    them where the gang's kept nodes reach them, so a gang that lost a node gets a new one
-    beside the others (:mod:`spotd.engine.repair`), and its nodes' agents stand by after
-    their command for that; False: such a gang restarts whole."""
+    """True: a launch that joins a running gang (``LaunchRequest.joins``, fewer nodes than
+    the gang's ``SPOTD_NUM_NODES``) puts them where the gang's kept nodes reach them (its
+    placement objects, zone and fabric interfaces), so a gang that lost a node gets a new
+    one beside the others (:mod:`spotd.engine.repair`), and its nodes' agents stand by
+    after their command for that; False: such a gang restarts whole."""
     nodes_have_gpus: bool = True
     """False: its nodes do not have the GPUs they are offered with (the simulator's run
     on the host), so the agent's preflight runs one process per node on gloo."""

@@ -95,6 +95,24 @@ class Pool:
 
 
 @dataclass(frozen=True, slots=True)
+class PriceLink:
+    """Where the market takes an offering's prices from: another provider's offering of
+    the same machine (:mod:`spotd.market.linked`).
+
+    A provider that runs on another provider's machines and has no price of its own
+    for them (a Kubernetes node pool on a cloud's VMs) sets it; the market cache then
+    prices each of ``markets`` as ``source`` sells it, and leaves the offering's own
+    price where no enabled provider lists that machine.
+    """
+
+    source: Pool
+    """The provider (by name), region, zone and instance type to match: the region and
+    instance type must match, the same zone is preferred."""
+    markets: frozenset[Market]
+    """The markets priced from ``source``; the offering's own price stands in the others."""
+
+
+@dataclass(frozen=True, slots=True)
 class Offering:
     """An instance type in one zone, with its current prices and capacity.
 
@@ -112,6 +130,9 @@ class Offering:
     on_demand_price: float | None
     capacity: float | None = None
     notice_seconds: int = 120
+    price_link: PriceLink | None = None
+    """None: the prices are the provider's own; set: the market cache prices the
+    link's markets from another provider's offering (:class:`PriceLink`)."""
 
     def price(self, market: Market) -> float | None:
         """The price per node-hour in ``market``, None where it is not sold."""
@@ -213,10 +234,31 @@ class CloudCheck:
     outcomes: tuple[CheckOutcome, ...]
     would_create: tuple[str, ...] = ()
     """One line per object a launch of the job would create (nothing was created)."""
+    linked: tuple[Offering, ...] = ()
+    """The provider's offerings priced from another provider's (:class:`PriceLink`):
+    ``check-cloud`` checks the daemon runs that provider and it lists the machine."""
 
     @property
     def ok(self) -> bool:
         return all(o.ok for o in self.outcomes)
+
+
+@dataclass(frozen=True, slots=True)
+class GangRef:
+    """A running gang that a launch adds nodes to (a node repair, :mod:`spotd.engine.repair`).
+
+    The gang's placement objects were made by the launch of the attempt that
+    first placed it (its *origin*), named and tagged after that launch, so the
+    provider finds them from these: the same placement object, zone and fabric
+    interfaces as the kept nodes.
+    """
+
+    client_token: str
+    """The client token of the origin's launch."""
+    tags: Mapping[str, str]
+    """The origin launch's tags, which its placement objects carry."""
+    instance_ids: tuple[str, ...]
+    """The gang's kept nodes, still running, beside which the new ones go."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +280,10 @@ class LaunchRequest:
     max_run_seconds: int | None = None
     """How long the provider may keep the nodes at most (the job's ``market.max_run_hours``):
     a provider with such a limit deletes them after it, whatever spotd does."""
+    joins: GangRef | None = None
+    """None: the ``nodes`` are a gang of their own (with its own placement objects);
+    set: they join that running gang, in its placement objects, with its fabric
+    interfaces (``nodes`` may then be 1). Idempotent by ``client_token`` all the same."""
 
 
 class EventCause(StrEnum):

@@ -22,6 +22,7 @@ from spotd.core.fabric_env import fabric_environment
 from spotd.core.spec import JobSpec
 from spotd.core.values import CheckOutcome, CloudCheck, LaunchRequest
 from spotd.daemon.config import Settings
+from spotd.daemon.linkcheck import check_links
 from spotd.daemon.wiring import build_providers
 from spotd.engine.context import placement_context
 from spotd.engine.launching import max_run_seconds
@@ -47,7 +48,9 @@ def check_clouds(
     if not chosen:
         enabled = ", ".join(sorted(providers)) or "none"
         raise ConfigError(f"no enabled provider matches {provider!r} (enabled: {enabled})")
-    return check_providers(chosen, spec, settings, clock)
+    checks = check_providers(chosen, spec, settings, clock)
+    # Offerings priced from another provider: is it enabled here, and does it list them?
+    return [check_links(check, providers, clock) for check in checks]
 
 
 def check_providers(

@@ -20,6 +20,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from spotd.core.contracts import Driller, IntentStore, Provider
+from spotd.core.drill import drilled
 from spotd.core.errors import (
     DrillRefused,
     FieldProblem,
@@ -126,15 +127,6 @@ def with_drill_fact(verdict: Verdict, events: Callable[[], Sequence[EventRecord]
             pass
         case _:
             return verdict
-    if not _drilled(attempt, events()):
+    if not drilled(attempt, events()):
         return verdict
     return replace(verdict, facts=replace(facts, drill=True))
-
-
-def _drilled(attempt: AttemptRecord, events: Sequence[EventRecord]) -> bool:
-    """Whether a drill was sent to a node of ``attempt`` while it ran."""
-    return any(
-        e.cause is EventCause.DRILL and e.at >= attempt.started_at
-        and e.facts.node in attempt.instance_ids
-        for e in events
-    )  # fmt: skip

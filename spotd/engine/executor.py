@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from spotd.core.contracts import Clock, EngineStore, Provider
-from spotd.core.errors import CapacityError, ProviderError
+from spotd.core.errors import CapacityError, ProviderError, StoreError
 from spotd.core.intents import IntentOutcome
 from spotd.core.orders import STOP_WHY
 from spotd.core.spec import JobSpec
@@ -39,7 +39,7 @@ from spotd.engine.bills import Bills
 from spotd.engine.drills import carry_out_drill
 from spotd.engine.holds import held_note, hold_until
 from spotd.engine.launching import launch_request
-from spotd.engine.placements import attempt_tags, release
+from spotd.engine.placements import attempt_tags, gang_chain, release
 from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, EngineSettings, checkpoint_uri
 from spotd.engine.verdicts import (
     Checkpoint,
@@ -267,9 +267,19 @@ class Executor:
         self.release(attempt)
 
     def release(self, attempt: AttemptRecord) -> None:
-        """Delete the attempt's placement objects (a gang's placement group, say)."""
-        tags = attempt_tags(attempt.job_id, attempt.seq, job_tag=TAG_JOB, attempt_tag=TAG_ATTEMPT)
-        release(self._providers[attempt.pool.provider], attempt, tags)
+        """Delete the placement objects of the attempt's gang (a placement group, say): its
+        own, and, for a gang repaired before, those of the attempts it kept nodes of, in
+        which its nodes were launched (:func:`spotd.engine.placements.gang_chain`)."""
+        provider = self._providers[attempt.pool.provider]
+        try:
+            chain = gang_chain(self._store.attempts(attempt.job_id), attempt)
+        except StoreError as exc:
+            log.warning("job %s: only its last placement released, its attempts could not "
+                        "be read (the reaper deletes the others): %s", attempt.job_id, exc)
+            chain = [attempt]
+        for held in chain:
+            tags = attempt_tags(held.job_id, held.seq, job_tag=TAG_JOB, attempt_tag=TAG_ATTEMPT)
+            release(provider, held, tags)
 
 
 def on_pool(facts: EventFacts, pool: Pool) -> EventFacts:

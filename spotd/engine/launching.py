@@ -3,11 +3,15 @@ environment. Pure functions of the job, its attempt and the offering."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
 from spotd.core.agent_wire import JOB_TMPDIR
 from spotd.core.fabric_env import fabric_environment
 from spotd.core.spec import JobSpec
-from spotd.core.values import AttemptRecord, JobRecord, LaunchRequest, Offering
+from spotd.core.values import AttemptRecord, GangRef, JobRecord, LaunchRequest, Offering
 from spotd.engine.gang import gang_environment
+from spotd.engine.placements import gang_chain
 from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, TAG_OWNER
 from spotd.engine.shipping import shipping_environment
 
@@ -42,6 +46,8 @@ def job_environment(
         SPOTD_RESUME_FROM=attempt.resume_from or "",
         SPOTD_CHECKPOINT_INTERVAL_SECONDS=str(round(interval_hours * 3600)),
     )
+    if job.spec.team is not None:
+        env["SPOTD_TEAM"] = job.spec.team  # where a provider keeps teams apart (a namespace)
     if "TMPDIR" in job.spec.env:
         env[JOB_TMPDIR] = "1"  # the job's own: the agent leaves it as it is
     return env
@@ -95,4 +101,19 @@ def launch_request(
         # Shipped code runs where the node unpacks it, not at the submitter's path.
         workdir=None if job.spec.code is not None else job.spec.workdir,
         max_run_seconds=max_run_seconds(job.spec),
+    )
+
+
+def gang_ref(
+    attempts: Sequence[AttemptRecord], opened: AttemptRecord, kept: tuple[str, ...], *, owner: str
+) -> GangRef:
+    """The running gang the new nodes of ``opened`` (a node repair) join: the placement
+    objects of its origin (the attempt whose launch made them,
+    :func:`spotd.engine.placements.gang_chain`) and its ``kept`` nodes."""
+    held = replace(opened, instance_ids=kept)
+    origin = gang_chain([held if a.seq == held.seq else a for a in attempts], held)[-1]
+    return GangRef(
+        client_token=origin.client_token,
+        tags={TAG_JOB: origin.job_id, TAG_ATTEMPT: str(origin.seq), TAG_OWNER: owner},
+        instance_ids=kept,
     )

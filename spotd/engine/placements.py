@@ -9,6 +9,11 @@ is closed or unknown (the daemon was killed between creating one and
 recording the attempt's launch), once none of their instances is still alive.
 A provider that refuses to delete one yet (its instances are still shutting
 down) is asked again on the next reap.
+
+A node repair (:mod:`spotd.engine.repair`) launches the new nodes into the
+running gang's objects, those of the attempt that first placed it, so an
+object lives on past its attempt while an open attempt keeps nodes of its gang
+(:func:`gang_chain`, :func:`joined`), and goes when that gang ends.
 """
 
 from __future__ import annotations
@@ -28,6 +33,26 @@ Tags = Mapping[str, str]
 def attempt_tags(job_id: str, seq: int, *, job_tag: str, attempt_tag: str) -> dict[str, str]:
     """The tags that pick out one attempt's objects."""
     return {job_tag: job_id, attempt_tag: str(seq)}
+
+
+def gang_chain(attempts: Sequence[AttemptRecord], attempt: AttemptRecord) -> list[AttemptRecord]:
+    """``attempt``, then each attempt before it whose nodes the next one kept (a node
+    repair, :mod:`spotd.engine.repair`): their placement objects hold ``attempt``'s nodes.
+    The last is the gang's origin, whose launch made the objects the others joined."""
+    by_seq = {a.seq: a for a in attempts}
+    chain = [attempt]
+    while True:
+        before = by_seq.get(chain[-1].seq - 1)
+        if before is None or not set(before.instance_ids) & set(chain[-1].instance_ids):
+            return chain
+        chain.append(before)
+
+
+def joined(attempts: Sequence[AttemptRecord], owner: AttemptRecord) -> bool:
+    """Whether an open attempt's gang still lives in ``owner``'s placement objects (it
+    kept, directly or through repairs in between, nodes of ``owner``'s gang)."""
+    return any(a.open and owner.seq in {c.seq for c in gang_chain(attempts, a)}
+               for a in attempts)  # fmt: skip
 
 
 def release(provider: Provider, attempt: AttemptRecord, tags: Tags) -> int:

@@ -165,8 +165,12 @@ class Placer:
             if held is not None:
                 return held
         ctx, shown, decision = self.decide(job)
-        if decision.choice is not None:
-            return self._placement(job, decision.choice)
+        if (choice := decision.choice) is not None:
+            if teams is not None and (pending or gave_way(attempts)):
+                hold = teams.budget_hold(job, choice.price_per_hour, choice.offering.pool.provider)
+                if hold is not None:
+                    return Wait(WaitingReason.of(hold), EventCause.HELD)
+            return self._placement(job, choice)
         spent = exhausted_pools(attempts, job.spec.retry.launch_failures_per_pool)
         if spent:
             # Shown every pool again: does the policy want only those it may not use?

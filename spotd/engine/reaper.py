@@ -16,7 +16,7 @@ from spotd.core.errors import ProviderError, SpotdError, StoreError
 from spotd.core.values import AttemptRecord
 from spotd.engine.executor import Executor
 from spotd.engine.holds import keeps_nodes
-from spotd.engine.placements import reap_placements
+from spotd.engine.placements import joined, reap_placements
 from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, TAG_OWNER
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,8 @@ class Reaper:
         """Whether the attempt named by these tags (an instance's or a placement's) has
         ended, and no hold keeps its nodes (:mod:`spotd.engine.holds`), nor does an open
         attempt of its job hold the instance ``instance_id`` (a node kept when its gang
-        was repaired, :mod:`spotd.engine.repair`)."""
+        was repaired, :mod:`spotd.engine.repair`); a placement object's attempt also lives
+        on in an open attempt that kept nodes of its gang (:func:`joined`)."""
         job_id = tags.get(TAG_JOB, "")
         try:
             attempts = self._store.attempts(job_id)
@@ -118,6 +119,8 @@ class Reaper:
         if instance_id is not None and any(a.open and instance_id in a.instance_ids
                                            for a in attempts):  # fmt: skip
             return False
+        if instance_id is None and owner is not None and joined(attempts, owner):
+            return False  # a placement whose gang a repair kept: its nodes are still in it
         # Nodes a hold keeps for inspection are the hold's keeper's to stop.
         return owner is None or not (owner.open or keeps_nodes(owner))
 

@@ -161,6 +161,8 @@ class Engine:
         try:
             for job in jobs:
                 self.step(job)
+            if self._teams.started_within_budget:
+                self._budgets_at = None  # weighed again next pass, with the new job
         finally:
             self._teams = None  # the next pass counts afresh
             self.memory.end(jobs)

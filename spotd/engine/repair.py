@@ -21,6 +21,13 @@ could simply go on with a new peer:
 3. Should that launch fail (no capacity), the kept nodes are stopped too and
    the job is placed as after any preemption.
 
+A gang whose preflight failed on one node's own checks (its GPUs, driver or torch,
+or its links under the fabric's floor: :data:`NODE_CHECKS`), which the verdict
+names, is repaired the same way before it ever ran: that node is the host's fault,
+not the pool's, so it alone is replaced and the nodes that passed stand by and keep
+their ranks. A verdict that names no node (a timeout, a bandwidth under the floor
+that no one node's links explain: the gang's) restarts the gang.
+
 ``[gang] on_node_failure`` (:class:`~spotd.core.spec.NodeFailure`) says what a job
 wants: ``replace`` whenever it can; ``restart`` and ``move`` never (``move`` also
 keeps the next placement out of the pool, :func:`moved_from`); ``auto`` (the
@@ -47,6 +54,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
 
+from spotd.core.agent_wire import PreflightCheckName
 from spotd.core.rejoin import RejoinStep
 from spotd.core.spec import JobSpec, NodeFailure
 from spotd.core.values import (
@@ -71,6 +79,20 @@ node's end), to checkpoint, exit and stand by; past them the gang restarts."""
 
 REPAIRABLE = frozenset({AttemptEnd.PREEMPTED, AttemptEnd.LOST})
 """Attempt ends a repair may follow: a node went (with or without notice)."""
+NODE_CHECKS = frozenset({
+    PreflightCheckName.GPU_DRIVER,
+    PreflightCheckName.GPU_COUNT,
+    PreflightCheckName.GPU_MODEL,
+    PreflightCheckName.GPU_MEMORY,
+    PreflightCheckName.JOB_PYTHON,
+    PreflightCheckName.TORCH,
+    PreflightCheckName.TORCH_GPUS,
+    PreflightCheckName.NODE_LINK,
+})  # fmt: skip
+"""Preflight checks of one node's own (its GPUs, its driver, the job's Python and torch on
+it, its links to its neighbours): failed by the pool's node, not by the job, they are that
+host's, and a new node in its place may pass them."""
+_STOOD_BY_AFTER = frozenset({None, "command", "preflight"})
 
 _WANTS_REPAIR = frozenset({NodeFailure.AUTO, NodeFailure.REPLACE})
 _GOING = frozenset({InstanceState.NOTICE, InstanceState.PREEMPTED})
@@ -104,24 +126,36 @@ class RepairFacts:
 
 
 def candidate(verdict: Verdict, job: JobRecord) -> End | None:
-    """``verdict`` when it is an end a repair may follow: a gang attempt that ran, preempted
-    or lost, the job recovering, and the job not asking to restart or move. (A gang that
+    """``verdict`` when it is an end a repair may follow, the job recovering and not asking
+    to restart or move: a gang attempt that ran, preempted or lost, or whose preflight
+    failed on one named node's own checks (:func:`node_at_fault`). (Any other gang that
     never ran has nothing to keep: its nodes are still assembling.)"""
     if not isinstance(verdict, End) or verdict.attempt is None or verdict.attempt.nodes < 2:
         return None
-    if verdict.attempt.running_at is None:
+    if verdict.status is not JobStatus.RECOVERING:
         return None
-    if verdict.status is not JobStatus.RECOVERING or verdict.end not in REPAIRABLE:
+    if node_at_fault(verdict) is None and (
+        verdict.attempt.running_at is None or verdict.end not in REPAIRABLE
+    ):
         return None
     return verdict if job.spec.gang.on_node_failure in _WANTS_REPAIR else None
+
+
+def node_at_fault(end: End) -> str | None:
+    """The node whose own preflight checks failed the attempt ``end`` closes, as the
+    verdict names it; None for any other end, or a preflight the gang as a whole failed."""
+    if end.end is not AttemptEnd.PREFLIGHT_FAILED or end.facts.node is None:
+        return None
+    return end.facts.node if end.facts.check in NODE_CHECKS else None
 
 
 def judge_repair(end: End, facts: WatchFacts, seen: RepairFacts) -> Verdict:
     """What follows ``end`` (a :func:`candidate`): a repair, a wait for the healthy nodes
     to stand by, or ``end`` itself (the whole gang restarts), said why in its detail."""
     attempt = facts.attempt
+    faulty = node_at_fault(end)
     kept = tuple(
-        iid if healthy(iid, instance, seen) else None
+        iid if healthy(iid, instance, seen) and iid != faulty else None
         for iid, instance in zip(attempt.instance_ids, facts.instances, strict=True)
     )
     if all(k is None for k in kept) or None not in kept:
@@ -151,11 +185,12 @@ def healthy(iid: str, instance: Instance | None, seen: RepairFacts) -> bool:
 
 
 def standing_by(report: InstanceReport | None) -> bool:
-    """Whether the node's agent stands by: its command exited, and it asked what next since
-    (the ask is its heartbeat, :mod:`spotd.core.rejoin`)."""
+    """Whether the node's agent stands by: its command exited (or its preflight failed on
+    another node), and it asked what next since (the ask is its heartbeat,
+    :mod:`spotd.core.rejoin`)."""
     if report is None or report.exit_code is None or report.exited_at is None:
         return False
-    if report.exit_phase not in (None, "command"):
+    if report.exit_phase not in _STOOD_BY_AFTER:
         return False
     return report.heartbeat_at is not None and report.heartbeat_at > report.exited_at
 
@@ -176,8 +211,9 @@ def market_refusal(job: JobRecord, attempt: AttemptRecord, seen: RepairFacts) ->
 
 
 def _may_wait(end: End, facts: WatchFacts, seen: RepairFacts, kept: Sequence[str | None]) -> bool:
-    """Whether the healthy nodes of a preempted gang still have time to stand by."""
-    if end.end is not AttemptEnd.PREEMPTED:
+    """Whether the healthy nodes of a preempted gang, or of one whose preflight failed on
+    one node, still have time to stand by."""
+    if end.end is not AttemptEnd.PREEMPTED and node_at_fault(end) is None:
         return False
     since = _went_at(facts, seen, kept)
     if since is None:

@@ -13,7 +13,9 @@ any point:
    at once: from then on they belong to an open attempt (the reaper leaves them)
    and their agents rejoin it.
 3. Launch new nodes for the lost ranks only, with the new attempt's client
-   token, and record every node at its rank.
+   token, into the running gang (:attr:`~spotd.core.values.LaunchRequest.joins`:
+   the placement objects its kept nodes are in, which the closed attempt left
+   standing), and record every node at its rank.
 
 A failed launch ends the new attempt as judged for any failed launch (its kept
 nodes are stopped with it) and the job is placed again as after any
@@ -45,7 +47,7 @@ from spotd.core.values import (
 from spotd.engine import judge, repair
 from spotd.engine.attempts import open_attempt
 from spotd.engine.executor import Executor, on_pool
-from spotd.engine.launching import launch_request
+from spotd.engine.launching import gang_ref, launch_request
 from spotd.engine.memory import PassMemory
 from spotd.engine.placing import Placer
 from spotd.engine.settings import EngineSettings, checkpoint_uri
@@ -190,7 +192,10 @@ class Repairer:
             request = launch_request(job, opened, offering, owner=self._settings.owner,
                                      checkpoint_uri=checkpoint_uri(job, self._settings),
                                      interval_hours=interval)  # fmt: skip
-            instances = provider.launch(replace(request, nodes=missing))
+            # The new nodes join the kept ones' placement objects, not a new gang's.
+            joins = gang_ref(self._store.attempts(job.id), opened, verdict.kept_ids,
+                             owner=self._settings.owner)  # fmt: skip
+            instances = provider.launch(replace(request, nodes=missing, joins=joins))
             if len(instances) != missing:
                 raise ProviderError(f"{pool}: {len(instances)} node(s) launched, {missing} asked",
                                     provider=provider.name)  # fmt: skip

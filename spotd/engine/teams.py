@@ -89,6 +89,9 @@ class TeamBook:
     limits: Mapping[str, TeamLimits]
     period: timedelta = timedelta(0)
     """How long until the teams' budgets are weighed again (the re-plan period)."""
+    started_within_budget: bool = field(default=False, init=False)
+    """A job of a team with a budget started in this pass: the next pass weighs the
+    budgets again, so that lower priorities make room for it at once."""
     _usage: dict[str, TeamUsage] | None = field(default=None, init=False)
 
     def hold_reason(self, job: JobRecord, gave: AttemptRecord | None = None) -> str | None:
@@ -116,8 +119,24 @@ class TeamBook:
         if usage.spent_usd >= budget:
             return (f"team {team} has spent its {budget:,.2f} USD of this month "
                     f"([teams.{team}] monthly_budget_usd)")  # fmt: skip
-        return (f"team {team} would spend its {budget:,.2f} USD of this month before this "
-                f"job could stop again ([teams.{team}] monthly_budget_usd)")  # fmt: skip
+        return _would_spend(team, budget)
+
+    def budget_hold(self, job: JobRecord, per_hour: float, provider: str) -> str | None:
+        """Why the pending job, placed at ``per_hour`` USD with ``provider``, may not start
+        for its team's budget, or None: when it and the team's running jobs that would not
+        give way to it (its priority or above) would spend the rest of the budget before
+        the next look and their notices, it waits rather than start to be stopped. Lower
+        priorities do not hold it: once it runs, they are stopped for it first."""
+        team = job.spec.team
+        limits = self.limits.get(team) if team is not None else None
+        if team is None or limits is None or limits.monthly_budget_usd is None:
+            return None
+        usage = self._read().get(team, TeamUsage())
+        hours = self.period.total_seconds() / 3600 + notice_seconds(provider) / 3600
+        kept = self._kept_over(job, usage)
+        would = usage.spent_usd + per_hour * hours + sum(c.period_usd + c.notice_usd for c in kept)
+        return None if would < limits.monthly_budget_usd else _would_spend(team,
+                                                                          limits.monthly_budget_usd)
 
     @property
     def has_budgets(self) -> bool:
@@ -168,13 +187,31 @@ class TeamBook:
 
     def started(self, job: JobRecord) -> None:
         """Count a job the pass just placed against its team's running jobs."""
-        if self._usage is not None and job.spec.team is not None:
-            self._usage.setdefault(job.spec.team, TeamUsage()).running += 1
+        team = job.spec.team
+        if self._usage is not None and team is not None:
+            self._usage.setdefault(team, TeamUsage()).running += 1
+        limits = self.limits.get(team) if team is not None else None
+        if limits is not None and limits.monthly_budget_usd is not None:
+            self.started_within_budget = True
+
+    def _kept_over(self, job: JobRecord, usage: TeamUsage) -> list[RunningCost]:
+        """What the team's running jobs of ``job``'s priority or above, not leaving,
+        spend until the next look and in their notice: a budget they fill holds ``job``;
+        lower priorities are stopped for it once it runs (:func:`budget_stops`)."""
+        kept = [j for j in usage.running_jobs
+                if j.spec.priority >= job.spec.priority and j.id not in usage.leaving]  # fmt: skip
+        costs = (_running_costs(j, usage.open_attempts.get(j.id), self.period) for j in kept)
+        return [c for c in costs if c is not None]
 
     def _read(self) -> dict[str, TeamUsage]:
         if self._usage is None:
             self._usage = team_usage(self.store, self.now, set(self.limits))
         return self._usage
+
+
+def _would_spend(team: str, budget: float) -> str:
+    return (f"team {team} would spend its {budget:,.2f} USD of this month before this "
+            f"job could stop again ([teams.{team}] monthly_budget_usd)")
 
 
 def _running_costs(

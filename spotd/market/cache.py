@@ -24,6 +24,7 @@ from spotd.core.clock import WALL
 from spotd.core.contracts import Clock, OfferingBoard, Provider
 from spotd.core.errors import ProviderError
 from spotd.core.values import Market, Offering, Pool
+from spotd.market.linked import Linked, price_links
 from spotd.market.signals import LaunchSignals
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ class MarketCache:
         self._max = max_backoff_seconds
         self._on_fresh = on_fresh
         self._index: OfferingIndex | None = None
+        self._linked: Linked | None = None
         self._gpus: frozenset[str] | None = None
         self.signals = LaunchSignals(clock=clock.monotonic)
         """spotd's own capacity signal per pool, laid over the offerings (see its module)."""
@@ -101,7 +103,7 @@ class MarketCache:
 
         A daemon that shares polls and does not lead reads the leader's instead.
         """
-        old = self.snapshot(name)
+        old = self._raw(name)
         if self._board is not None and not self._leading():
             adopted = self._adopt(name, old)
             if adopted is not None:
@@ -130,6 +132,7 @@ class MarketCache:
             if fresh is not old:
                 self._index = None
                 self._gpus = None
+                self._linked = None
             self._snapshots[name] = fresh
         return fresh
 
@@ -175,13 +178,33 @@ class MarketCache:
             self.refresh(name)
 
     def snapshot(self, name: str) -> Snapshot:
-        """The current snapshot of one provider (empty if never polled)."""
+        """The current snapshot of one provider (empty if never polled), with prices
+        linked to another provider's filled in (:mod:`spotd.market.linked`)."""
         with self._lock:
-            return self._snapshots.get(name, Snapshot((), 0.0))
+            raw = self._snapshots.get(name, Snapshot((), 0.0))
+            priced = self._priced().offerings.get(name)
+        return raw if priced is None or priced is raw.offerings else replace(raw, offerings=priced)
 
     def snapshots(self) -> dict[str, Snapshot]:
         """Every provider's snapshot, by provider name."""
         return {name: self.snapshot(name) for name in self._providers}
+
+    def unpriced(self) -> tuple[Offering, ...]:
+        """Offerings whose price link matched no enabled provider's offering: they keep
+        their provider's own (default) price."""
+        with self._lock:
+            return self._priced().unmatched
+
+    def _raw(self, name: str) -> Snapshot:
+        with self._lock:
+            return self._snapshots.get(name, Snapshot((), 0.0))
+
+    def _priced(self) -> Linked:
+        """The polled offerings with linked prices filled in; the lock is held. Kept
+        until a poll changes a snapshot."""
+        if self._linked is None:
+            self._linked = price_links({n: s.offerings for n, s in self._snapshots.items()})
+        return self._linked
 
     def offerings(self) -> OfferingIndex:
         """All providers' offerings, indexed, polling those never polled yet."""
@@ -190,7 +213,7 @@ class MarketCache:
                 self.refresh(name)
         with self._lock:
             if self._index is None:
-                offered = (o for snap in self._snapshots.values() for o in snap.offerings)
+                offered = (o for found in self._priced().offerings.values() for o in found)
                 signals = self.signals
                 self._index = OfferingIndex(map(signals.apply, offered) if signals else offered)
             return self._index
@@ -212,7 +235,7 @@ class MarketCache:
 
     def _offered_capacity(self, pool: Pool) -> float | None:
         """The capacity the provider itself gives ``pool`` (without spotd's signal)."""
-        found = (o for o in self.snapshot(pool.provider).offerings if o.pool == pool)
+        found = (o for o in self._raw(pool.provider).offerings if o.pool == pool)
         return next((o.capacity for o in found), None)
 
     def _reindex(self) -> None:
@@ -232,7 +255,9 @@ class MarketCache:
 
     def find(self, pool: Pool) -> Offering | None:
         """The current offering of ``pool``, if its provider lists it."""
-        for offering in self.snapshot(pool.provider).offerings:
+        with self._lock:
+            offered = self._priced().offerings.get(pool.provider, ())
+        for offering in offered:
             if offering.pool == pool:
                 return self.signals.apply(offering)
         return None

@@ -112,8 +112,14 @@ def _efficiency(entry: OfferingEntry, off: Offering, nodes: int, need_gbps: floa
 
 
 def prepare(scenario: Scenario, timeline: Timeline, job: JobEntry, source: str, *,
-            starts: int | None = None, seed: int | None = None) -> Prepared:
-    """Turn one job of the scenario into a world; :class:`ScenarioError` if it cannot run."""
+            starts: int | None = None, seed: int | None = None,
+            within: tuple[int, int] | None = None) -> Prepared:
+    """Turn one job of the scenario into a world; :class:`ScenarioError` if it cannot run.
+
+    ``within`` (first tick, end tick) draws the start points so that every job's
+    whole deadline window lies in those ticks (a half of the timeline, say);
+    by default anywhere on the timeline.
+    """
     g = timeline.tick_hours
     full = scenario.cost_model is CostModel.FULL
     k = scenario.on_demand_ratio
@@ -181,14 +187,15 @@ def prepare(scenario: Scenario, timeline: Timeline, job: JobEntry, source: str, 
             f"{where}: the deadline leaves no time for even an on-demand run "
             f"({job.compute_hours:g} h of compute + {job.changeover_hours:g} h changeover)"
         ])
-    span = timeline.ticks - window + 1
+    first, end = (0, timeline.ticks) if within is None else within
+    span = min(end, timeline.ticks) - first - window + 1
     if span < 1:
         raise ScenarioError(source, [
-            f"{where}: the traces ({timeline.ticks * g:.1f} h) are shorter than the "
-            f"deadline ({job.window_hours:g} h)"
+            f"{where}: the traces ({(min(end, timeline.ticks) - first) * g:.1f} h) are "
+            f"shorter than the deadline ({job.window_hours:g} h)"
         ])
     rng = np.random.default_rng(job.seed if seed is None else seed)
-    drawn = rng.integers(0, span, size=job.starts if starts is None else starts)
+    drawn = first + rng.integers(0, span, size=job.starts if starts is None else starts)
     return Prepared(
         job, world, tuple(offerings), _policy_view(spec, job, full),
         tuple(sorted(int(s) for s in drawn)),

@@ -20,10 +20,10 @@ from sqlalchemy import Engine, delete, insert, select
 
 from spotd.core.contracts import Published
 from spotd.core.network import Fabric, Interconnect
-from spotd.core.values import Offering, Pool
+from spotd.core.values import Market, Offering, Pool, PriceLink
 from spotd.store.tables import PUBLISHED
 
-_Row = list[str | int | float | None]
+_Row = list[Any]
 
 
 def _encode(offerings: Sequence[Offering]) -> bytes:
@@ -31,10 +31,18 @@ def _encode(offerings: Sequence[Offering]) -> bytes:
         [o.pool.provider, o.pool.region, o.pool.zone, o.pool.instance_type, o.gpu,
          o.gpus_per_node, o.gpu_memory_gb, o.interconnect.fabric.value,
          o.interconnect.gbps_per_gpu, o.spot_price, o.on_demand_price, o.capacity,
-         o.notice_seconds]
+         o.notice_seconds, _link(o.price_link)]
         for o in offerings
     ]  # fmt: skip
     return zlib.compress(json.dumps(rows, separators=(",", ":")).encode(), 6)
+
+
+def _link(link: PriceLink | None) -> list[Any] | None:
+    if link is None:
+        return None
+    source = link.source
+    markets = sorted(m.value for m in link.markets)
+    return [source.provider, source.region, source.zone, source.instance_type, markets]
 
 
 def _decode(payload: bytes) -> tuple[Offering, ...]:
@@ -45,7 +53,16 @@ def _offering(r: list[Any]) -> Offering:
     # The rows are ours (written by _encode), so they are trusted as they come.
     pool = Pool(r[0], r[1], r[2], r[3])
     fabric = Interconnect(Fabric(r[7]), r[8])
-    return Offering(pool, r[4], r[5], r[6], fabric, r[9], r[10], r[11], r[12])
+    # Rows published before price links have 13 columns.
+    link = _unlink(r[13]) if len(r) > 13 else None
+    return Offering(pool, r[4], r[5], r[6], fabric, r[9], r[10], r[11], r[12], link)
+
+
+def _unlink(link: list[Any] | None) -> PriceLink | None:
+    if link is None:
+        return None
+    source = Pool(link[0], link[1], link[2], link[3])
+    return PriceLink(source, frozenset(map(Market, link[4])))
 
 
 class SqlOfferingBoard:

@@ -23,6 +23,7 @@ from spotd.agent import preflight, preflight_worker
 from spotd.agent.gpu import GpuSource, RecordedSource
 from spotd.agent.job_python import JobRuntime, job_runtime
 from spotd.agent.preflight import PreflightPlan, gpu_model_matches, run_preflight
+from spotd.agent.preflight_launch import WorkerOutcome
 from spotd.agent.preflight_worker import bus_bandwidth_gbps
 from spotd.core.agent_wire import (
     PreflightCheck,
@@ -34,7 +35,7 @@ from spotd.core.agent_wire import (
 Name = PreflightCheckName
 Why = PreflightFailure
 
-NODE_ADDRS = ("127.0.0.2", "127.0.0.3")
+NODE_ADDRS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 MASTER = NODE_ADDRS[0]
 # Small and short: the figures only need to be positive and agreed on.
 FAST = {"size_mb": 2.0, "iterations": 5, "timeout_seconds": 60.0}
@@ -113,10 +114,14 @@ def test_two_nodes_measure_the_same_bandwidth_and_pass(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(60)
-def test_a_threshold_no_loopback_reaches_fails_both(tmp_path: Path) -> None:
-    first, second = gang(tmp_path, min_busbw_gbps=1e6)
-    assert not first.passed and not second.passed
-    assert first.reason == second.reason
+def test_a_threshold_no_loopback_reaches_fails_every_node(tmp_path: Path) -> None:
+    # Three nodes: their links are timed one pair at a time too, and every one is under
+    # the floor, so the fabric is at fault, not a node.
+    port = free_port()
+    plans = [node_plan(rank, port, tmp_path, nodes=3, min_busbw_gbps=1e6) for rank in range(3)]
+    first, second, third = run_nodes(plans, tmp_path)
+    assert not first.passed and not second.passed and not third.passed
+    assert first.reason == second.reason == third.reason
     assert first.reason.startswith("bus bandwidth ")
     assert first.reason.endswith(" GB/s below 1000000 GB/s")
     assert first.min_busbw_gbps == 1e6
@@ -152,6 +157,36 @@ def test_one_unwritable_checkpoint_location_fails_the_whole_gang(tmp_path: Path)
     assert first.busbw_gbps is not None and first.busbw_gbps == second.busbw_gbps
 
 
+def test_the_one_node_both_of_whose_links_are_slow_is_named() -> None:
+    # links[k] is the link into node k from node k-1.
+    assert preflight.slow_node([9.0, 2.0, 2.0, 9.0], floor=5.0) == 1
+    assert preflight.slow_node([2.0, 9.0, 9.0, 2.0], floor=5.0) == 3  # the ring wraps
+    assert preflight.slow_node([9.0, 2.0, 9.0, 9.0], floor=5.0) is None  # one link: which end?
+    assert preflight.slow_node([2.0, 2.0, 2.0], floor=5.0) is None  # the fabric's, not a node's
+    assert preflight.slow_node([2.0, 2.0, 9.0, 2.0, 2.0], floor=5.0) is None  # two nodes
+    assert preflight.slow_node([2.0, 9.0], floor=5.0) is None  # two nodes share their link
+    assert preflight.slow_node([], floor=5.0) is None
+
+
+def test_a_slow_node_under_the_floor_is_named_with_its_links(tmp_path: Path) -> None:
+    plan = node_plan(0, 29500, tmp_path, nodes=4, min_busbw_gbps=5.0)
+    spec = preflight_worker.WorkerSpec(backend="gloo", nodes=4, node_rank=0, size_bytes=4,
+                                       iterations=1, warmup=0, timeout_seconds=1.0)  # fmt: skip
+    result = preflight_worker.WorkerResult(
+        rank=0, world_size=4, python=sys.executable, python_version="3.11",
+        torch_version="2", cuda_devices=0, seconds_per_iteration=1.0, busbw_gbps=3.0,
+        size_bytes=4, link_gbps=[9.0, 9.0, 2.0, 2.5],
+    )  # fmt: skip
+    job = job_in(tmp_path)
+    outcome = preflight._outcome(plan, spec, job, WorkerOutcome(result=result))
+    figures = preflight._figures(plan, "gloo", [], outcome, 1.0)
+    assert not figures.passed
+    assert (figures.failed_rank, figures.failed_check, figures.failed_reason) == (
+        2, Name.NODE_LINK, Why.BELOW_FLOOR)  # fmt: skip
+    said = "node 2: its links carry 2 GB/s in from node 1 and 2.5 GB/s out to node 3"
+    assert figures.reason.startswith(f"{said}; bus bandwidth 3 GB/s below 5")
+
+
 @pytest.mark.timeout(60)
 def test_a_peer_that_never_arrives_ends_at_the_timeout(tmp_path: Path) -> None:
     # Two gangs of two, each missing a node: the master alone, and node 1 alone
@@ -171,8 +206,11 @@ def test_a_peer_that_never_arrives_ends_at_the_timeout(tmp_path: Path) -> None:
         assert figures.failed_rank is None  # which peer hung is not known here
         assert (figures.failed_check, figures.failed_reason) == (
             Name.PROCESS_GROUP, Why.TIMED_OUT)  # fmt: skip
-        # The worker said torch was fine before it went to wait for its peer.
-        assert check(figures, Name.TORCH).ok and not check(figures, Name.TORCH).skipped
+        # Torch is not failed for the peer's absence: passed, as the worker said before it
+        # went to wait for its peer, or unknown where the deadline came first (a loaded
+        # machine may take longer than the timeout to import torch).
+        torch = check(figures, Name.TORCH)
+        assert torch.ok and (not torch.skipped or torch.detail == "no answer from the worker")
         assert timeout <= figures.seconds < timeout + 5
 
 

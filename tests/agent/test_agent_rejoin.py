@@ -66,7 +66,10 @@ def test_who_stands_by() -> None:
     # Not on a provider that cannot add a node to a running gang (a cloud's, for now).
     assert not stands_by(config(provider="none"), **ok)
     assert not stands_by(config(rejoin_wait_seconds=0), **ok)
+    # A failed preflight: only a node the verdict does not name (another node failed).
     assert not stands_by(config(), **{**ok, "phase": "preflight"})
+    assert stands_by(config(), **{**ok, "phase": "preflight", "peer_at_fault": True})
+    assert not stands_by(config(), **{**ok, "phase": "rendezvous", "peer_at_fault": True})
     assert not stands_by(config(), **{**ok, "noticed": True})  # its own node is going
     assert not stands_by(config(), **{**ok, "stopped": True})
 

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 
 from spotd.agent.config import AgentConfig
-from spotd.agent.startup import EXIT_PREFLIGHT_FAILED, preflight_plan, prepare
+from spotd.agent.startup import EXIT_PREFLIGHT_FAILED, peer_at_fault, preflight_plan, prepare
 from spotd.core.agent_wire import (
     AgentReport,
     JoinReport,
     PreflightCheckName,
     PreflightFailure,
+    PreflightFigures,
     PreflightReport,
     Roster,
     Waiting,
@@ -77,3 +78,12 @@ def test_the_plan_takes_the_jobs_word_on_torch(value: str, torch: bool | None) -
     config = config_for(Path("/unused"), ("python",))
     env = {**config.job_env, "SPOTD_PREFLIGHT_TORCH": value}
     assert preflight_plan(config, env, roster, None).torch is torch
+
+
+def test_a_node_stands_by_only_for_a_verdict_naming_another_node() -> None:
+    def verdict(rank: int | None) -> PreflightFigures:
+        return PreflightFigures(passed=False, world_size=2, failed_rank=rank)
+
+    assert peer_at_fault(verdict(1), 0)
+    assert not peer_at_fault(verdict(0), 0)  # this node failed its own checks
+    assert not peer_at_fault(verdict(None), 0)  # the gang's: a timeout, the bandwidth

@@ -29,8 +29,18 @@ from spotd.billing.reports import (
     render_text,
 )
 from spotd.core.clock import ManualClock
+from spotd.core.intents import IntentKind, IntentOutcome
 from spotd.core.states import FailureCause, JobStatus, Transition
-from spotd.core.values import AttemptClose, AttemptEnd, LedgerEntry, Market, NewAttempt, Pool
+from spotd.core.values import (
+    AttemptClose,
+    AttemptEnd,
+    EventCause,
+    EventFacts,
+    LedgerEntry,
+    Market,
+    NewAttempt,
+    Pool,
+)
 from spotd.store import SqlStore
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
@@ -48,7 +58,13 @@ def h(hours: float) -> datetime:
 
 
 def _move(store: SqlStore, job_id: str, old: S, new: S, when: datetime, **kw: object) -> None:
-    store.compare_and_set(Transition(job_id, old, new, cause=str(new), **kw), now=when)  # type: ignore[arg-type]
+    close = kw.get("close_attempt")
+    cause = close.reason if isinstance(close, AttemptClose) else _CAUSES[new]
+    store.compare_and_set(Transition(job_id, old, new, cause=cause, **kw), now=when)  # type: ignore[arg-type]
+
+
+# The events' causes as the engine writes them: a report reads them back for drills.
+_CAUSES = {S.PROVISIONING: EventCause.PLACED, S.RUNNING: EventCause.RUNNING}
 
 
 def _attempt(
@@ -326,3 +342,43 @@ def test_a_failed_jobs_spend_counts_with_no_saving_and_a_running_ones_so_far(
     assert 'data-total="no_saving_usd"' in html and 'data-total="running_usd"' in html
     dumped = {j["job_id"]: j for j in json.loads(render_json(report))["jobs"]}
     assert (dumped[broken.id]["savings_usd"], dumped[long.id]["so_far"]) == (None, True)
+
+
+# -- drills -----------------------------------------------------------------------------
+
+
+def test_a_drill_is_reported_as_a_drill_not_as_the_pools_preemption(store: SqlStore) -> None:
+    """A drill ends its attempt ``preempted`` like the market: the report counts it as a
+    drill, with what resuming from it cost, and leaves the pool's reliability alone."""
+    job = store.create_job(spec(name="drilled"), now=T0)
+    new = NewAttempt(EAST, Market.SPOT, 1, 12.0, resume_from=None)
+    _move(store, job.id, S.PENDING, S.PROVISIONING, h(0), open_attempt=new)
+    first = store.attempts(job.id)[-1]
+    store.set_attempt_instances(first.id, ["i-drilled"])
+    store.mark_attempt_running(first.id, at=h(0.1))
+    _move(store, job.id, S.PROVISIONING, S.RUNNING, h(0.1))
+    intent = store.request_intent(job.id, IntentKind.DRILL, at=h(4), node=0)
+    store.settle_intent(intent, IntentOutcome.APPLIED, at=h(4), cause=EventCause.DRILL,
+                        detail="drill", facts=EventFacts(node="i-drilled", rank=0))  # fmt: skip
+    _move(store, job.id, S.RUNNING, S.RECOVERING, h(4.05),
+          close_attempt=AttemptClose(first.id, AttemptEnd.PREEMPTED))  # fmt: skip
+    _attempt(store, job.id, S.RECOVERING, EAST, 12.0, 4.1, run_after=0.3, end=8,
+             reason=AttemptEnd.SUCCEEDED, final=S.SUCCEEDED)  # fmt: skip
+    record_ledger(store, store.get_job(job.id), h(20), on_demand_prices=ON_DEMAND)
+
+    report = build_report(store, since=SINCE, until=UNTIL)
+
+    resume = [e for e in store.ledger(job_id=job.id) if e.kind == "changeover" and e.attempt == 2]
+    assert resume, "the resumed attempt's changeover is billed"
+    (row,) = report.jobs
+    assert (row.preemptions, row.drills) == (0, 1)
+    assert row.drill_usd == pytest.approx(sum(e.usd for e in resume)) and row.drill_usd > 0
+    assert (report.totals.preemptions, report.totals.drills) == (0, 1)
+    text = " ".join(report.findings)
+    assert "No job was preempted." in text and "least reliable" not in text
+    assert f"1 drill preempted 1 job on purpose (drilled); resuming from them cost " \
+           f"{usd(row.drill_usd)} USD." in text  # fmt: skip
+    (csv_row, total) = list(csv.DictReader(io.StringIO(render_csv(report))))
+    assert (csv_row["drills"], csv_row["preemptions"], total["drills"]) == ("1", "0", "1")
+    assert float(csv_row["drill_usd"]) == pytest.approx(row.drill_usd, abs=0.005)
+    assert "Drills:                1" in render_text(report)

@@ -34,6 +34,11 @@ def test_the_nodes_are_told_the_job_attempt_and_checkpoints() -> None:
     assert env["SPOTD_CHECKPOINT_INTERVAL_SECONDS"] == "1800"
 
 
+def test_the_nodes_are_told_the_jobs_team_when_it_has_one() -> None:
+    assert "SPOTD_TEAM" not in _request()
+    assert _request(team="vision")["SPOTD_TEAM"] == "vision"
+
+
 def test_a_job_that_names_its_own_tmpdir_keeps_it() -> None:
     assert JOB_TMPDIR not in _request()
     env = _request(env={"TMPDIR": "/scratch"})

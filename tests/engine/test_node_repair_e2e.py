@@ -1,11 +1,12 @@
-"""Node repair end to end: a real 2-node torchrun job on the simulated market loses node 1.
+"""Node repair end to end: a real 2-node torchrun job on the simulated market, drilled
+on node 1.
 
 Every node is a VM process with the real agent; the job is ``examples/train_ddp.py``
 under torchrun (gloo, one process per node) checkpointing through ``spotd.train``.
-The market reclaims node 1 of the running gang with its notice: both ranks agree to
-checkpoint and leave, node 0's agent stands by, and the daemon replaces node 1 alone
-in the same pool. The job ends with exactly one new node and the weights of an
-uninterrupted run of the same world size.
+A user drills node 1 of the running gang (``spotd drill JOB --node 1``): the market
+reclaims it with its notice, both ranks agree to checkpoint and leave, node 0's agent
+stands by, and the daemon replaces node 1 alone in the same pool. The job ends with
+exactly one new node and the weights of an uninterrupted run of the same world size.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _trained_some(job: JobView) -> bool:
     return (attempt.gang.step or 0) >= 10
 
 
-def test_a_gang_that_loses_node_1_keeps_node_0_and_ends_with_an_uninterrupted_runs_weights(
+def test_a_gang_drilled_on_node_1_keeps_node_0_and_ends_with_an_uninterrupted_runs_weights(
     tmp_path: Path,
 ) -> None:
     daemon = Daemon(fast_settings(tmp_path, speed=30, boot_seconds=30, cooldown_hours=24.0,
@@ -85,7 +86,7 @@ def test_a_gang_that_loses_node_1_keeps_node_0_and_ends_with_an_uninterrupted_ru
         first = job_until(client, job.id, _trained_some, 120).attempts[-1]
         provider = daemon.engine.providers[first.provider]
         assert isinstance(provider, SimProvider)
-        provider.reclaim(first.instance_ids[1])
+        client.drill(job.id, node=1)
         job = job_until(client, job.id, lambda j: JobStatus(j.status).terminal, 150)
         events = client.events(job.id)
         logs = client.logs(job.id).logs
@@ -105,6 +106,8 @@ def test_a_gang_that_loses_node_1_keeps_node_0_and_ends_with_an_uninterrupted_ru
     assert (after.provider, after.zone, after.instance_type) == (
         before.provider, before.zone, before.instance_type)  # fmt: skip
     assert len(provider.list_instances({"spotd-job": job.id})) == 3
+    drill = next(e for e in events if e.cause == "drill")
+    assert drill.facts.node == before.instance_ids[1] and drill.facts.rank == 1
     replaced = next(e for e in events if e.cause == "node replaced")
     assert "node 1" in replaced.detail and "node 0" in replaced.detail
     assert replaced.from_status == "recovering" and replaced.to_status == "provisioning"

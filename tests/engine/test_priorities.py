@@ -168,13 +168,15 @@ def _bill(eng: Engine, job: JobRecord, usd: float, at: datetime) -> None:
 
 def test_team_monthly_budget_holds_jobs_pending(tmp_path: Path) -> None:
     provider = FakeProvider()
-    eng = _engine(tmp_path, provider, ml=TeamLimits(monthly_budget_usd=50.0))
+    # 100 USD: room for what the job spends (1 USD/h) until the budgets' next look, 60
+    # hours away on this clock (60 s at 3600x), once this month's spend is gone.
+    eng = _engine(tmp_path, provider, ml=TeamLimits(monthly_budget_usd=100.0))
     now = eng.clock.now()
     spent = eng.store.create_job(spec(name="spent", team="ml"), now=now)
     eng.request_cancel(spent.id)
     eng.tick()
-    _bill(eng, spent, 60.0, month_start(now) + timedelta(hours=1))
-    assert team_usage(eng.store, now, ["ml"])["ml"].spent_usd == pytest.approx(60.0)
+    _bill(eng, spent, 110.0, month_start(now) + timedelta(hours=1))
+    assert team_usage(eng.store, now, ["ml"])["ml"].spent_usd == pytest.approx(110.0)
     job = eng.submit(spec(name="next", team="ml"))
     free = eng.submit(spec(name="free", team="vision"))
     eng.tick()
@@ -183,9 +185,9 @@ def test_team_monthly_budget_holds_jobs_pending(tmp_path: Path) -> None:
     assert held.status is JobStatus.PENDING
     last = eng.store.events(job.id)[-1]
     assert last.cause == "held"
-    assert "has spent its 50.00 USD of this month ([teams.ml] monthly_budget_usd)" in last.detail
+    assert "has spent its 100.00 USD of this month ([teams.ml] monthly_budget_usd)" in last.detail
     # Last month's spend does not count: billed before the month began, the job starts.
-    _bill(eng, spent, 60.0, month_start(now) - timedelta(days=2))
+    _bill(eng, spent, 110.0, month_start(now) - timedelta(days=2))
     assert team_usage(eng.store, now, ["ml"])["ml"].spent_usd == 0.0
     run_until(eng, job.id, lambda j: j.status is JobStatus.RUNNING, timeout=10)
     eng.store.close()

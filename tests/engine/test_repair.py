@@ -7,6 +7,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from spotd.core.agent_wire import PreflightCheckName as Check
+from spotd.core.agent_wire import PreflightFailure as Why
+from spotd.core.agent_wire import PreflightFigures
 from spotd.core.network import Fabric, Interconnect
 from spotd.core.rejoin import RejoinStep
 from spotd.core.values import (
@@ -199,7 +202,75 @@ def test_standing_by_is_an_ask_after_the_commands_exit() -> None:
     assert not repair.standing_by(None)
     assert not repair.standing_by(replace(standing_by(0), heartbeat_at=NOW - timedelta(minutes=1)))
     assert not repair.standing_by(replace(standing_by(0), exit_code=None))
-    assert not repair.standing_by(replace(standing_by(0), exit_phase="preflight"))
+    # After a preflight another node failed, as after the command; not before either.
+    assert repair.standing_by(replace(standing_by(0), exit_phase="preflight"))
+    assert not repair.standing_by(replace(standing_by(0), exit_phase="rendezvous"))
+
+
+# -- a node that fails its own preflight checks ------------------------------------------
+
+
+def preflight_facts(figures: PreflightFigures) -> judge.WatchFacts:
+    """A 2-node gang that never ran: both nodes up, its preflight failed as ``figures``."""
+    f = facts(JobStatus.PROVISIONING, node(0, S.RUNNING), node(1, S.RUNNING))
+    return replace(f, attempt=attempt(running_at=None),
+                   gang=GangState(joined=2, started=0, preflight=figures))  # fmt: skip
+
+
+def failed_on(rank: int | None, check: Check, why: Why) -> PreflightFigures:
+    return PreflightFigures(passed=False, world_size=2, reason="failed", failed_rank=rank,
+                            failed_check=check, failed_reason=why)  # fmt: skip
+
+
+def stood_by_after_preflight(n: int) -> InstanceReport:
+    return replace(standing_by(n), exit_code=76, exit_phase="preflight")
+
+
+def test_a_node_that_fails_its_own_gpu_check_is_replaced_alone() -> None:
+    f = preflight_facts(failed_on(1, Check.GPU_COUNT, Why.GPU_COUNT))
+    end = ended(f)
+    assert end.end is AttemptEnd.PREFLIGHT_FAILED and repair.node_at_fault(end) == "i-1"
+    # Both VMs still run: node 1 is replaced for its check, not for being gone.
+    verdict = repair.judge_repair(end, f, seen(stood_by_after_preflight(0),
+                                               alive=("i-0", "i-1")))  # fmt: skip
+    assert isinstance(verdict, Repair)
+    assert verdict.kept == ("i-0", None) and verdict.lost_ids == ("i-1",)
+    assert verdict.end is AttemptEnd.PREFLIGHT_FAILED
+    assert verdict.detail.endswith("; node 1 replaced, node 0 kept")
+
+
+def test_the_passing_node_gets_time_to_stand_by_after_a_failed_preflight() -> None:
+    f = preflight_facts(failed_on(1, Check.TORCH_GPUS, Why.NO_GPU))
+    failing = replace(stood_by_after_preflight(1), exited_at=NOW - timedelta(seconds=10))
+    assert repair.judge_repair(ended(f), f, seen(failing, alive=("i-0", "i-1"))) == Stay()
+    late = replace(failing, exited_at=NOW - timedelta(seconds=repair.STANDBY_WAIT_SECONDS + 1))
+    verdict = repair.judge_repair(ended(f), f, seen(late, alive=("i-0", "i-1")))
+    assert isinstance(verdict, End)
+    assert verdict.detail.endswith(f"the whole gang restarts: {Refusal.NOT_STANDING_BY}")
+
+
+@pytest.mark.parametrize(
+    ("rank", "check", "why"),
+    [
+        (None, Check.BANDWIDTH, Why.BELOW_FLOOR),  # the gang's, naming no node
+        (None, Check.PROCESS_GROUP, Why.TIMED_OUT),
+        (1, Check.PROCESS_GROUP, Why.PROCESS_GROUP_FAILED),  # not the node's own check
+    ],
+)
+def test_a_preflight_the_gang_failed_restarts_the_gang(
+    rank: int | None, check: Check, why: Why
+) -> None:
+    f = preflight_facts(failed_on(rank, check, why))
+    verdict = judge.watch(f)
+    assert isinstance(verdict, End) and verdict.end is AttemptEnd.PREFLIGHT_FAILED
+    assert repair.candidate(verdict, f.job) is None
+
+
+def test_a_preflight_the_job_failed_is_no_repair() -> None:
+    f = preflight_facts(failed_on(1, Check.TORCH, Why.TORCH_MISSING))
+    verdict = judge.watch(f)
+    assert isinstance(verdict, End) and verdict.status is JobStatus.FAILED
+    assert repair.candidate(verdict, f.job) is None
 
 
 # -- what a standing-by node is told ----------------------------------------------------

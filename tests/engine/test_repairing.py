@@ -3,7 +3,8 @@ the lost node alone is stopped and relaunched, the kept one stays at its rank.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from engine_support import EPOCH, FakeProvider, spec
 from spotd.core.agent_wire import (
     ExitReport,
     JoinReport,
+    PreflightCheckName,
+    PreflightFailure,
     PreflightFigures,
     PreflightReport,
     agent_token,
@@ -24,14 +27,18 @@ from spotd.core.values import (
     AttemptEnd,
     AttemptRecord,
     EventCause,
+    GangRef,
+    Instance,
     InstanceState,
     JobRecord,
+    LaunchRequest,
+    PlacementObject,
 )
 from spotd.daemon.rejoin import DaemonRejoin
 from spotd.engine import repairing
 from spotd.engine.reconcile import Engine
 from spotd.engine.reports import StoreReports
-from spotd.engine.settings import TAG_ATTEMPT, EngineSettings
+from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, EngineSettings
 from spotd.store import open_store
 from spotd_policies.cheapest import CheapestPolicy
 
@@ -194,6 +201,98 @@ def test_a_provider_that_cannot_add_a_node_to_a_gang_restarts_it_whole(
     assert ended.detail.endswith("its provider cannot add a node to a running gang yet")
 
 
-def test_the_simulated_market_adds_nodes_to_a_gang_and_the_clouds_not_yet() -> None:
-    assert repairing.replaces_gang_nodes("sim-aws") and repairing.replaces_gang_nodes("sim-gcp")
-    assert not any(repairing.replaces_gang_nodes(p) for p in ("aws", "gcp", "azure", "fake"))
+def test_every_shipped_provider_adds_nodes_to_a_gang() -> None:
+    for provider in ("sim-aws", "sim-gcp", "sim-azure", "aws", "gcp", "azure"):
+        assert repairing.replaces_gang_nodes(provider), provider
+    assert not repairing.replaces_gang_nodes("fake")  # no kind describes it
+
+
+@dataclass
+class PlacingProvider(FakeProvider):
+    """The scripted provider, making a placement object for each new gang as the clouds
+    do (a join makes none: its nodes go into the gang's)."""
+
+    placements: dict[str, PlacementObject] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
+
+    def launch(self, request: LaunchRequest) -> list[Instance]:
+        if request.nodes > 1 and request.joins is None:
+            pid = f"pg-{request.tags[TAG_ATTEMPT]}"
+            self.placements[pid] = PlacementObject(pid, "group", "r1", dict(request.tags))
+        return super().launch(request)
+
+    def list_placements(self, tags: Mapping[str, str]) -> list[PlacementObject]:
+        return [p for p in self.placements.values() if tags.items() <= p.tags.items()]
+
+    def delete_placements(self, placements: Sequence[PlacementObject]) -> None:
+        for placement in placements:
+            self.deleted.append(placement.id)
+            self.placements.pop(placement.id, None)
+
+
+def test_a_replacement_joins_the_kept_gang_whose_placement_lives_until_the_gang_ends(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(repairing, "replaces_gang_nodes", lambda provider: provider == "fake")
+    provider = PlacingProvider()
+    store = open_store(f"sqlite:///{tmp_path / 'p.db'}")
+    eng = Engine(store, {"fake": provider}, CheapestPolicy(), ManualClock(EPOCH),
+                 EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck"))  # fmt: skip
+    job, first = running_gang(eng, "replace")  # after a preemption, auto would move
+    kept = first.instance_ids[0]
+    lose_node_1(eng, provider, first)
+    passes(eng, job.id, JobStatus.PROVISIONING)
+    origin = {TAG_JOB: job.id, TAG_ATTEMPT: "1", TAG_OWNER: "test"}
+    assert provider.launched[-1].joins == GangRef(first.client_token, origin, (kept,))
+    assert provider.launched[-1].nodes == 1 and provider.deleted == []
+    # Repaired again, of the node kept the first time: the gang still lives in the first
+    # attempt's placement, which no live node of attempt 1 holds now; the reaper keeps it.
+    _, second = eng.store.attempts(job.id)
+    assemble(eng, second)
+    passes(eng, job.id, JobStatus.RUNNING)
+    new = second.instance_ids[1]
+    provider.states[kept] = InstanceState.PREEMPTED
+    StoreReports(eng.store).exited(ExitReport(exit_code=143, **speaker(eng, second, new)))
+    eng.clock.advance(1.0)  # type: ignore[attr-defined]
+    DaemonRejoin(eng.store, "tok").next_step(RejoinAsk.model_validate(speaker(eng, second, new)))
+    passes(eng, job.id, JobStatus.PROVISIONING)
+    assert provider.launched[-1].joins == GangRef(first.client_token, origin, (new,))
+    eng.reap()
+    assert list(provider.placements) == ["pg-1"] and provider.deleted == []
+    # When the gang ends, the placement its nodes were in goes with it.
+    eng.request_cancel(job.id)
+    passes(eng, job.id, JobStatus.CANCELLED)
+    assert provider.deleted == ["pg-1"] and provider.placements == {}
+    store.close()
+
+
+def test_a_node_failing_its_own_preflight_check_is_replaced_and_the_other_kept(
+    fake: tuple[Engine, FakeProvider],
+) -> None:
+    """Node 1's GPUs are not as offered: the gang's verdict names it; node 0 passed, stands
+    by, and is kept at rank 0 while node 1 alone is stopped and relaunched."""
+    eng, provider = fake
+    job = eng.submit(spec(**gang()))
+    passes(eng, job.id, JobStatus.PROVISIONING)
+    (first,) = eng.store.attempts(job.id)
+    kept, bad = first.instance_ids
+    book = StoreReports(eng.store)
+    verdict = PreflightFigures(passed=False, world_size=2, reason="node 1: 0 GPUs, 1 offered",
+                               failed_rank=1, failed_check=PreflightCheckName.GPU_COUNT,
+                               failed_reason=PreflightFailure.GPU_COUNT)  # fmt: skip
+    for n, iid in enumerate(first.instance_ids):
+        book.join(JoinReport(address=f"10.0.0.{n + 1}", ports=(29500, 29501),
+                             **speaker(eng, first, iid)))  # fmt: skip
+        book.preflight(PreflightReport(figures=verdict, **speaker(eng, first, iid)))
+        book.exited(ExitReport(exit_code=76, phase="preflight", **speaker(eng, first, iid)))
+    eng.clock.advance(1.0)  # type: ignore[attr-defined]
+    ask = RejoinAsk.model_validate(speaker(eng, first, kept))
+    assert DaemonRejoin(eng.store, "tok").next_step(ask).step is RejoinStep.WAIT
+
+    job = passes(eng, job.id, JobStatus.PROVISIONING)
+    closed, second = eng.store.attempts(job.id)
+    assert closed.end_reason is AttemptEnd.PREFLIGHT_FAILED and closed.running_at is None
+    assert second.instance_ids[0] == kept and second.instance_ids[1] not in first.instance_ids
+    assert bad in provider.terminated and kept not in provider.terminated
+    replaced = [e for e in eng.store.events(job.id) if e.cause is EventCause.NODE_REPLACED]
+    assert replaced and "node 1" in replaced[0].detail and f"({kept}) kept" in replaced[0].detail

@@ -71,16 +71,26 @@ def intent(kind: IntentKind, at: datetime) -> IntentRecord:
 # -- the engine, on a clock the test moves --------------------------------------------------
 
 
-@pytest.fixture
-def team(tmp_path: Path) -> Iterator[tuple[Engine, FakeProvider, StepClock]]:
+def team_engine(tmp_path: Path, ml: TeamLimits) -> Iterator[tuple[Engine, FakeProvider, StepClock]]:
+    """An engine whose team ``ml`` has the limits ``ml``, on a clock the test moves."""
     provider, clock = FakeProvider(), StepClock()
     clock.at = T0
     store = open_store(f"sqlite:///{tmp_path / 'y.db'}")
-    settings = EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck", teams={
-        "ml": TeamLimits(max_running_jobs=1, monthly_budget_usd=50.0)})  # fmt: skip
+    settings = EngineSettings(owner="test", checkpoints_dir=tmp_path / "ck", teams={"ml": ml})
     engine = Engine(store, {"fake": provider}, CheapestPolicy(), clock, settings)  # type: ignore[arg-type]
     yield engine, provider, clock
     store.close()
+
+
+@pytest.fixture
+def team(tmp_path: Path) -> Iterator[tuple[Engine, FakeProvider, StepClock]]:
+    yield from team_engine(tmp_path, TeamLimits(max_running_jobs=1, monthly_budget_usd=50.0))
+
+
+@pytest.fixture
+def budget_team(tmp_path: Path) -> Iterator[tuple[Engine, FakeProvider, StepClock]]:
+    """A team with a monthly budget and no cap on its running jobs."""
+    yield from team_engine(tmp_path, TeamLimits(monthly_budget_usd=50.0))
 
 
 def tick(engine: Engine, clock: StepClock, n: int = 1) -> None:
@@ -209,3 +219,46 @@ def test_a_stop_asked_before_the_attempt_began_is_about_another() -> None:
                end=AttemptEnd.SUCCEEDED)  # fmt: skip
     checkpointing = replace(job("x", 0), status=JobStatus.CHECKPOINTING)
     assert give_way(checkpointing, attempt, fresh, done, now=EPOCH, notice_hours=1.0) is done
+
+
+def nearly_spent(engine: Engine, clock: StepClock) -> JobRecord:
+    """The team's low job, run until it has spent all but 1.5 minutes of the budget: at
+    1 USD an hour each, one job fits until the next look (a minute), two do not."""
+    low = engine.submit(spec(name="low", team="ml"))
+    tick(engine, clock, 2)
+    clock.at += timedelta(hours=49, minutes=58, seconds=30)
+    tick(engine, clock)
+    assert status(engine, low.id) is JobStatus.RUNNING and not engine.store.intents(low.id)
+    return low
+
+
+def test_a_higher_priority_job_takes_the_budget_a_lower_one_would_spend(
+    budget_team: tuple[Engine, FakeProvider, StepClock],
+) -> None:
+    engine, provider, clock = budget_team
+    low = nearly_spent(engine, clock)
+    high = engine.submit(spec(name="high", team="ml", priority=10))
+    tick(engine, clock, 3)
+    # The team's budget goes to the higher priority: the low job is told to stop.
+    assert [i.kind for i in engine.store.intents(low.id)] == [IntentKind.YIELD_BUDGET]
+    assert status(engine, low.id) is JobStatus.CHECKPOINTING
+    assert not engine.store.intents(high.id)
+    (node,) = nodes(engine, low.id)
+    provider.states[node], provider.exit_codes[node] = InstanceState.PREEMPTED, 143
+    tick(engine, clock, 3)
+    assert engine.store.attempts(low.id)[-1].end_reason is AttemptEnd.YIELDED
+    assert status(engine, high.id) is JobStatus.RUNNING
+    assert engine.store.get_job(low.id).status is JobStatus.RECOVERING
+
+
+def test_a_job_no_higher_than_those_filling_the_budget_waits_rather_than_start_to_stop(
+    budget_team: tuple[Engine, FakeProvider, StepClock],
+) -> None:
+    engine, _, clock = budget_team
+    low = nearly_spent(engine, clock)
+    peer = engine.submit(spec(name="peer", team="ml"))
+    tick(engine, clock, 3)
+    held = engine.store.get_job(peer.id)
+    assert held.status is JobStatus.PENDING and held.waiting is not None
+    assert "would spend its 50.00 USD" in held.waiting
+    assert status(engine, low.id) is JobStatus.RUNNING and not engine.store.intents(low.id)

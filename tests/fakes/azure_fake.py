@@ -16,7 +16,9 @@ ARM (``/subscriptions/{sub}/...``, paths matched case-insensitively, the
   or ``Failed`` with the injected error);
 - ``GET  providers/Microsoft.Compute/locations/{loc}/operationResults/{id}``: 204;
 - scale sets: ``PUT/GET/DELETE .../virtualMachineScaleSets/{name}`` (VMs made at
-  the PUT, ``Creating`` until the async operation ends), ``GET
+  the PUT, ``Creating`` until the async operation ends), ``PATCH
+  .../virtualMachineScaleSets/{name}`` (tags, custom data, and a larger capacity
+  adds VMs as a scale-out does), ``GET
   .../virtualMachineScaleSets`` (list), ``POST .../{name}/delete`` (delete
   instances), ``GET .../{name}/virtualMachines[?$expand=instanceView]`` and
   ``GET .../{name}/networkInterfaces`` (the network API's NIC list, with a
@@ -66,7 +68,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, quote, urlsplit
 
-from azure.mgmt.compute.models import VirtualMachine, VirtualMachineScaleSet
+from azure.mgmt.compute.models import (
+    VirtualMachine,
+    VirtualMachineScaleSet,
+    VirtualMachineScaleSetUpdate,
+)
 
 JSON = dict[str, Any]
 
@@ -325,7 +331,8 @@ class FakeAzure:
 
     def fail_next_put(self, code: str, *, status: int = 409, via_operation: bool = False,
                       after: int = 0, details: tuple[str, ...] = ()) -> None:
-        """Fail the VM PUT after the next ``after`` ones with ARM error ``code``.
+        """Fail the VM PUT (or scale set PUT or PATCH) after the next ``after`` ones with
+        ARM error ``code``.
 
         ``details`` are codes of inner errors (ARM nests the real cause there at times).
         """
@@ -560,7 +567,13 @@ class FakeAzure:
         stored["properties"].update(provisioningState="Creating", uniqueId=str(uuid.uuid4()),
                                     timeCreated=datetime.now(UTC).isoformat())  # fmt: skip
         held = self.state.sets[name] = _ScaleSet(stored)
-        for _ in range(int(stored["sku"]["capacity"])):
+        self._add_members(held, int(stored["sku"]["capacity"]))
+        return held
+
+    def _add_members(self, held: _ScaleSet, count: int) -> None:
+        """``count`` new VMs (creating) in ``held``, from its model now."""
+        stored, name, set_id = held.body, held.body["name"], held.body["id"]
+        for _ in range(count):
             index = str(held.next_index)
             held.next_index += 1
             held.members[index] = {
@@ -576,7 +589,42 @@ class FakeAzure:
             given = self.state.addresses_given
             held.addresses[index] = f"10.1.{given // 250}.{given % 250 + 4}"
             self.state.power[f"{name}_{index}"] = "starting"
-        return held
+
+    def patch_set(self, name: str, body: JSON) -> tuple[int, JSON, dict[str, str]]:
+        """PATCH of a scale set: new tags, a new capacity (a larger one adds VMs from the
+        set's model, as ARM scales out), a new custom data for the VMs made from now on."""
+        unknown = unknown_fields(VirtualMachineScaleSetUpdate(body))
+        if unknown:
+            return 400, _error("InvalidRequestContent", f"unknown fields {unknown}"), {}
+        with self.lock:
+            held = self.state.sets.get(name)
+            if held is None:
+                return 404, _error("ResourceNotFound", f"The Resource '{name}' was not found."), {}
+            failure = self.state.failures.popleft() if self.state.failures else None
+            if failure is not None and failure.code and not failure.via_operation:
+                return failure.status, _error(failure.code, details=failure.details), {}
+            error = (_error(failure.code, details=failure.details)["error"]
+                     if failure and failure.code else None)  # fmt: skip
+            if "tags" in body:
+                held.body["tags"] = body["tags"] or {}
+            custom = (body.get("properties", {}).get("virtualMachineProfile", {})
+                      .get("osProfile", {}).get("customData"))  # fmt: skip
+            if custom is not None:
+                held.body["properties"]["virtualMachineProfile"]["osProfile"]["customData"] = custom
+            self.state.set_models[name] = VirtualMachineScaleSet(held.body)
+            wanted = int((body.get("sku") or {}).get("capacity", len(held.members)))
+            if wanted <= len(held.members):
+                return 200, json.loads(json.dumps(held.body)), {}
+            before = len(held.members)
+            self._add_members(held, wanted - before)
+            held.body["properties"]["provisioningState"] = "Updating"
+            op_id = uuid.uuid4().hex
+            # A failed scale-out takes back the VMs it added, and only those.
+            self.state.operations[op_id] = _Operation(
+                name, self.async_polls, error, scale_set=True,
+                keep=before if error is not None else None)  # fmt: skip
+            answer = json.loads(json.dumps(held.body))
+        return 200, answer, {"Azure-AsyncOperation": self._operation_url(answer["location"], op_id)}
 
     def _set_operation(self, op_id: str, op: _Operation) -> tuple[int, JSON]:
         """Called with the lock held."""
@@ -586,7 +634,7 @@ class FakeAzure:
             return 200, {"status": "InProgress", "name": op_id}
         if held is None:
             return 200, {"status": "Failed", "name": op_id, "error": _error("NotFound")["error"]}
-        keep = len(held.members) // 2 if op.error is not None else op.keep
+        keep = len(held.members) // 2 if op.error is not None and op.keep is None else op.keep
         for index in list(held.members)[keep:] if keep is not None else []:
             del held.members[index]
             self.state.power.pop(f"{op.vm}_{index}", None)
@@ -809,6 +857,9 @@ def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             self._serve("POST")
 
+        def do_PATCH(self) -> None:
+            self._serve("PATCH")
+
         def _serve(self, method: str) -> None:
             parts = urlsplit(self.path)
             query = {k: v[0] for k, v in parse_qs(parts.query).items()}
@@ -874,6 +925,7 @@ def _handler_for(fake: FakeAzure) -> type[BaseHTTPRequestHandler]:
                 ("GET", "networkinterfaces"): lambda: (*fake.list_nics(name, query), {}),
                 ("POST", "delete"): lambda: fake.delete_members(name, body or {}),
                 ("PUT", ""): lambda: fake.put_set(route["rg"], name, body or {}),
+                ("PATCH", ""): lambda: fake.patch_set(name, body or {}),
                 ("GET", ""): lambda: (*fake.get_set(name), {}),
                 ("DELETE", ""): lambda: fake.delete_set(name),
             }

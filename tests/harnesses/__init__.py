@@ -20,7 +20,7 @@ from spotd.core.values import LaunchRequest, Offering
 
 ErrorKind = Literal["capacity", "quota", "throttle", "auth", "server"]
 ERROR_KINDS: tuple[ErrorKind, ...] = ("capacity", "quota", "throttle", "auth", "server")
-PROVIDERS = ("sim", "sim_inprocess", "aws", "gcp", "azure")
+PROVIDERS = ("sim", "sim_inprocess", "aws", "gcp", "azure", "kubernetes")
 
 
 @dataclass(frozen=True)

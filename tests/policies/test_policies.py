@@ -22,10 +22,11 @@ from spotd_policies.base import every_usable, fastest_usable
 from spotd_policies.cheapest import CheapestPolicy
 from spotd_policies.filters import first_exclusion, over_budget
 from spotd_policies.on_demand import OnDemandPolicy
+from spotd_policies.planned import PlannedPolicy
 from spotd_sim import build_sim_providers
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)
-POLICIES = [BalancedPolicy, CheapestPolicy, OnDemandPolicy]
+POLICIES = [BalancedPolicy, CheapestPolicy, OnDemandPolicy, PlannedPolicy]
 
 
 def job(**over: object) -> JobSpec:

@@ -31,7 +31,14 @@ from spotd.core.errors import (
 )
 from spotd.core.spec import JobSpec
 from spotd.core.states import JobStatus
-from spotd.core.values import Instance, InstanceState, LaunchRequest, Market, Offering
+from spotd.core.values import (
+    GangRef,
+    Instance,
+    InstanceState,
+    LaunchRequest,
+    Market,
+    Offering,
+)
 from spotd.engine.reconcile import Engine
 from spotd.engine.settings import TAG_ATTEMPT, TAG_JOB, TAG_OWNER, EngineSettings
 from spotd.registry import load_policy
@@ -201,6 +208,73 @@ def test_placement_is_deleted_with_its_gang(harness: Harness) -> None:
     host.delete_placements(placements)
     assert host.list_placements({TAG_JOB: "j-contract"}) == []
     host.delete_placements(placements)  # again: ignored
+
+
+def join_request(h: Harness, token: str, first: LaunchRequest, kept: str) -> LaunchRequest:
+    """One node of attempt 2 joining the gang ``first`` launched, of which ``kept`` runs."""
+    return replace(
+        request_for(h, token=token, nodes=1, offering=first.offering),
+        tags={**first.tags, TAG_ATTEMPT: "2"},
+        joins=GangRef(first.client_token, first.tags, (kept,)),
+    )
+
+
+def test_a_node_joins_a_running_gang_in_its_placement(harness: Harness) -> None:
+    """A node repair's launch: one new node beside the kept one, in the gang's placement
+    object with the same fabric interfaces, the object kept, the join idempotent."""
+    host = placer(harness)
+    offering = harness.gang_offering()
+    first = request_for(harness, token="gang-join-1", nodes=2, offering=offering)
+    kept, lost = harness.provider.launch(first)
+    (placement,) = host.list_placements({TAG_JOB: "j-contract", TAG_ATTEMPT: "1"})
+    harness.interrupt(lost.id)
+    eventually(harness, lambda: all(i.ended for i in harness.provider.describe([lost.id])))
+    join = join_request(harness, "gang-join-2", first, kept.id)
+    (new,) = harness.provider.launch(join)
+    assert new.id not in (kept.id, lost.id) and new.pool == kept.pool
+    seen = harness.fabric_seen([kept.id, new.id])
+    assert seen.placements == {placement.id}
+    assert seen.interfaces[1] == seen.interfaces[0] >= 1
+    # The gang's placement object is the only one, and still there.
+    assert [p.id for p in host.list_placements({TAG_JOB: "j-contract"})] == [placement.id]
+    # The same join again (a retry after a crash) starts nothing new.
+    again = harness.provider.launch(join)
+    assert [n.id for n in again] == [new.id]
+    live = [i.id for i in harness.provider.list_instances({TAG_JOB: "j-contract"})
+            if not i.ended]  # fmt: skip
+    assert sorted(live) == sorted([kept.id, new.id])
+
+
+def test_a_join_refused_for_capacity_leaves_the_gang_and_its_placement(
+    harness: Harness,
+) -> None:
+    host = placer(harness)
+    offering = harness.gang_offering()
+    first = request_for(harness, token="gang-join-3", nodes=2, offering=offering)
+    kept, lost = harness.provider.launch(first)
+    harness.interrupt(lost.id)
+    eventually(harness, lambda: all(i.ended for i in harness.provider.describe([lost.id])))
+    harness.fail_next_launch("capacity")
+    with pytest.raises(CapacityError):
+        harness.provider.launch(join_request(harness, "gang-join-4", first, kept.id))
+    assert len(host.list_placements({TAG_JOB: "j-contract", TAG_ATTEMPT: "1"})) == 1
+    live = [i.id for i in harness.provider.list_instances({TAG_JOB: "j-contract"})
+            if not i.ended]  # fmt: skip
+    assert live == [kept.id]
+
+
+def test_a_join_to_a_gang_whose_placement_is_gone_launches_nothing(harness: Harness) -> None:
+    host = placer(harness)
+    first = request_for(harness, token="gang-join-5", nodes=2, offering=harness.gang_offering())
+    ids = [n.id for n in harness.provider.launch(first)]
+    harness.provider.terminate(ids)
+    eventually(harness, lambda: all(i.ended for i in harness.provider.describe(ids)))
+    host.delete_placements(host.list_placements({TAG_JOB: "j-contract"}))
+    # Not an invalid request (which fails a job): the gang restarts whole.
+    with pytest.raises(NotFoundError):
+        harness.provider.launch(join_request(harness, "gang-join-6", first, ids[0]))
+    live = [i for i in harness.provider.list_instances({TAG_JOB: "j-contract"}) if not i.ended]
+    assert live == [] and host.list_placements({TAG_JOB: "j-contract"}) == []
 
 
 def engine_for(h: Harness, tmp_path: Path, owner: str = "contract") -> Engine:
