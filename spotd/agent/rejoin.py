@@ -36,6 +36,7 @@ from spotd.agent.config import AgentConfig
 from spotd.agent.files import NOTICE_FILE, PROGRESS_FILE
 from spotd.agent.output import OUTPUT_FILE
 from spotd.agent.reporter import ReportFailed, ReportRejected
+from spotd.agent.signals import after_handler
 from spotd.core.agent_wire import ExitPhase
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
@@ -145,7 +146,7 @@ def stopping_on_signals(stop: threading.Event) -> Iterator[None]:
     def on_signal(signum: int, frame: FrameType | None) -> None:
         del frame
         log.info("agent got %s while standing by: leaving", signal.Signals(signum).name)
-        stop.set()
+        after_handler(stop.set)  # stand_by waits on ``stop``: not from the handler
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

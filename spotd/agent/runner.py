@@ -36,6 +36,7 @@ from spotd.agent.output import OUTPUT_FILE, AgentLines, NodeOutput
 from spotd.agent.ranks import job_ranks
 from spotd.agent.rejoin import clear_run_dir, stand_by, stands_by, stopping_on_signals
 from spotd.agent.reporter import DaemonReporter, ReportQueue
+from spotd.agent.signals import after_handler
 from spotd.agent.startup import EXIT_NO_GANG, prepare, run_dir_of
 from spotd.agent.watchers import make_watcher
 from spotd.core.agent_wire import (
@@ -441,7 +442,7 @@ def _forwarding_signals(handle: Callable[[int], None]) -> Iterator[None]:
     def forward(signum: int, frame: FrameType | None) -> None:
         del frame
         log.info("agent got %s; forwarding it to the job", signal.Signals(signum).name)
-        handle(signum)
+        after_handler(lambda: handle(signum))
 
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:

@@ -1,0 +1,20 @@
+"""spotd.agent.signals: a signal handler never waits for a lock its own thread holds."""
+
+from __future__ import annotations
+
+import threading
+
+from spotd.agent.signals import after_handler
+
+
+def test_setting_an_event_the_interrupted_thread_holds_returns_at_once() -> None:
+    # A handler runs where the main thread stands: here, inside the event's own lock,
+    # as Event.wait() is for an instant. Setting the event right there would wait for
+    # that lock forever; after_handler returns, and the event is set once it is free.
+    event = threading.Event()
+    lock = event._cond  # type: ignore[attr-defined]  # the lock wait() and set() both take
+    with lock:
+        after_handler(event.set)  # returns: the set waits for the lock, not this thread
+        set_meanwhile = event.is_set()  # reads the flag, takes no lock
+    assert not set_meanwhile
+    assert event.wait(5.0)  # set once the lock was free
