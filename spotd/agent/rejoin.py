@@ -36,10 +36,10 @@ from spotd.agent.config import AgentConfig
 from spotd.agent.files import NOTICE_FILE, PROGRESS_FILE
 from spotd.agent.output import OUTPUT_FILE
 from spotd.agent.reporter import ReportFailed, ReportRejected
-from spotd.agent.signals import after_handler
 from spotd.core.agent_wire import ExitPhase
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
+from spotd.core.handlers import after_handler
 from spotd.core.ranks import RANK_FILE_GLOB
 from spotd.core.rejoin import RejoinAnswer, RejoinAsk, RejoinStep
 

@@ -36,7 +36,6 @@ from spotd.agent.output import OUTPUT_FILE, AgentLines, NodeOutput
 from spotd.agent.ranks import job_ranks
 from spotd.agent.rejoin import clear_run_dir, stand_by, stands_by, stopping_on_signals
 from spotd.agent.reporter import DaemonReporter, ReportQueue
-from spotd.agent.signals import after_handler
 from spotd.agent.startup import EXIT_NO_GANG, prepare, run_dir_of
 from spotd.agent.watchers import make_watcher
 from spotd.core.agent_wire import (
@@ -52,6 +51,7 @@ from spotd.core.agent_wire import (
 )
 from spotd.core.contracts import AddressSource, NoticeWatcher
 from spotd.core.errors import ConfigError
+from spotd.core.handlers import after_handler
 from spotd.environ import forget
 from spotd.exits import KeptExit, keep_exit
 

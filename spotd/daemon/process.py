@@ -27,6 +27,7 @@ from starlette.types import ASGIApp
 from spotd.core.clock import WALL, DatabaseClock, clock_note
 from spotd.core.contracts import AgentHost, Clock
 from spotd.core.errors import StoreError
+from spotd.core.handlers import after_handler
 from spotd.daemon.api import create_app
 from spotd.daemon.config import Settings
 from spotd.daemon.http11 import MAX_HEAD_BYTES, DaemonHttp
@@ -243,7 +244,7 @@ class Daemon:
 
         def on_signal(signum: int, _frame: FrameType | None) -> None:
             log.info("received %s, draining", signal.Signals(signum).name)
-            done.set()
+            after_handler(done.set)  # the loop below waits on ``done``: not from here
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)

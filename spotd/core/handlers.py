@@ -1,11 +1,11 @@
-"""Acting on a signal to the agent outside its handler.
+"""Acting on a signal outside its handler (the agent's, the daemon's).
 
 A Python signal handler runs in the main thread, between two of its bytecodes,
 possibly while that thread holds the lock of a ``threading.Event`` it waits on
 (``Event.wait`` takes the event's own lock, which is not re-entrant). An
 ``Event.set()`` on that event from the handler would then wait for a lock its own
-thread holds, forever: the agent hangs after SIGTERM, the node's shutdown waits
-it out. So the handlers here only start a thread that does the work, and return.
+thread holds, forever: the process hangs after SIGTERM. So a handler only starts
+a thread that does the work, and returns.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""spotd.agent.signals: a signal handler never waits for a lock its own thread holds."""
+"""spotd.core.handlers: a signal handler never waits for a lock its own thread holds."""
 
 from __future__ import annotations
 
 import threading
 
-from spotd.agent.signals import after_handler
+from spotd.core.handlers import after_handler
 
 
 def test_setting_an_event_the_interrupted_thread_holds_returns_at_once() -> None:
