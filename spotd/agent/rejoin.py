@@ -28,7 +28,6 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from types import FrameType
 
 from pydantic import SecretStr
 
@@ -39,7 +38,7 @@ from spotd.agent.reporter import ReportFailed, ReportRejected
 from spotd.core.agent_wire import ExitPhase
 from spotd.core.clock import WALL
 from spotd.core.contracts import Clock
-from spotd.core.handlers import after_handler
+from spotd.core.handlers import on_stop_signals
 from spotd.core.ranks import RANK_FILE_GLOB
 from spotd.core.rejoin import RejoinAnswer, RejoinAsk, RejoinStep
 
@@ -138,19 +137,11 @@ def clear_run_dir(config: AgentConfig) -> None:
 @contextmanager
 def stopping_on_signals(stop: threading.Event) -> Iterator[None]:
     """Set ``stop`` on SIGTERM or SIGINT to the agent while it stands by (the node is
-    going). Only the main thread may install handlers; elsewhere (tests) this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
+    going)."""
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        del frame
-        log.info("agent got %s while standing by: leaving", signal.Signals(signum).name)
-        after_handler(stop.set)  # stand_by waits on ``stop``: not from the handler
+    def leave(sig: signal.Signals) -> None:
+        log.info("agent got %s while standing by: leaving", sig.name)
+        stop.set()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with on_stop_signals(leave):
         yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

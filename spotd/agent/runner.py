@@ -18,10 +18,9 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import suppress
 from pathlib import Path
-from types import FrameType
 
 from spotd.agent.config import TOKEN_VARIABLE, AgentConfig
 from spotd.agent.container import job_argv
@@ -51,7 +50,7 @@ from spotd.core.agent_wire import (
 )
 from spotd.core.contracts import AddressSource, NoticeWatcher
 from spotd.core.errors import ConfigError
-from spotd.core.handlers import after_handler
+from spotd.core.handlers import on_stop_signals
 from spotd.environ import forget
 from spotd.exits import KeptExit, keep_exit
 
@@ -145,7 +144,7 @@ class _Agent:
             # the exit yet ends the agent with the job's own code, not the signal's.
             # And from the run folder on: the agent leaves by the finally below, which
             # removes it, however it ends (a signal only sets flags from now on).
-            with _forwarding_signals(self._on_signal):
+            with on_stop_signals(self._forward_signal):
                 self.run_dir = run_dir_of(self.config)
                 try:
                     self._open_output()
@@ -348,10 +347,11 @@ class _Agent:
         except ProcessLookupError:
             log.info("job already gone; %s not sent", sig.name)
 
-    def _on_signal(self, signum: int) -> None:
+    def _forward_signal(self, signum: signal.Signals) -> None:
         """SIGTERM or SIGINT to the agent (the node shutting down): pass it to the job
         at once; before the job started, give up starting it. The watch thread
         writes the notice file when the provider announces one."""
+        log.info("agent got %s; forwarding it to the job", signum.name)
         self.aborted.set()
         if self.ended:
             self.leaving.set()
@@ -426,30 +426,6 @@ class _Agent:
             return
         if done.returncode != 0:
             log.warning("on_exit exited with %d", done.returncode)
-
-
-@contextmanager
-def _forwarding_signals(handle: Callable[[int], None]) -> Iterator[None]:
-    """Hand SIGTERM and SIGINT sent to the agent to ``handle`` (which forwards them
-    to the job's process group).
-
-    Only the main thread may install handlers; elsewhere (tests) this does nothing.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def forward(signum: int, frame: FrameType | None) -> None:
-        del frame
-        log.info("agent got %s; forwarding it to the job", signal.Signals(signum).name)
-        after_handler(lambda: handle(signum))
-
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def run_agent(

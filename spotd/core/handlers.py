@@ -10,13 +10,41 @@ a thread that does the work, and returns.
 
 from __future__ import annotations
 
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
 
-__all__ = ["after_handler"]
+__all__ = ["STOP_SIGNALS", "after_handler", "on_stop_signals"]
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+"""What tells a process to stop: the node or the service manager going, Ctrl-C."""
 
 
 def after_handler(action: Callable[[], None]) -> None:
     """Run ``action`` on a thread of its own, at once: the signal handler that calls
     this returns, and the main thread goes on (releasing whatever lock it held)."""
-    threading.Thread(target=action, name="spotd-agent-signal", daemon=True).start()
+    threading.Thread(target=action, name="spotd-signal", daemon=True).start()
+
+
+@contextmanager
+def on_stop_signals(action: Callable[[signal.Signals], None]) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT run ``action`` with the signal, on a thread of its
+    own (:func:`after_handler`); the previous handlers come back after. Only the main
+    thread may install handlers; elsewhere (tests) this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        del frame
+        sig = signal.Signals(signum)
+        after_handler(lambda: action(sig))
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, before in previous.items():
+            signal.signal(sig, before)

@@ -17,7 +17,6 @@ import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import uvicorn
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -27,7 +26,7 @@ from starlette.types import ASGIApp
 from spotd.core.clock import WALL, DatabaseClock, clock_note
 from spotd.core.contracts import AgentHost, Clock
 from spotd.core.errors import StoreError
-from spotd.core.handlers import after_handler
+from spotd.core.handlers import on_stop_signals
 from spotd.daemon.api import create_app
 from spotd.daemon.config import Settings
 from spotd.daemon.http11 import MAX_HEAD_BYTES, DaemonHttp
@@ -242,17 +241,17 @@ class Daemon:
         """Start, then block until SIGTERM or SIGINT, then drain."""
         done = threading.Event()
 
-        def on_signal(signum: int, _frame: FrameType | None) -> None:
-            log.info("received %s, draining", signal.Signals(signum).name)
-            after_handler(done.set)  # the loop below waits on ``done``: not from here
+        def drain(sig: signal.Signals) -> None:
+            log.info("received %s, draining", sig.name)
+            done.set()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
-        self.start()
-        _clear_secrets()
-        while not done.wait(0.5):
-            pass
-        self.stop()
+        # Kept while it drains, too: a second signal then changes nothing.
+        with on_stop_signals(drain):
+            self.start()
+            _clear_secrets()
+            while not done.wait(0.5):
+                pass
+            self.stop()
 
     # -- scheduled work ----------------------------------------------------
 
